@@ -1,0 +1,157 @@
+"""Policy objectives (SPEC §3.2, §4): values, gradients and the TV filter's semantics."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from vaco_jax import objectives
+
+N = 64
+
+
+def sample_inputs(seed, spread):
+    rng = np.random.default_rng(seed)
+    log_behavior = rng.normal(size=N).astype(np.float32) - 1.0
+    log_prob = (log_behavior + spread * rng.normal(size=N)).astype(np.float32)
+    advantages = rng.normal(size=N).astype(np.float32)
+    return log_prob, log_behavior, advantages
+
+
+def tv_grad(log_prob, log_behavior, advantages, **kwargs):
+    def loss(lp):
+        return objectives.tv_filter(lp, log_behavior, advantages, **kwargs)[0]
+    return jax.grad(loss)(log_prob)
+
+
+def test_tv_filter_below_delta_drops_nothing():
+    log_prob, log_behavior, advantages = sample_inputs(0, spread=0.05)
+    ratio = np.exp(log_prob - log_behavior)
+    tv = 0.5 * np.mean(np.abs(ratio - 1))
+    delta = tv * 1.01
+    loss, metrics = objectives.tv_filter(log_prob, log_behavior, advantages, delta=delta)
+    assert float(metrics["tv_estimate"]) == pytest.approx(tv, rel=1e-5)
+    assert float(metrics["filtered_fraction"]) == 0.0
+    assert float(loss) == pytest.approx(-np.mean(ratio * advantages), rel=1e-5)
+    # d/dlogπ of −mean(w Â) is −w Â / N for every sample: nothing has zero gradient.
+    np.testing.assert_allclose(tv_grad(log_prob, log_behavior, advantages, delta=delta),
+                               -ratio * advantages / N, rtol=1e-5)
+
+
+def test_tv_filter_above_delta_zeroes_exactly_the_outward_samples():
+    log_prob, log_behavior, advantages = sample_inputs(1, spread=0.5)
+    ratio = np.exp(log_prob - log_behavior)
+    tv = 0.5 * np.mean(np.abs(ratio - 1))
+    delta = tv * 0.99
+    outward = np.asarray(advantages) * np.sign(ratio - 1) > 0
+    assert 0 < outward.sum() < N
+    grad = np.asarray(tv_grad(log_prob, log_behavior, advantages, delta=delta))
+    assert np.all(grad[outward] == 0.0)
+    np.testing.assert_allclose(grad[~outward], (-ratio * advantages / N)[~outward], rtol=1e-5)
+    assert np.all(grad[~outward] != 0.0)
+    _, metrics = objectives.tv_filter(log_prob, log_behavior, advantages, delta=delta)
+    assert float(metrics["filtered_fraction"]) == pytest.approx(outward.mean())
+
+
+def test_tv_filter_kept_gradient_moves_ratios_inward():
+    # Gradient descent on a kept sample changes log π by −lr·grad; check it reduces |r − 1|.
+    log_prob, log_behavior, advantages = sample_inputs(2, spread=0.5)
+    grad = tv_grad(log_prob, log_behavior, advantages, delta=0.01)
+    ratio = np.exp(log_prob - log_behavior)
+    new_ratio = np.exp(log_prob - 1e-3 * grad - log_behavior)
+    moved = np.asarray(grad) != 0
+    assert np.all(np.abs(new_ratio - 1)[moved] <= np.abs(ratio - 1)[moved] + 1e-7)
+
+
+def test_tv_filter_per_sample_mode():
+    log_prob, log_behavior, advantages = sample_inputs(3, spread=0.6)
+    ratio = np.exp(log_prob - log_behavior)
+    delta = 0.2
+    dropped = (0.5 * np.abs(ratio - 1) > delta) & (np.asarray(advantages) * (ratio - 1) > 0)
+    assert 0 < dropped.sum() < N
+    grad = np.asarray(tv_grad(log_prob, log_behavior, advantages, delta=delta,
+                              filter_mode="per_sample"))
+    assert np.all(grad[dropped] == 0.0) and np.all(grad[~dropped] != 0.0)
+
+
+def test_tv_filter_learner_reference_equals_behavior_when_learner_is_behavior():
+    log_prob, log_behavior, advantages = sample_inputs(4, spread=0.4)
+    a = objectives.tv_filter(log_prob, log_behavior, advantages, delta=0.1)
+    b = objectives.tv_filter(log_prob, log_behavior, advantages, delta=0.1,
+                             log_reference=log_behavior)
+    np.testing.assert_allclose(a[0], b[0], rtol=1e-6)
+    np.testing.assert_allclose(a[1]["tv_estimate"], b[1]["tv_estimate"], rtol=1e-6)
+
+
+def test_tv_filter_learner_reference_measures_forward_lag_only():
+    # If π_θ equals the start-of-iteration learner, the forward-lag divergence is 0: nothing dropped,
+    # even though π_θ is far from β.
+    log_prob, log_behavior, advantages = sample_inputs(5, spread=1.0)
+    _, metrics = objectives.tv_filter(log_prob, log_behavior, advantages, delta=0.01,
+                                      log_reference=log_prob)
+    assert float(metrics["tv_estimate"]) == pytest.approx(0.0, abs=1e-6)
+    assert float(metrics["filtered_fraction"]) == 0.0
+
+
+def test_tv_filter_is_max_truncates_weights():
+    log_prob, log_behavior, advantages = sample_inputs(6, spread=1.0)
+    ratio = np.exp(log_prob - log_behavior)
+    loss, _ = objectives.tv_filter(log_prob, log_behavior, advantages, delta=np.inf, is_max=1.5)
+    assert float(loss) == pytest.approx(-np.mean(np.minimum(ratio, 1.5) * advantages), rel=1e-5)
+
+
+def test_ppo_clip_value_and_gradient():
+    log_prob, log_behavior, advantages = sample_inputs(7, spread=0.4)
+    eps = 0.2
+    ratio = np.exp(log_prob - log_behavior)
+    a = np.asarray(advantages)
+    expected = -np.mean(np.minimum(ratio * a, np.clip(ratio, 1 - eps, 1 + eps) * a))
+    loss, metrics = objectives.ppo_clip(log_prob, log_behavior, advantages, clip_eps=eps)
+    assert float(loss) == pytest.approx(expected, rel=1e-5)
+    assert float(metrics["clip_fraction"]) == pytest.approx(np.mean(np.abs(ratio - 1) > eps))
+    grad = np.asarray(jax.grad(lambda lp: objectives.ppo_clip(lp, log_behavior, advantages,
+                                                              clip_eps=eps)[0])(log_prob))
+    clipped = ((ratio > 1 + eps) & (a > 0)) | ((ratio < 1 - eps) & (a < 0))
+    assert clipped.any()
+    assert np.all(grad[clipped] == 0.0)
+    np.testing.assert_allclose(grad[~clipped], (-ratio * a / N)[~clipped], rtol=1e-5)
+
+
+def test_spo_value():
+    log_prob, log_behavior, advantages = sample_inputs(8, spread=0.4)
+    ratio = np.exp(log_prob - log_behavior)
+    a = np.asarray(advantages)
+    expected = -np.mean(ratio * a - np.abs(a) * (ratio - 1) ** 2 / (2 * 0.2))
+    loss, _ = objectives.spo(log_prob, log_behavior, advantages, eps=0.2)
+    assert float(loss) == pytest.approx(expected, rel=1e-5)
+
+
+def test_ppo_kl_value():
+    log_prob, log_behavior, advantages = sample_inputs(9, spread=0.4)
+    kl = np.abs(np.random.default_rng(0).normal(size=N)).astype(np.float32)
+    ratio = np.exp(log_prob - log_behavior)
+    loss, metrics = objectives.ppo_kl(log_prob, log_behavior, advantages, kl=kl, kl_coef=0.3)
+    assert float(loss) == pytest.approx(-np.mean(ratio * advantages) + 0.3 * np.mean(kl), rel=1e-5)
+    assert float(metrics["kl_penalty"]) == pytest.approx(np.mean(kl), rel=1e-6)
+
+
+def test_impala_pg_gradient():
+    log_prob, log_behavior, advantages = sample_inputs(10, spread=0.5)
+    ratio = np.exp(log_prob - log_behavior)
+    grad = jax.grad(lambda lp: objectives.impala_pg(lp, log_behavior, advantages,
+                                                    rho_bar=1.0)[0])(log_prob)
+    np.testing.assert_allclose(grad, -np.minimum(1.0, ratio) * np.asarray(advantages) / N, rtol=1e-5)
+
+
+def test_mask_excludes_entries_from_every_mean():
+    log_prob, log_behavior, advantages = sample_inputs(11, spread=0.5)
+    mask = np.arange(N) < N // 2
+    half = slice(0, N // 2)
+    for fn, kwargs in [(objectives.ppo_clip, dict(clip_eps=0.2)),
+                       (objectives.tv_filter, dict(delta=0.05)),
+                       (objectives.spo, dict(eps=0.2))]:
+        masked = fn(log_prob, log_behavior, advantages, mask=mask, **kwargs)
+        direct = fn(log_prob[half], log_behavior[half], advantages[half], **kwargs)
+        np.testing.assert_allclose(masked[0], direct[0], rtol=1e-5)
+        for key in masked[1]:
+            np.testing.assert_allclose(masked[1][key], direct[1][key], rtol=1e-5)

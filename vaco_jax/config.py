@@ -1,0 +1,259 @@
+"""Run configuration: static fields (shapes, program structure) and vmappable hyper-parameters.
+
+`Config` is the one typed description of a run; the CLI exposes every field. Fields that change
+array shapes or the structure of the compiled program are *static*. Everything else is copied into
+`HParams`, a pytree of scalars that lives in the train state, so `jax.vmap` can sweep seeds, δ, the
+learning rate or the buffer capacity (below `max_capacity`) in one compiled program.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+from typing import Literal
+
+import jax.numpy as jnp
+from flax import struct
+
+
+class ConfigError(ValueError):
+    """A config field has a value the trainer cannot run with (raised before compilation)."""
+
+
+SnapshotSampling = Literal["uniform", "oldest", "newest"]
+TVReference = Literal["behavior", "learner"]
+FilterMode = Literal["batch", "per_sample"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """A training run. Defaults: a small VACO run on inverted_pendulum that learns in minutes on CPU."""
+
+    # --- what to run ------------------------------------------------------------------------
+    env: str = "inverted_pendulum"
+    """Environment name (see `vaco_jax.envs.ENV_NAMES`)."""
+    algo: str = "vaco"
+    """Algorithm: a registry name (vaco, ppo_clip, ppo_kl, spo, impala, gae+tv_filter,
+    vtrace_once+clip) or any `<estimator>+<objective>` pairing."""
+    seed: int = 0
+    """Seed of the first run; seed i of a multi-seed run uses `seed + i`."""
+    num_seeds: int = 1
+    """Independent seeds trained together in one vmapped call."""
+    total_steps: int = 300_000
+    """Environment steps per seed (rounded down to whole iterations)."""
+
+    # --- asynchrony (SPEC §2) ---------------------------------------------------------------
+    capacity: int = 1
+    """Policy ring-buffer capacity C (1 = synchronous on-policy). Vmappable below max_capacity."""
+    max_capacity: int = 0
+    """Slots allocated for the ring buffer (0 = same as capacity). Static: sets array shapes."""
+    snapshot_sampling: SnapshotSampling = "uniform"
+    """How each actor group picks its behaviour snapshot: uniform over filled slots, oldest, newest."""
+    num_actors: int = 4
+    """Actor groups; each draws one snapshot per iteration. Must divide num_envs."""
+
+    # --- rollout and update shapes (static) -------------------------------------------------
+    num_envs: int = 32
+    """Parallel environments per seed."""
+    unroll_length: int = 32
+    """Steps per environment per iteration (T)."""
+    num_epochs: int = 4
+    """Passes over each batch (K)."""
+    num_minibatches: int = 8
+    """Minibatches per epoch (M); each is num_envs / M whole trajectory segments."""
+    episode_length: int = 1000
+    """Time limit: episodes are truncated (not terminated) after this many steps."""
+
+    # --- networks (static) ------------------------------------------------------------------
+    actor_hidden: tuple[int, ...] = (64, 64)
+    critic_hidden: tuple[int, ...] = (64, 64)
+    activation: Literal["tanh", "relu", "silu"] = "tanh"
+    init_log_std: float = 0.0
+    """Initial log standard deviation of the Gaussian policy (state-independent)."""
+    normalize_observations: bool = True
+    """Per-seed running observation normalisation (the statistics travel in each snapshot)."""
+
+    # --- objective switches (static) --------------------------------------------------------
+    tv_reference: TVReference = "behavior"
+    """TV filter reference: `behavior` (total divergence from the data) or `learner` (forward lag only)."""
+    filter_mode: FilterMode = "batch"
+    """TV filter rule: `batch` (drop outward samples when the minibatch TV exceeds δ) or `per_sample`."""
+    normalize_advantages: bool = True
+    """Normalise advantages per minibatch."""
+    kl_adaptive: bool = False
+    """PPO-KL: adapt β_KL towards kl_target (×2 / ÷2 rule) instead of keeping it fixed."""
+    anneal_lr: bool = False
+    """Linearly anneal the learning rate to zero over the run."""
+
+    # --- hyper-parameters (vmappable pytree leaves) -----------------------------------------
+    learning_rate: float = 3e-4
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    delta: float = 0.2
+    """VACO TV threshold δ (> 0; inf disables filtering)."""
+    clip_eps: float = 0.2
+    """PPO clip range ε (also SPO's ε and the clip-fraction diagnostic)."""
+    kl_coef: float = 0.1
+    """PPO-KL β_KL (initial value when kl_adaptive)."""
+    kl_target: float = 0.01
+    """PPO-KL adaptive target KL."""
+    rho_bar: float = 1.0
+    """V-trace ρ̄ (truncation of the TD-error importance weight; IMPALA's policy-gradient ρ̄)."""
+    c_bar: float = 1.0
+    """V-trace c̄ (truncation of the trace-cutting weight)."""
+    is_max: float = math.inf
+    """VACO truncation of the importance weight w (inf = none)."""
+    reward_scale: float = 0.1
+    """Multiply rewards by this before computing advantages and value targets (returns are logged
+    unscaled). Keeps value losses from dominating the shared, norm-clipped gradient."""
+    vf_coef: float = 0.5
+    ent_coef: float = 0.0
+    max_grad_norm: float = 0.5
+    adam_eps: float = 1e-5
+
+    # --- evaluation and output --------------------------------------------------------------
+    num_evals: int = 20
+    """Deterministic evaluations over the run (the run is split into this many equal chunks)."""
+    eval_envs: int = 16
+    """Episodes per evaluation (one per environment, run to the time limit)."""
+    out: str = ""
+    """Output directory for config.json, metrics.jsonl and summary.json (CLI only)."""
+    progress: bool = True
+    """Show a progress bar (CLI only)."""
+    overwrite: bool = False
+    """Allow writing into an output directory that already holds a finished run (CLI only)."""
+
+    # ------------------------------------------------------------------------------------------
+    @property
+    def slots(self) -> int:
+        """Ring-buffer slots allocated (static)."""
+        return self.max_capacity or self.capacity
+
+    @property
+    def batch_size(self) -> int:
+        return self.num_envs * self.unroll_length
+
+    @property
+    def num_iterations(self) -> int:
+        """Learner iterations per seed, a whole number of evaluation chunks."""
+        per_eval = self.iterations_per_eval
+        return per_eval * self.num_evals
+
+    @property
+    def iterations_per_eval(self) -> int:
+        return max(1, self.total_steps // self.batch_size // self.num_evals)
+
+    @property
+    def env_steps(self) -> int:
+        """Environment steps per seed actually taken (training only)."""
+        return self.num_iterations * self.batch_size
+
+    def hparams(self) -> "HParams":
+        """The vmappable hyper-parameters of this config."""
+        return HParams(
+            learning_rate=jnp.float32(self.learning_rate),
+            gamma=jnp.float32(self.gamma),
+            gae_lambda=jnp.float32(self.gae_lambda),
+            delta=jnp.float32(self.delta),
+            clip_eps=jnp.float32(self.clip_eps),
+            kl_coef=jnp.float32(self.kl_coef),
+            kl_target=jnp.float32(self.kl_target),
+            rho_bar=jnp.float32(self.rho_bar),
+            c_bar=jnp.float32(self.c_bar),
+            is_max=jnp.float32(self.is_max),
+            reward_scale=jnp.float32(self.reward_scale),
+            vf_coef=jnp.float32(self.vf_coef),
+            ent_coef=jnp.float32(self.ent_coef),
+            max_grad_norm=jnp.float32(self.max_grad_norm),
+            adam_eps=jnp.float32(self.adam_eps),
+            capacity=jnp.int32(self.capacity),
+        )
+
+
+@struct.dataclass
+class HParams:
+    """Hyper-parameters that do not change shapes: pytree leaves, so they can be vmapped."""
+
+    learning_rate: jnp.ndarray
+    gamma: jnp.ndarray
+    gae_lambda: jnp.ndarray
+    delta: jnp.ndarray
+    clip_eps: jnp.ndarray
+    kl_coef: jnp.ndarray
+    kl_target: jnp.ndarray
+    rho_bar: jnp.ndarray
+    c_bar: jnp.ndarray
+    is_max: jnp.ndarray
+    reward_scale: jnp.ndarray
+    vf_coef: jnp.ndarray
+    ent_coef: jnp.ndarray
+    max_grad_norm: jnp.ndarray
+    adam_eps: jnp.ndarray
+    capacity: jnp.ndarray
+
+
+def _fail(field: str, value, allowed: str) -> None:
+    raise ConfigError(f"config field `{field}` = {value!r} is invalid: {allowed}")
+
+
+def validate(config: Config) -> None:
+    """Check every field before anything is compiled; raise `ConfigError` naming the field."""
+    from vaco_jax import algorithms, envs  # local: registries import this module
+
+    if config.env not in envs.ENV_NAMES:
+        _fail("env", config.env, f"allowed values are {sorted(envs.ENV_NAMES)}")
+    algorithms.parse(config.algo)  # raises ConfigError naming `algo`
+
+    positive_ints = ["num_seeds", "total_steps", "num_envs", "unroll_length", "num_epochs",
+                     "num_minibatches", "num_actors", "episode_length", "num_evals", "eval_envs"]
+    for name in positive_ints:
+        value = getattr(config, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            _fail(name, value, "must be an integer >= 1")
+    if not isinstance(config.capacity, int) or config.capacity < 1:
+        _fail("capacity", config.capacity, "must be an integer >= 1 (1 = synchronous on-policy)")
+    if config.max_capacity < 0 or (config.max_capacity and config.max_capacity < config.capacity):
+        _fail("max_capacity", config.max_capacity,
+              f"must be 0 (= capacity) or an integer >= capacity ({config.capacity})")
+    if config.num_envs % config.num_minibatches:
+        _fail("num_minibatches", config.num_minibatches,
+              f"must divide num_envs ({config.num_envs}): minibatches are whole trajectory segments; "
+              f"allowed: {[m for m in range(1, config.num_envs + 1) if config.num_envs % m == 0]}")
+    if config.num_envs % config.num_actors:
+        _fail("num_actors", config.num_actors,
+              f"must divide num_envs ({config.num_envs}); "
+              f"allowed: {[a for a in range(1, config.num_envs + 1) if config.num_envs % a == 0]}")
+    if config.total_steps < config.batch_size * config.num_evals:
+        _fail("total_steps", config.total_steps,
+              f"must be at least num_envs * unroll_length * num_evals = "
+              f"{config.batch_size * config.num_evals} (one iteration per evaluation)")
+    for name in ["snapshot_sampling", "tv_reference", "filter_mode", "activation"]:
+        options = typing.get_args(typing.get_type_hints(Config)[name])
+        if getattr(config, name) not in options:
+            _fail(name, getattr(config, name), f"allowed values are {options}")
+
+    floats = {name: getattr(config, name) for name in [
+        "learning_rate", "gamma", "gae_lambda", "delta", "clip_eps", "kl_coef", "kl_target",
+        "rho_bar", "c_bar", "is_max", "reward_scale", "vf_coef", "ent_coef", "max_grad_norm", "adam_eps",
+        "init_log_std"]}
+    for name, value in floats.items():
+        if not isinstance(value, (int, float)) or math.isnan(value):
+            _fail(name, value, "must be a number (not NaN)")
+    if not 0 < config.delta:
+        _fail("delta", config.delta, "must be > 0 (use inf to disable filtering)")
+    if not 0 <= config.gamma <= 1:
+        _fail("gamma", config.gamma, "must be in [0, 1]")
+    if not 0 <= config.gae_lambda <= 1:
+        _fail("gae_lambda", config.gae_lambda, "must be in [0, 1]")
+    for name in ["learning_rate", "clip_eps", "rho_bar", "c_bar", "is_max", "max_grad_norm", "reward_scale",
+                 "adam_eps", "kl_target"]:
+        if not floats[name] > 0:
+            _fail(name, floats[name], "must be > 0")
+    for name in ["kl_coef", "vf_coef", "ent_coef"]:
+        if floats[name] < 0:
+            _fail(name, floats[name], "must be >= 0")
+    if not config.actor_hidden or not config.critic_hidden or min(
+            config.actor_hidden + config.critic_hidden) < 1:
+        _fail("actor_hidden/critic_hidden", (config.actor_hidden, config.critic_hidden),
+              "must be non-empty tuples of positive layer widths")

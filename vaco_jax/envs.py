@@ -1,0 +1,185 @@
+"""Environments (SPEC §5): Brax envs on the MJX backend behind our own batched wrapper.
+
+`VecEnv` steps `num_envs` copies at once and owns the episode bookkeeping Brax's training wrappers
+get wrong for bootstrapping:
+  * an episode limit that sets a **truncation** flag (not `done`) and keeps the **true final
+    observation** as `next_obs`, so the learner can bootstrap from `V(s'_t)`;
+  * auto-reset to a **freshly randomised** initial state (a new key every reset, not a cached one).
+Observation normalisation is per seed and lives in the train state (it travels with each policy
+snapshot), not here.
+
+Two tiny pure-JAX envs (`toy_reach`, `toy_bandit`) share the Brax `Env` interface for fast unit tests.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from brax import envs as brax_envs
+from brax.envs.base import Env, State
+from flax import struct
+
+MJX_ENVS = (
+    "ant", "halfcheetah", "hopper", "humanoid", "humanoidstandup", "inverted_pendulum",
+    "inverted_double_pendulum", "pusher", "reacher", "walker2d",
+)
+TOY_ENVS = ("toy_reach", "toy_bandit")
+ENV_NAMES = MJX_ENVS + TOY_ENVS
+
+
+class ToyReach(Env):
+    """A point in the plane moves by `0.1 · a` towards a random target; reward `−‖pos − target‖`.
+
+    Terminates (no bootstrap) when the point leaves the box `|pos| > 2`; otherwise runs until the
+    time limit. Cheap enough to compile and run in a second, with all three kinds of step.
+    """
+
+    def reset(self, rng):
+        pos_key, target_key = jax.random.split(rng)
+        pos = jax.random.uniform(pos_key, (2,), minval=-1.0, maxval=1.0)
+        target = jax.random.uniform(target_key, (2,), minval=-1.0, maxval=1.0)
+        pipeline_state = jnp.concatenate([pos, target])
+        zero = jnp.zeros(())
+        return State(pipeline_state, self._obs(pipeline_state), zero, zero, {}, {})
+
+    def step(self, state, action):
+        pos, target = state.pipeline_state[:2], state.pipeline_state[2:]
+        pos = pos + 0.1 * jnp.clip(action, -1.0, 1.0)
+        pipeline_state = jnp.concatenate([pos, target])
+        reward = -jnp.linalg.norm(pos - target)
+        done = jnp.any(jnp.abs(pos) > 2.0).astype(jnp.float32)
+        return state.replace(pipeline_state=pipeline_state, obs=self._obs(pipeline_state),
+                             reward=reward, done=done)
+
+    @staticmethod
+    def _obs(pipeline_state):
+        pos, target = pipeline_state[:2], pipeline_state[2:]
+        return jnp.concatenate([pos, target - pos])
+
+    @property
+    def observation_size(self):
+        return 4
+
+    @property
+    def action_size(self):
+        return 2
+
+    @property
+    def backend(self):
+        return "jax"
+
+
+class ToyBandit(Env):
+    """A one-step-per-episode continuous bandit: reward `−(a − 0.5)²`, observation constant.
+
+    Every step terminates, so the optimal policy and its value are known in closed form (V* = 0).
+    """
+
+    def reset(self, rng):
+        zero = jnp.zeros(())
+        return State(jnp.zeros(1), jnp.ones(1), zero, zero, {}, {})
+
+    def step(self, state, action):
+        reward = -jnp.sum(jnp.square(action - 0.5))
+        return state.replace(reward=reward, done=jnp.ones(()))
+
+    @property
+    def observation_size(self):
+        return 1
+
+    @property
+    def action_size(self):
+        return 1
+
+    @property
+    def backend(self):
+        return "jax"
+
+
+def make_env(name: str, **kwargs) -> Env:
+    """An unwrapped single environment: a Brax env on the MJX backend, or a toy env."""
+    if name == "toy_reach":
+        return ToyReach()
+    if name == "toy_bandit":
+        return ToyBandit()
+    if name not in MJX_ENVS:
+        raise ValueError(f"unknown env {name!r}; allowed values are {list(ENV_NAMES)}")
+    return brax_envs.get_environment(name, backend="mjx", **kwargs)
+
+
+@struct.dataclass
+class EnvState:
+    """Batched state of `VecEnv`; `inner.obs` is the observation the next action is taken from."""
+
+    inner: Any          # batched Brax `State`
+    step_count: jax.Array      # [B] int32, steps since the last reset
+    episode_return: jax.Array  # [B] undiscounted return of the running episode
+
+    @property
+    def obs(self):
+        return self.inner.obs
+
+
+@struct.dataclass
+class StepResult:
+    """What one batched step produced, all `[B, ...]`."""
+
+    next_obs: jax.Array        # the true next observation s'_t (the final one at an episode end)
+    reward: jax.Array
+    terminated: jax.Array      # bool: terminal state, no bootstrap
+    truncated: jax.Array       # bool: time limit reached in a non-terminal state, bootstrap
+    episode_return: jax.Array  # return of the episode that ended at this step (0 where none did)
+
+
+class VecEnv:
+    """`num_envs` copies of an env with an episode limit and auto-reset (see module docstring)."""
+
+    def __init__(self, env: Env, num_envs: int, episode_length: int):
+        self.env = env
+        self.num_envs = num_envs
+        self.episode_length = episode_length
+
+    @functools.cached_property
+    def observation_size(self) -> int:
+        return int(self.env.observation_size)
+
+    @property
+    def action_size(self) -> int:
+        return int(self.env.action_size)
+
+    def reset(self, key) -> EnvState:
+        inner = jax.vmap(self.env.reset)(jax.random.split(key, self.num_envs))
+        zeros = jnp.zeros((self.num_envs,))
+        return EnvState(inner, jnp.zeros((self.num_envs,), jnp.int32), zeros)
+
+    def step(self, state: EnvState, action, key) -> tuple[EnvState, StepResult]:
+        """Step every env with `action [B, action_dim]` (clipped to [-1, 1]); reset those that ended."""
+        inner = jax.vmap(self.env.step)(state.inner, jnp.clip(action, -1.0, 1.0))
+        step_count = state.step_count + 1
+        reward = inner.reward.astype(jnp.float32)
+        terminated = inner.done > 0.5
+        truncated = jnp.logical_and(step_count >= self.episode_length, ~terminated)
+        done = jnp.logical_or(terminated, truncated)
+        episode_return = state.episode_return + reward
+        result = StepResult(inner.obs, reward, terminated, truncated,
+                            jnp.where(done, episode_return, 0.0))
+
+        def reset_done(inner):
+            fresh = jax.vmap(self.env.reset)(jax.random.split(key, self.num_envs))
+            fresh = fresh.replace(metrics=inner.metrics, info=inner.info)
+            return _select(done, fresh, inner)
+
+        # Resetting costs a physics forward pass per env; skip it on steps where no episode ended.
+        inner = jax.lax.cond(jnp.any(done), reset_done, lambda inner: inner, inner)
+        new_state = EnvState(inner, jnp.where(done, 0, step_count), jnp.where(done, 0.0, episode_return))
+        return new_state, result
+
+
+def _select(mask, on_true, on_false):
+    """Per-env `where` over a batched pytree (`mask [B]`)."""
+    def pick(a, b):
+        return jnp.where(mask.reshape(mask.shape + (1,) * (a.ndim - 1)), a, b)
+    return jax.tree.map(pick, on_true, on_false)

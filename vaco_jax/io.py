@@ -1,0 +1,111 @@
+"""Writing results safely: atomic JSON files, append-only JSONL, and run provenance."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import json
+import math
+import os
+import platform
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+LIBRARIES = ("vaco_jax", "jax", "jaxlib", "flax", "optax", "chex", "distrax", "rlax", "rliable",
+             "brax", "mujoco", "mujoco-mjx", "orbax-checkpoint", "numpy")
+
+
+def library_versions() -> dict[str, str]:
+    versions = {}
+    for name in LIBRARIES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def provenance() -> dict[str, Any]:
+    """Library versions, device, Python and git commit: what a result needs to be reproduced."""
+    import jax
+
+    device = jax.devices()[0]
+    return {
+        "versions": library_versions(),
+        "python": platform.python_version(),
+        "device": {"platform": device.platform, "kind": device.device_kind,
+                   "count": jax.device_count()},
+        "host": {"machine": platform.machine(), "cpus": os.cpu_count()},
+        "git_commit": _git_commit(),
+    }
+
+
+def _git_commit() -> str | None:
+    try:
+        root = Path(__file__).resolve().parent.parent
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                             timeout=5)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def to_jsonable(value):
+    """Arrays → lists, numpy scalars → Python numbers, non-finite floats → None (valid JSON)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return to_jsonable(dataclasses.asdict(value))
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(v) for v in value]
+    if hasattr(value, "__array__"):
+        value = np.asarray(value)
+        return to_jsonable(value.tolist()) if value.ndim else to_jsonable(value.item())
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, (np.floating, np.integer, np.bool_)):
+        return to_jsonable(value.item())
+    return value
+
+
+def write_json_atomic(path, data) -> None:
+    """Write JSON so that `path` holds either the old or the new content, never half of one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(to_jsonable(data), f, indent=2)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def append_jsonl(path, rows) -> None:
+    """Append rows, one JSON object per line, each written whole and flushed to disk."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = "".join(json.dumps(to_jsonable(row)) + "\n" for row in rows)
+    with open(path, "a") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_jsonl(path) -> list[dict]:
+    """Rows of a JSONL file; a torn last line (a crash mid-write) is ignored."""
+    rows = []
+    with open(path) as f:
+        for line in f:
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                break
+    return rows

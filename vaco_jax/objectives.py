@@ -1,0 +1,113 @@
+"""Policy objectives (SPEC §3.2, §4): one pure function each, `(loss, metrics)`.
+
+Every objective takes the log-probabilities of the taken actions under the policy being optimised
+(`log_prob`, carries gradient) and under the behaviour policy that generated them (`log_behavior`),
+and advantages *as given* (normalisation is the trainer's job). Arrays may have any shape (`[T, B]`
+for MuJoCo, `[B, L]` tokens for the LLM); an optional `mask` of the same shape excludes entries
+(padding tokens) from every mean. `w = π_θ / β` is always the ratio against the stored behaviour.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+sg = jax.lax.stop_gradient
+
+
+def masked_mean(x, mask=None):
+    """Mean of `x` over the entries where `mask` is 1 (all entries when `mask` is None)."""
+    if mask is None:
+        return jnp.mean(x)
+    mask = mask.astype(x.dtype)
+    return jnp.sum(x * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+
+
+def ratio_diagnostics(log_prob, log_behavior, *, clip_eps, mask=None):
+    """Diagnostics of `w = π_θ/β` every algorithm logs: TV estimate, clip fraction, KL, max ratio."""
+    log_ratio = sg(log_prob - log_behavior)
+    ratio = jnp.exp(log_ratio)
+    return {
+        "tv_estimate": 0.5 * masked_mean(jnp.abs(ratio - 1.0), mask),
+        "clip_fraction": masked_mean((jnp.abs(ratio - 1.0) > clip_eps).astype(ratio.dtype), mask),
+        # k3 estimator of KL(β ‖ π_θ): unbiased and non-negative.
+        "approx_kl": masked_mean((ratio - 1.0) - log_ratio, mask),
+        "max_ratio": jnp.max(jnp.where(mask > 0, ratio, -jnp.inf) if mask is not None else ratio),
+    }
+
+
+def ppo_clip(log_prob, log_behavior, advantages, *, clip_eps, mask=None):
+    """PPO's clipped surrogate `−E[min(wÂ, clip(w, 1±ε)Â)]`."""
+    ratio = jnp.exp(log_prob - log_behavior)
+    unclipped = ratio * advantages
+    clipped = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantages
+    loss = -masked_mean(jnp.minimum(unclipped, clipped), mask)
+    clipped_active = (jnp.abs(sg(ratio) - 1.0) > clip_eps).astype(ratio.dtype)
+    return loss, {"clip_fraction": masked_mean(clipped_active, mask)}
+
+
+def ppo_kl(log_prob, log_behavior, advantages, *, kl, kl_coef, mask=None):
+    """PPO with a KL penalty: `−E[wÂ] + β_KL · E[KL(β ‖ π_θ)]`; `kl` is the per-sample analytic KL."""
+    ratio = jnp.exp(log_prob - log_behavior)
+    surrogate = masked_mean(ratio * advantages, mask)
+    mean_kl = masked_mean(kl, mask)
+    loss = -surrogate + kl_coef * mean_kl
+    return loss, {"kl_penalty": sg(mean_kl), "kl_coef": kl_coef}
+
+
+def spo(log_prob, log_behavior, advantages, *, eps, mask=None):
+    """Simple Policy Optimization (Xie et al. 2025): `−E[wÂ − |Â|(w − 1)² / (2ε)]`."""
+    ratio = jnp.exp(log_prob - log_behavior)
+    objective = ratio * advantages - jnp.abs(advantages) * jnp.square(ratio - 1.0) / (2.0 * eps)
+    return -masked_mean(objective, mask), {}
+
+
+def impala_pg(log_prob, log_behavior, advantages, *, rho_bar, mask=None):
+    """IMPALA's policy gradient `−E[sg(min(ρ̄, w) · Â) · log π_θ]`."""
+    clipped_ratio = jnp.minimum(rho_bar, jnp.exp(sg(log_prob - log_behavior)))
+    loss = -masked_mean(sg(clipped_ratio * advantages) * log_prob, mask)
+    return loss, {}
+
+
+def tv_filter(log_prob, log_behavior, advantages, *, delta, log_reference=None,
+              filter_mode="batch", is_max=jnp.inf, mask=None):
+    """VACO's TV-filtered importance-sampled policy gradient (SPEC §3.2).
+
+    ```
+    r_i   = π_θ/q                      q = β (log_reference None), or
+    r_i   = (π_θ − π_ref)/β + 1        the divergence from a reference policy (`tv_reference=learner`)
+    D̂_TV = ½ mean_i |r_i − 1|
+    batch:      keep_i = 1 if D̂_TV ≤ δ else [Â_i · sign(r_i − 1) ≤ 0]
+    per_sample: keep_i = ¬(½|r_i − 1| > δ ∧ Â_i (r_i − 1) > 0)
+    L_π  = −mean_i(keep_i · min(w_i, is_max) · Â_i)
+    ```
+    `r`, `D̂_TV` and `keep` carry no gradient. A dropped sample is exactly one whose gradient step
+    would push its ratio further from 1 while the divergence is already above δ.
+    """
+    log_ratio = log_prob - log_behavior
+    ratio = jnp.exp(log_ratio)
+    if log_reference is None:
+        divergence_ratio = sg(ratio)
+    else:
+        divergence_ratio = sg(ratio - jnp.exp(log_reference - log_behavior) + 1.0)
+    deviation = divergence_ratio - 1.0
+    tv_estimate = 0.5 * masked_mean(jnp.abs(deviation), mask)
+    outward = advantages * jnp.sign(deviation) > 0
+    if filter_mode == "batch":
+        keep = jnp.logical_or(tv_estimate <= delta, ~outward)
+    elif filter_mode == "per_sample":
+        keep = ~jnp.logical_and(0.5 * jnp.abs(deviation) > delta, outward)
+    else:
+        raise ValueError(f"filter_mode must be 'batch' or 'per_sample', got {filter_mode!r}")
+    keep = keep.astype(ratio.dtype)
+    weight = jnp.minimum(ratio, is_max)
+    loss = -masked_mean(keep * weight * advantages, mask)
+    return loss, {
+        "tv_estimate": tv_estimate,
+        "filtered_fraction": 1.0 - masked_mean(keep, mask),
+    }
+
+
+def value_loss(values, targets, mask=None):
+    """`½ E[(V_φ(s) − v)²]` against fixed targets."""
+    return 0.5 * masked_mean(jnp.square(values - sg(targets)), mask)

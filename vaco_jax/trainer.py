@@ -1,0 +1,291 @@
+"""The fused asynchronous on-policy trainer: composition only.
+
+One learner iteration (SPEC §1–§4):
+    draw a snapshot per actor group → roll out → realign (advantages once, with π_T, V_φT)
+    → K epochs × M minibatches of updates → update the normaliser → push the new snapshot.
+
+`make_train(config)` returns `train(key, hparams=None) -> (state, metrics)`, a pure function whose
+whole run can be jitted and vmapped over seeds (and over `HParams` leaves: δ, learning rate,
+capacity ≤ max_capacity, ...). The run is a scan over `num_evals` chunks, each a scan over
+`iterations_per_eval` iterations followed by a deterministic evaluation; `Trainer.init` and
+`Trainer.run_chunk` expose the same pieces for a Python loop over chunks (progress bars, checkpoints).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from vaco_jax import advantages as adv_lib
+from vaco_jax import algorithms, evaluation, networks, objectives, ring_buffer, rollout
+from vaco_jax.config import Config, HParams, validate
+from vaco_jax.envs import EnvState, VecEnv, make_env
+
+
+@struct.dataclass
+class TrainState:
+    """Everything a run needs to continue: one pytree (so it can be vmapped and checkpointed)."""
+
+    params: Any                    # {"actor": ..., "critic": ...}
+    opt_state: Any
+    normalizer: Any                # running observation statistics (learner's)
+    env_state: EnvState
+    buffer: ring_buffer.PolicyRingBuffer
+    key: jax.Array
+    iteration: jax.Array           # learner iterations completed
+    env_steps: jax.Array           # environment steps taken in training
+    kl_coef: jax.Array             # PPO-KL's β_KL (adapted when kl_adaptive)
+    hparams: HParams
+
+
+@struct.dataclass
+class LearnerBatch:
+    """The rollout as the learner sees it at the start of iteration T, `[T, B, ...]`."""
+
+    obs: jax.Array                 # normalised with the learner's statistics
+    next_obs: jax.Array
+    action: jax.Array
+    reward: jax.Array              # scaled by reward_scale
+    terminated: jax.Array
+    truncated: jax.Array
+    log_behavior: jax.Array        # log β(a|s)
+    behavior_loc: jax.Array
+    behavior_scale: jax.Array
+    log_learner_start: jax.Array   # log π_T(a|s)
+    advantages: jax.Array          # fixed for the iteration (unused by vtrace_every)
+    targets: jax.Array             # value targets, likewise
+
+
+def make_optimizer(hparams: HParams, learning_rate):
+    return optax.chain(optax.clip_by_global_norm(hparams.max_grad_norm),
+                       optax.adam(learning_rate, eps=hparams.adam_eps))
+
+
+class Trainer:
+    """Static parts of a run (config, env, networks) and the pure functions built from them."""
+
+    def __init__(self, config: Config):
+        validate(config)
+        self.config = config
+        self.algorithm = algorithms.parse(config.algo)
+        self.env = make_env(config.env)
+        self.vec_env = VecEnv(self.env, config.num_envs, config.episode_length)
+        self.actor, self.critic = networks.make_networks(config, self.vec_env.action_size)
+
+    # --- state ---------------------------------------------------------------------------------
+    def init(self, key, hparams: HParams | None = None) -> TrainState:
+        config = self.config
+        hparams = config.hparams() if hparams is None else hparams
+        params_key, env_key, key = jax.random.split(key, 3)
+        params = networks.init_params(params_key, config, self.vec_env.observation_size,
+                                      self.vec_env.action_size)
+        normalizer = networks.init_normalizer(self.vec_env.observation_size)
+        capacity = jnp.clip(hparams.capacity, 1, config.slots)
+        buffer = ring_buffer.init(self.snapshot(params, normalizer), config.slots, capacity)
+        opt_state = make_optimizer(hparams, hparams.learning_rate).init(params)
+        return TrainState(params, opt_state, normalizer, self.vec_env.reset(env_key), buffer, key,
+                          jnp.int32(0), jnp.int32(0), hparams.kl_coef, hparams)
+
+    @staticmethod
+    def snapshot(params, normalizer):
+        """What a behaviour policy needs to act: actor parameters and normaliser statistics."""
+        return {"actor": params["actor"], "normalizer": normalizer}
+
+    # --- one learner iteration ---------------------------------------------------------------
+    def iteration(self, state: TrainState) -> tuple[TrainState, dict]:
+        config, hp = self.config, state.hparams
+        key, sample_key, rollout_key, update_key = jax.random.split(state.key, 4)
+
+        # Act: each actor group draws a (possibly stale) snapshot and rolls out with it.
+        snapshots, snapshot_age = ring_buffer.sample(state.buffer, sample_key, config.num_actors,
+                                                     config.snapshot_sampling)
+        env_state, traj = rollout.collect(
+            self.vec_env, self.actor, state.env_state, snapshots, rollout_key,
+            unroll_length=config.unroll_length, num_actors=config.num_actors,
+            normalize_obs=config.normalize_observations)
+
+        # Align: the learner's view of the batch with θ_T, φ_T, computed once (SPEC §3.1).
+        batch, lag_metrics = self.realign(state.params, state.normalizer, traj, hp)
+
+        # Update: K epochs × M minibatches of whole trajectory segments.
+        learning_rate = hp.learning_rate
+        if config.anneal_lr:
+            learning_rate = learning_rate * (1.0 - state.iteration / config.num_iterations)
+        optimizer = make_optimizer(hp, learning_rate)
+        (params, opt_state), update_metrics = self.update_epochs(
+            state.params, state.opt_state, batch, update_key, optimizer, hp, state.kl_coef)
+
+        # Publish: fold the batch into the normaliser, push the new snapshot.
+        normalizer = networks.update_normalizer(state.normalizer, traj.obs,
+                                                config.normalize_observations)
+        buffer = ring_buffer.push(state.buffer, self.snapshot(params, normalizer))
+        kl_coef = state.kl_coef
+        if config.kl_adaptive:
+            kl = update_metrics["approx_kl"]
+            kl_coef = jnp.where(kl > 1.5 * hp.kl_target, kl_coef * 2.0,
+                                jnp.where(kl < hp.kl_target / 1.5, kl_coef / 2.0, kl_coef))
+
+        episodes_ended = jnp.sum(traj.terminated | traj.truncated)
+        metrics = {
+            **update_metrics, **lag_metrics,
+            "snapshot_age": jnp.mean(snapshot_age.astype(jnp.float32)),
+            "snapshot_age_max": jnp.max(snapshot_age).astype(jnp.float32),
+            "episode_return_sum": jnp.sum(traj.episode_return),
+            "episodes": episodes_ended.astype(jnp.float32),
+        }
+        state = state.replace(
+            params=params, opt_state=opt_state, normalizer=normalizer, env_state=env_state,
+            buffer=buffer, key=key, iteration=state.iteration + 1,
+            env_steps=state.env_steps + config.batch_size, kl_coef=kl_coef)
+        return state, metrics
+
+    def realign(self, params, normalizer, traj: rollout.Transition, hp: HParams):
+        """Normalise, evaluate π_T and V_φT on the batch, and fix advantages/targets for the iteration."""
+        norm = functools.partial(networks.normalize, normalizer=normalizer,
+                                 enabled=self.config.normalize_observations)
+        obs, next_obs = norm(traj.obs), norm(traj.next_obs)
+        loc, scale = self.actor.apply({"params": params["actor"]}, obs)
+        learner_dist = networks.gaussian(loc, scale)
+        log_learner_start = learner_dist.log_prob(traj.action)
+        values = self.critic.apply({"params": params["critic"]}, obs)
+        next_values = self.critic.apply({"params": params["critic"]}, next_obs)
+        log_rhos = log_learner_start - traj.log_behavior
+        rewards = traj.reward * hp.reward_scale
+        common = dict(rewards=rewards, values=values, next_values=next_values,
+                      terminated=traj.terminated, truncated=traj.truncated)
+        estimator = self.algorithm.estimator
+        if estimator == "gae":
+            advantages = adv_lib.gae(**common, gamma=hp.gamma, lambda_=hp.gae_lambda)
+            targets = advantages + values
+        elif estimator == "vtrace_once":
+            targets, advantages = adv_lib.vtrace(log_rhos, **common, gamma=hp.gamma,
+                                                 lambda_=hp.gae_lambda, clip_rho=hp.rho_bar,
+                                                 clip_c=hp.c_bar)
+        else:  # vtrace_every: recomputed on each minibatch
+            targets = advantages = jnp.zeros_like(values)
+        batch = LearnerBatch(obs, next_obs, traj.action, rewards, traj.terminated,
+                             traj.truncated, traj.log_behavior, traj.behavior_loc,
+                             traj.behavior_scale, log_learner_start, advantages, targets)
+        behavior_dist = networks.gaussian(traj.behavior_loc, traj.behavior_scale)
+        lag_metrics = {  # the realised backward lag, measured on the batch (SPEC §2)
+            "behavior_tv": 0.5 * jnp.mean(jnp.abs(jnp.exp(log_rhos) - 1.0)),
+            "behavior_kl": jnp.mean(behavior_dist.kl_divergence(learner_dist)),
+        }
+        return batch, lag_metrics
+
+    def update_epochs(self, params, opt_state, batch: LearnerBatch, key, optimizer, hp, kl_coef):
+        config = self.config
+        num_mb = config.num_minibatches
+
+        def minibatch_step(carry, minibatch):
+            params, opt_state = carry
+            grads, metrics = jax.grad(self.loss, has_aux=True)(params, minibatch, hp, kl_coef)
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+            params = optax.apply_updates(params, updates)
+            metrics["grad_norm"] = optax.global_norm(grads)
+            return (params, opt_state), metrics
+
+        def epoch(carry, epoch_key):
+            # Shuffle whole segments (the env axis) and split them into M minibatches [T, B/M].
+            order = jax.random.permutation(epoch_key, config.num_envs)
+            minibatches = jax.tree.map(
+                lambda x: jnp.swapaxes(
+                    x[:, order].reshape((x.shape[0], num_mb, -1) + x.shape[2:]), 0, 1),
+                batch)
+            return jax.lax.scan(minibatch_step, carry, minibatches)
+
+        carry, metrics = jax.lax.scan(epoch, (params, opt_state),
+                                      jax.random.split(key, config.num_epochs))
+        return carry, jax.tree.map(jnp.mean, metrics)
+
+    def loss(self, params, mb: LearnerBatch, hp: HParams, kl_coef):
+        """Total loss on one minibatch `[T, B/M]` and its metrics."""
+        config, algo = self.config, self.algorithm
+        loc, scale = self.actor.apply({"params": params["actor"]}, mb.obs)
+        dist = networks.gaussian(loc, scale)
+        log_prob = dist.log_prob(mb.action)
+        values = self.critic.apply({"params": params["critic"]}, mb.obs)
+        if algo.estimator == "vtrace_every":  # IMPALA: re-estimate with the current θ, φ
+            next_values = self.critic.apply({"params": params["critic"]}, mb.next_obs)
+            targets, advantages = adv_lib.vtrace(
+                log_prob - mb.log_behavior, mb.reward, values, next_values, mb.terminated,
+                mb.truncated, gamma=hp.gamma, lambda_=hp.gae_lambda, clip_rho=hp.rho_bar,
+                clip_c=hp.c_bar)
+        else:
+            targets, advantages = mb.targets, mb.advantages
+        if config.normalize_advantages:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+
+        policy_loss, policy_metrics = self.policy_objective(
+            log_prob, mb, advantages, hp, kl_coef, dist)
+        value_loss = objectives.value_loss(values, targets)
+        entropy = jnp.mean(dist.entropy())
+        total = policy_loss + hp.vf_coef * value_loss - hp.ent_coef * entropy
+        metrics = {
+            **objectives.ratio_diagnostics(log_prob, mb.log_behavior, clip_eps=hp.clip_eps),
+            **policy_metrics,
+            "policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy,
+            "loss": total,
+        }
+        return total, metrics
+
+    def policy_objective(self, log_prob, mb: LearnerBatch, advantages, hp: HParams, kl_coef, dist):
+        objective = self.algorithm.objective
+        if objective == "tv_filter":
+            reference = mb.log_learner_start if self.config.tv_reference == "learner" else None
+            return objectives.tv_filter(log_prob, mb.log_behavior, advantages, delta=hp.delta,
+                                        log_reference=reference,
+                                        filter_mode=self.config.filter_mode, is_max=hp.is_max)
+        if objective == "clip":
+            return objectives.ppo_clip(log_prob, mb.log_behavior, advantages, clip_eps=hp.clip_eps)
+        if objective == "kl":
+            behavior = networks.gaussian(mb.behavior_loc, mb.behavior_scale)
+            return objectives.ppo_kl(log_prob, mb.log_behavior, advantages,
+                                     kl=behavior.kl_divergence(dist), kl_coef=kl_coef)
+        if objective == "spo":
+            return objectives.spo(log_prob, mb.log_behavior, advantages, eps=hp.clip_eps)
+        if objective == "impala_pg":
+            return objectives.impala_pg(log_prob, mb.log_behavior, advantages, rho_bar=hp.rho_bar)
+        raise AssertionError(objective)
+
+    # --- chunks and the whole run ------------------------------------------------------------
+    def run_chunk(self, state: TrainState) -> tuple[TrainState, dict]:
+        """`iterations_per_eval` iterations, then a deterministic evaluation; scalar metrics."""
+        config = self.config
+        state, per_iteration = jax.lax.scan(lambda s, _: self.iteration(s), state, None,
+                                            length=config.iterations_per_eval)
+        metrics = jax.tree.map(jnp.mean, per_iteration)
+        episodes = jnp.sum(per_iteration.pop("episodes"))
+        returns = jnp.sum(per_iteration.pop("episode_return_sum"))
+        del metrics["episodes"], metrics["episode_return_sum"]
+        metrics["train_return"] = jnp.where(episodes > 0, returns / jnp.maximum(episodes, 1.0),
+                                            jnp.nan)
+        eval_key, key = jax.random.split(state.key)
+        metrics["eval_return"] = evaluation.evaluate(
+            self.env, self.actor, state.params["actor"], state.normalizer, eval_key,
+            num_episodes=config.eval_envs, episode_length=config.episode_length,
+            normalize_obs=config.normalize_observations)
+        metrics["env_steps"] = state.env_steps
+        metrics["iteration"] = state.iteration
+        return state.replace(key=key), metrics
+
+    def train(self, key, hparams: HParams | None = None) -> tuple[TrainState, dict]:
+        """The whole run: metrics are stacked over evaluations, `[num_evals]` per leaf."""
+        state = self.init(key, hparams)
+        return jax.lax.scan(lambda s, _: self.run_chunk(s), state, None,
+                            length=self.config.num_evals)
+
+
+def make_train(config: Config):
+    """`train(key, hparams=None) -> (final_state, metrics)` for `config` (validated now)."""
+    return Trainer(config).train
+
+
+def stack_hparams(hparams_list: list[HParams]) -> HParams:
+    """Stack several `HParams` along a leading axis, to vmap `train` over them."""
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *hparams_list)
