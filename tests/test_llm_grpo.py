@@ -1,0 +1,239 @@
+"""GRPO under forward lag (SPEC §6): advantages, the objectives on token ratios, the on-policy
+identity at N = 1, backward lag through the ring buffer, the cached warm start, the sweep driver."""
+
+import dataclasses
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from vaco_jax.config import ConfigError
+from vaco_jax.llm import config as llm_config
+from vaco_jax.llm import experiment, grpo, model, sft
+from vaco_jax.llm.config import OBJECTIVES
+
+TINY = llm_config.preset("tiny")
+
+
+# --- advantages ---------------------------------------------------------------------------------
+def test_group_advantages_match_the_formula():
+    rng = np.random.default_rng(0)
+    rewards = (rng.random((6, 8)) < 0.4).astype(np.float32)
+    rewards[0] = 1.0                                  # all correct: no signal
+    rewards[1] = 0.0                                  # all wrong: no signal
+    rewards[2] = rng.normal(size=8)                   # real-valued rewards work too
+    got = np.asarray(grpo.group_advantages(jnp.asarray(rewards)))
+    mean = rewards.mean(1, keepdims=True)
+    std = rewards.std(1, keepdims=True)               # population std over the G answers
+    np.testing.assert_allclose(got, (rewards - mean) / (std + 1e-6), rtol=1e-5, atol=1e-6)
+    assert np.all(got[:2] == 0.0)
+    # One right out of four: (1 − 1/4)/√(3/16) = √3 for it, −1/√3 for the others.
+    one = np.asarray(grpo.group_advantages(jnp.array([[1.0, 0.0, 0.0, 0.0]])))[0]
+    np.testing.assert_allclose(one, [np.sqrt(3), -1 / np.sqrt(3), -1 / np.sqrt(3),
+                                     -1 / np.sqrt(3)], rtol=1e-5)
+    centred = np.asarray(grpo.group_advantages(jnp.asarray(rewards), scale=False))
+    np.testing.assert_allclose(centred, rewards - mean, atol=1e-6)
+
+
+# --- objectives on token ratios -----------------------------------------------------------------
+def token_batch(seed, spread, delta_log=0.0):
+    rng = np.random.default_rng(seed)
+    B, A = 8, 10
+    log_behavior = -rng.random((B, A)).astype(np.float32) * 3
+    log_prob = (log_behavior + spread * rng.normal(size=(B, A))).astype(np.float32)
+    advantages = np.repeat(rng.normal(size=(B, 1)), A, 1).astype(np.float32)
+    lengths = rng.integers(3, A + 1, size=B)
+    mask = (np.arange(A)[None] < lengths[:, None]).astype(np.float32)
+    batch = grpo.Batch(prompts=None, answers=None, mask=jnp.asarray(mask),
+                       advantages=jnp.asarray(advantages * mask),
+                       log_behavior=jnp.asarray(log_behavior),
+                       log_learner_start=jnp.asarray(log_behavior))
+    return jnp.asarray(log_prob), batch
+
+
+def hp_for(objective, **kw):
+    return llm_config.hparams(dataclasses.replace(TINY.grpo, objective=objective, **kw))
+
+
+def loss_grad(objective, log_prob, batch, **kw):
+    def f(lp):
+        return grpo.policy_loss(lp, batch, hp_for(objective, **kw))
+    (loss, metrics), grad = jax.value_and_grad(f, has_aux=True)(log_prob)
+    return float(loss), jax.tree.map(float, metrics), np.asarray(grad)
+
+
+def test_vaco_filter_drops_exactly_the_outward_tokens_when_tv_exceeds_delta():
+    log_prob, batch = token_batch(0, spread=0.3)
+    mask = np.asarray(batch.mask) > 0
+    ratio = np.exp(np.asarray(log_prob - batch.log_behavior))
+    adv = np.asarray(batch.advantages)
+    tv = 0.5 * np.abs(ratio - 1)[mask].mean()
+    outward = mask & (adv * np.sign(ratio - 1) > 0)
+    assert 0 < outward.sum() < mask.sum()
+    n = mask.sum()
+    # Above δ: an outward token's gradient is exactly 0, a kept one's is −w·Â/n; padding is 0.
+    loss, metrics, grad = loss_grad("vaco", log_prob, batch, delta=0.99 * tv)
+    assert metrics["tv_estimate"] == pytest.approx(tv, rel=1e-5)
+    assert metrics["filtered_fraction"] == pytest.approx(outward.sum() / n, rel=1e-6)
+    assert np.all(grad[outward] == 0.0) and np.all(grad[~mask] == 0.0)
+    kept = mask & ~outward
+    np.testing.assert_allclose(grad[kept], (-ratio * adv / n)[kept], rtol=1e-5)
+    assert loss == pytest.approx(-(ratio * adv)[kept].sum() / n, rel=1e-5)
+    # At or below δ nothing is dropped: vaco is then the unconstrained pg.
+    _, metrics, grad_low = loss_grad("vaco", log_prob, batch, delta=1.01 * tv)
+    _, _, grad_pg = loss_grad("pg", log_prob, batch)
+    assert metrics["filtered_fraction"] == 0.0
+    np.testing.assert_allclose(grad_low, grad_pg, rtol=1e-6)
+    np.testing.assert_allclose(grad_pg[mask], (-ratio * adv / n)[mask], rtol=1e-5)
+
+
+def test_ppo_clip_on_token_ratios():
+    log_prob, batch = token_batch(1, spread=0.4)
+    mask = np.asarray(batch.mask) > 0
+    ratio = np.exp(np.asarray(log_prob - batch.log_behavior))
+    adv = np.asarray(batch.advantages)
+    loss, metrics, grad = loss_grad("ppo_clip", log_prob, batch, clip_eps=0.2)
+    n = mask.sum()
+    expected = -np.minimum(ratio * adv, np.clip(ratio, 0.8, 1.2) * adv)[mask].sum() / n
+    assert loss == pytest.approx(expected, rel=1e-5)
+    assert metrics["clip_fraction"] == pytest.approx((np.abs(ratio - 1) > 0.2)[mask].mean())
+    assert metrics["filtered_fraction"] == 0.0
+    clipped = mask & (((ratio > 1.2) & (adv > 0)) | ((ratio < 0.8) & (adv < 0)))
+    assert clipped.any() and np.all(grad[clipped] == 0.0) and np.all(grad[~mask] == 0.0)
+
+
+# --- the GRPO loop ------------------------------------------------------------------------------
+def parity_reward(answers, targets):
+    # Random-looking but deterministic rewards for an untrained policy (the verifiable reward is
+    # 0 for every answer of a random network, which would make every advantage 0).
+    return (answers[:, 0] % 2).astype(jnp.float32)
+
+
+@pytest.fixture(scope="module")
+def two_iterations():
+    """Two iterations at N = 1 of four runs in one program, from the same key and random params:
+    ppo_clip, vaco, pg on-policy (C = 1), and vaco with backward lag (C = 2, oldest snapshot)."""
+    config = llm_config.replace(TINY, grpo=dict(num_minibatches=1, max_capacity=2,
+                                                snapshot_sampling="oldest"))
+    llm_config.validate(config)
+    train_set, test_set = experiment.load_problems(config)
+    trainer = grpo.GRPO(config, train_set, test_set, reward_fn=parity_reward)
+    params = model.init_params(config.model, jax.random.PRNGKey(0))
+    runs = [("ppo_clip", 1), ("vaco", 1), ("pg", 1), ("vaco", 2)]
+    hps = llm_config.stack_hparams([hp_for(o, capacity=c) for o, c in runs])
+    keys = jnp.stack([jax.random.PRNGKey(7)] * len(runs))
+    init = jax.vmap(trainer.init, in_axes=(0, None, 0))
+    step = jax.jit(jax.vmap(trainer.iteration), compiler_options=experiment.FAST_COMPILE)
+    state = init(keys, params, hps)
+    state1, metrics1 = step(state)
+    state2, metrics2 = step(state1)
+    return params, state1, state2, jax.device_get(metrics1), jax.device_get(metrics2)
+
+
+def test_on_policy_at_n1_nothing_is_clipped_or_filtered(two_iterations):
+    _, _, _, m1, m2 = two_iterations
+    for m in (m1, m2):
+        on_policy = slice(0, 3)
+        assert np.all(np.abs(m["steps"]["tv_estimate"][on_policy]) < 1e-6)
+        assert np.all(m["steps"]["clip_fraction"][on_policy] == 0.0)
+        assert np.all(m["steps"]["filtered_fraction"][on_policy] == 0.0)
+        assert np.all(m["snapshot_age"][on_policy] == 0)
+        assert np.all(np.abs(m["steps"]["max_ratio"][on_policy] - 1.0) < 1e-5)
+    # The rewards vary, so the update is real (advantages are not all 0).
+    assert 0.2 < m1["reward"][0] < 0.8 and m1["steps"]["grad_norm"][0, 0] > 0
+
+
+def test_on_policy_at_n1_the_three_objectives_take_the_same_step(two_iterations):
+    params, state1, state2, _, _ = two_iterations
+    for state in (state1, state2):
+        leaves = [np.concatenate([np.ravel(x[i]) for x in jax.tree.leaves(state.params)])
+                  for i in range(4)]
+        np.testing.assert_allclose(leaves[1], leaves[0], atol=1e-6)   # vaco == ppo_clip
+        np.testing.assert_allclose(leaves[2], leaves[0], atol=1e-6)   # pg == ppo_clip
+    start = np.concatenate([np.ravel(x) for x in jax.tree.leaves(params)])
+    assert np.abs(leaves[0] - start).max() > 1e-5                      # and it moved
+
+
+def test_backward_lag_generates_with_the_stale_snapshot(two_iterations):
+    _, state1, _, m1, m2 = two_iterations
+    # Iteration 1: the buffer holds only the initial parameters, so C = 2 is still on-policy and
+    # takes exactly the C = 1 step.
+    assert m1["snapshot_age"][3] == 0 and m1["steps"]["tv_estimate"][3, 0] < 1e-6
+    for leaf in jax.tree.leaves(state1.params):
+        np.testing.assert_allclose(leaf[3], leaf[1], atol=1e-6)
+    # Iteration 2: generated by the oldest snapshot (age 1), so even the first update sees a ratio
+    # π_T/β ≠ 1, while the on-policy vaco run does not.
+    assert m2["snapshot_age"][3] == 1
+    assert m2["steps"]["tv_estimate"][3, 0] > 1e-4 > m2["steps"]["tv_estimate"][1, 0]
+
+
+# --- warm start ---------------------------------------------------------------------------------
+def test_warm_start_is_trained_once_then_loaded(tmp_path):
+    config = llm_config.replace(TINY, sft=dict(steps=40))
+    train_set, test_set = experiment.load_problems(config)
+    logs = []
+    params, info = sft.warm_start(config, train_set, test_set, tmp_path, log=logs.append,
+                                  compiler_options=experiment.FAST_COMPILE)
+    assert not info["cached"] and info["final_loss"] < 0.8 * info["first_loss"]
+    saved = sorted(p.name for p in tmp_path.iterdir())
+    assert saved == [f"sft-{sft.cache_key(config)}.json", f"sft-{sft.cache_key(config)}.msgpack"]
+    again, info2 = sft.warm_start(config, train_set, test_set, tmp_path, log=logs.append)
+    assert info2["cached"] and info2["base_accuracy"] == info["base_accuracy"]
+    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(again)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert "loaded" in logs[-1]
+    # Any change to model, task or warm start is a different entry.
+    assert sft.cache_key(llm_config.replace(config, sft=dict(steps=41))) != sft.cache_key(config)
+    assert sft.cache_key(llm_config.replace(config, grpo=dict(delta=0.5))) == sft.cache_key(config)
+
+
+# --- the sweep driver (no compilation: training is replaced by a stub) ---------------------------
+def fake_rows(config, n, objectives, params, train_set, test_set, log=print,
+              compiler_options=None):
+    rows = []
+    for o in objectives:
+        for seed in range(config.grpo.num_seeds):
+            acc = 0.5 - 0.01 * n * (o == "ppo_clip") + 0.01 * seed
+            rows.append({"n": n, "objective": o, "seed": seed, "eval_iterations": [2, 4],
+                         "eval_accuracy": [0.4, acc], "final_accuracy": acc,
+                         "reward": [0.3, 0.4], "clip_fraction_mean": [0.01 * n, 0.03 * n],
+                         "filtered_fraction_mean": [0.0, 0.02 * n * (o == "vaco")],
+                         "tv_estimate_mean": [0.001 * n, 0.001 * n],
+                         "tv_estimate_max": [0.002 * n, 0.003 * n], "approx_kl_mean": [0.0, 0.0]})
+    return rows
+
+
+def test_sweep_resumes_summarises_and_refuses_other_configs(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(experiment, "train_one_n",
+                        lambda *a, **k: calls.append((a[1], tuple(a[2]))) or fake_rows(*a, **k))
+    monkeypatch.setattr(experiment.sft, "warm_start",
+                        lambda *a, **k: (model.init_params(TINY.model, jax.random.PRNGKey(0)),
+                                         {"base_accuracy": 0.45, "final_loss": 1.0,
+                                          "seconds": 0.0, "cached": True, "key": "x"}))
+    run = dataclasses.replace(experiment.Experiment(TINY), ns=(1, 4), out=str(tmp_path / "out"),
+                              plot=str(tmp_path / "plot.png"), throughput=False)
+    summary = experiment.run(run, log=lambda _: None)
+    assert calls == [(1, ("ppo_clip", "vaco")), (4, ("ppo_clip", "vaco"))]
+    ppo4 = summary["by_objective"]["ppo_clip"]["4"]
+    assert ppo4["final_accuracy"] == pytest.approx([0.46, 0.47])
+    assert ppo4["mean"] == pytest.approx(0.465) and ppo4["std"] == pytest.approx(np.std([0.46, 0.47], ddof=1))
+    assert ppo4["clip_fraction"] == pytest.approx(0.08)
+    assert summary["by_objective"]["vaco"]["4"]["filtered_fraction"] == pytest.approx(0.04)
+    assert summary["base_accuracy"] == 0.45 and (tmp_path / "plot.png").stat().st_size > 10_000
+    saved = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert saved["by_objective"]["vaco"]["1"]["mean"] == pytest.approx(0.505)
+    # Resuming runs only what is missing: here, pg at both N.
+    calls.clear()
+    summary = experiment.run(dataclasses.replace(run, objectives=("ppo_clip", "vaco", "pg")),
+                             log=lambda _: None)
+    assert calls == [(1, ("pg",)), (4, ("pg",))]
+    assert set(summary["by_objective"]) == {"ppo_clip", "vaco", "pg"}
+    # Another configuration in the same directory is refused before anything runs.
+    other = dataclasses.replace(run, config=llm_config.replace(TINY, grpo=dict(delta=0.1)))
+    with pytest.raises(ConfigError, match="out"):
+        experiment.run(other, log=lambda _: None)
+    with pytest.raises(ConfigError, match="objectives"):
+        experiment.run(dataclasses.replace(run, objectives=("ppo",)), log=lambda _: None)

@@ -1,0 +1,221 @@
+"""Configuration of the LLM variant (SPEC §6): model, task, warm start, GRPO; presets; validation.
+
+Static fields set shapes or the program (model size, lengths, batch, N, the objective). The GRPO
+hyper-parameters that do not (the objective, learning rate, ε, δ, temperature, ring-buffer capacity)
+are copied into `GRPOHParams`, a pytree of scalars, so seeds, objectives and e.g. a δ sweep can be
+vmapped in one compiled program.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from vaco_jax.config import ConfigError
+from vaco_jax.llm.model import ModelConfig
+from vaco_jax.llm.problems import Difficulty
+
+OBJECTIVES = ("ppo_clip", "vaco", "pg")
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskConfig:
+    source: Literal["procedural", "gsm8k"] = "procedural"
+    """`procedural` (the seeded generator) or `gsm8k` (train/test JSONL files in GSM8K format)."""
+    difficulty: Difficulty = Difficulty()
+    num_train: int = 4096
+    """Train problems drawn once (the RL prompts and the warm-start data)."""
+    num_test: int = 256
+    """Held-out problems for greedy accuracy."""
+    prompt_len: int = 76
+    answer_len: int = 30
+    seed: int = 0
+    """Seed of the problem draws (train and test streams are separate and split by arithmetic)."""
+    gsm8k_train: str = ""
+    gsm8k_test: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class SFTConfig:
+    """The warm start: supervised fine-tuning on worked solutions (saved and reused)."""
+
+    steps: int = 1500
+    batch_size: int = 32
+    learning_rate: float = 3e-3
+    warmup_steps: int = 100
+    weight_decay: float = 0.01
+    seed: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class GRPOConfig:
+    objective: Literal["ppo_clip", "vaco", "pg"] = "vaco"
+    """`ppo_clip` (token-ratio clipping), `vaco` (TV filter on token ratios), `pg` (no constraint)."""
+    num_prompts: int = 8
+    """Prompts per generated batch."""
+    group_size: int = 8
+    """Answers sampled per prompt (G)."""
+    num_minibatches: int = 1
+    """N: minibatch updates per generated batch (the forward-lag knob). Must divide the batch."""
+    num_epochs: int = 1
+    """Passes over each batch (each pass is N minibatch updates)."""
+    iterations: int = 32
+    """Generated batches per seed."""
+    eval_every: int = 8
+    """Iterations between held-out greedy evaluations (must divide iterations)."""
+    learning_rate: float = 1e-4
+    max_grad_norm: float = 1.0
+    adam_eps: float = 1e-8
+    clip_eps: float = 0.2
+    """PPO ε (and the clip-fraction diagnostic for every objective)."""
+    delta: float = 0.005
+    """VACO's TV threshold δ (token ratios stay near 1, so much smaller than MuJoCo's 0.2)."""
+    tv_reference: Literal["behavior", "learner"] = "behavior"
+    temperature: float = 1.0
+    top_p: float = 1.0
+    """Nucleus sampling for generation (ratios always use the full tempered distribution)."""
+    scale_advantages: bool = True
+    """Divide group-centred rewards by the group's standard deviation (GRPO); off = Dr. GRPO."""
+    capacity: int = 1
+    """Backward lag: generate with a snapshot drawn from the last `capacity` (1 = on-policy)."""
+    max_capacity: int = 0
+    """Ring-buffer slots allocated (0 = capacity). Static."""
+    snapshot_sampling: Literal["uniform", "oldest", "newest"] = "uniform"
+    num_seeds: int = 3
+    seed: int = 0
+
+    @property
+    def batch_size(self) -> int:
+        return self.num_prompts * self.group_size
+
+    @property
+    def slots(self) -> int:
+        return self.max_capacity or self.capacity
+
+
+@dataclasses.dataclass(frozen=True)
+class LLMConfig:
+    model: ModelConfig = ModelConfig()
+    task: TaskConfig = TaskConfig()
+    sft: SFTConfig = SFTConfig()
+    grpo: GRPOConfig = GRPOConfig()
+
+
+@struct.dataclass
+class GRPOHParams:
+    """GRPO hyper-parameters that do not change shapes: pytree leaves (vmappable)."""
+
+    objective: jnp.ndarray      # int32 index into OBJECTIVES
+    learning_rate: jnp.ndarray
+    clip_eps: jnp.ndarray
+    delta: jnp.ndarray
+    temperature: jnp.ndarray
+    capacity: jnp.ndarray
+
+
+def hparams(config: GRPOConfig) -> GRPOHParams:
+    f = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
+    return GRPOHParams(jnp.asarray(OBJECTIVES.index(config.objective), jnp.int32),
+                       f(config.learning_rate), f(config.clip_eps), f(config.delta),
+                       f(config.temperature), jnp.asarray(config.capacity, jnp.int32))
+
+
+def stack_hparams(items: list[GRPOHParams]) -> GRPOHParams:
+    """Stack hyper-parameter sets along a new leading axis (for `jax.vmap`)."""
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *items)
+
+
+def _bad(field, value, why):
+    raise ConfigError(f"config field '{field}' = {value!r} is invalid: {why}")
+
+
+def validate(config: LLMConfig) -> LLMConfig:
+    """Raise `ConfigError` naming the first bad field (before anything compiles)."""
+    try:
+        config.model.validate("model")
+        config.task.difficulty.validate("task.difficulty")
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    t, g = config.task, config.grpo
+    if t.source not in ("procedural", "gsm8k"):
+        _bad("task.source", t.source, "one of ('procedural', 'gsm8k')")
+    if t.source == "gsm8k" and not (t.gsm8k_train and t.gsm8k_test):
+        _bad("task.gsm8k_train", t.gsm8k_train, "task.source=gsm8k needs both JSONL paths")
+    for field in ("num_train", "num_test", "prompt_len", "answer_len"):
+        if getattr(t, field) < 1:
+            _bad(f"task.{field}", getattr(t, field), "must be >= 1")
+    if t.prompt_len + t.answer_len > config.model.max_len:
+        _bad("model.max_len", config.model.max_len,
+             f"must be >= task.prompt_len + task.answer_len = {t.prompt_len + t.answer_len}")
+    s = config.sft
+    for field in ("steps", "batch_size"):
+        if getattr(s, field) < 0 or (field == "batch_size" and s.batch_size < 1):
+            _bad(f"sft.{field}", getattr(s, field), "must be positive")
+    if g.objective not in OBJECTIVES:
+        _bad("grpo.objective", g.objective, f"one of {OBJECTIVES}")
+    if g.group_size < 2:
+        _bad("grpo.group_size", g.group_size, "must be >= 2 (advantages are relative to the group)")
+    for field in ("num_prompts", "num_minibatches", "num_epochs", "iterations", "eval_every",
+                  "num_seeds"):
+        if getattr(g, field) < 1:
+            _bad(f"grpo.{field}", getattr(g, field), "must be >= 1")
+    if g.batch_size % g.num_minibatches:
+        _bad("grpo.num_minibatches", g.num_minibatches,
+             f"must divide the batch num_prompts * group_size = {g.batch_size}")
+    if g.iterations % g.eval_every:
+        _bad("grpo.eval_every", g.eval_every, f"must divide grpo.iterations ({g.iterations})")
+    if not (g.temperature > 0):
+        _bad("grpo.temperature", g.temperature, "must be > 0")
+    if not (0 < g.top_p <= 1):
+        _bad("grpo.top_p", g.top_p, "must be in (0, 1]")
+    if not (g.delta >= 0):
+        _bad("grpo.delta", g.delta, "must be >= 0")
+    if not (g.clip_eps > 0):
+        _bad("grpo.clip_eps", g.clip_eps, "must be > 0")
+    if g.capacity < 1 or g.capacity > g.slots:
+        _bad("grpo.capacity", g.capacity, f"must be in 1..max_capacity ({g.slots})")
+    if g.snapshot_sampling not in ("uniform", "oldest", "newest"):
+        _bad("grpo.snapshot_sampling", g.snapshot_sampling, "one of ('uniform', 'oldest', 'newest')")
+    if g.tv_reference not in ("behavior", "learner"):
+        _bad("grpo.tv_reference", g.tv_reference, "one of ('behavior', 'learner')")
+    return config
+
+
+def replace(config: LLMConfig, **sections) -> LLMConfig:
+    """`replace(config, grpo=dict(num_minibatches=4))`: a copy with some fields of some sections."""
+    updates = {name: dataclasses.replace(getattr(config, name), **fields)
+               for name, fields in sections.items()}
+    return dataclasses.replace(config, **updates)
+
+
+PRESETS = {
+    # Seconds on a laptop CPU: tests and the notebook's CI run.
+    "tiny": LLMConfig(
+        model=ModelConfig(d_model=32, num_layers=1, num_heads=2, d_ff=64, max_len=68),
+        task=TaskConfig(difficulty=Difficulty(1, 1, 9, ("add", "sub")), num_train=512,
+                        num_test=32, prompt_len=52, answer_len=16),
+        sft=SFTConfig(steps=60, batch_size=16, learning_rate=3e-3, warmup_steps=10),
+        grpo=GRPOConfig(num_prompts=4, group_size=4, iterations=4, eval_every=2, num_seeds=2,
+                        learning_rate=1e-4, delta=0.005)),
+    # experiments/llm_forward_lag.py on a 2-core CPU: a 113k-parameter model, 1–2 step problems.
+    "cpu": LLMConfig(),
+    # A ~0.3B-parameter model for one accelerator (constructed and shape-checked here, not trained).
+    "gpu": LLMConfig(
+        model=ModelConfig(d_model=1024, num_layers=24, num_heads=16, d_ff=2816, max_len=512,
+                          dtype="bfloat16"),
+        task=TaskConfig(difficulty=Difficulty(2, 5, 50, ("add", "sub", "mul", "pack")),
+                        num_train=100_000, num_test=1024, prompt_len=256, answer_len=128),
+        sft=SFTConfig(steps=20_000, batch_size=256, learning_rate=3e-4, warmup_steps=1000),
+        grpo=GRPOConfig(num_prompts=64, group_size=16, iterations=500, eval_every=25,
+                        learning_rate=1e-6, num_seeds=3)),
+}
+
+
+def preset(name: str) -> LLMConfig:
+    if name not in PRESETS:
+        raise ConfigError(f"config field 'preset' = {name!r} is invalid: one of {tuple(PRESETS)}")
+    return PRESETS[name]

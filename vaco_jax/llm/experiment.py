@@ -1,0 +1,254 @@
+"""The forward-lag sweep (SPEC §6): N minibatch updates per generated batch × objective × seeds.
+
+`run(experiment)` builds the problems, loads or trains the warm start, then for each N compiles one
+program that trains every (objective, seed) pair side by side (`jax.vmap` over keys and
+hyper-parameters: the objective is a leaf). Each N's rows are appended to `results.jsonl` as soon as
+they finish, so a crashed or interrupted sweep resumes where it stopped. `summary.json` holds the
+per-(objective, N) statistics over seeds; `plot` draws accuracy and the fractions against N.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vaco_jax import io
+from vaco_jax.config import ConfigError
+from vaco_jax.llm import benchmark, dataset, problems, sft
+from vaco_jax.llm.config import OBJECTIVES, LLMConfig, hparams, replace, stack_hparams, validate
+from vaco_jax.llm.grpo import GRPO
+from vaco_jax.llm.model import init_params, num_params
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+    config: LLMConfig
+    ns: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+    """Minibatch updates per generated batch (forward lag)."""
+    objectives: tuple[str, ...] = ("ppo_clip", "vaco")
+    """Objectives to compare (any of ppo_clip, vaco, pg)."""
+    out: str = "results/llm/cpu"
+    """Results directory: config.json, results.jsonl (one row per N, objective, seed), summary.json."""
+    plot: str = "docs/llm_forward_lag.png"
+    """Where to draw accuracy and the clip/filter fractions against N ('' = no plot)."""
+    cache_dir: str = "runs/llm_cache"
+    """Where the warm-start parameters are kept (keyed by a hash of model, task and sft config)."""
+    throughput: bool = True
+    """Also measure sampling (KV cache vs none) and training tokens/s."""
+    overwrite: bool = False
+    """Start afresh even if `out` holds results of a different configuration."""
+    fast_compile: bool = False
+    """Compile with XLA's cheapest optimisation level: about half the compile time, slower to run
+    (for tiny runs, where compiling dominates)."""
+
+
+# XLA options that roughly halve CPU compile time at the cost of run time (tests, tiny runs).
+FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+
+
+def load_problems(config: LLMConfig):
+    """`(train_set, test_set)` as arrays, from the generator or GSM8K-format files."""
+    t = config.task
+    if t.source == "gsm8k":
+        train = problems.load_gsm8k_jsonl(t.gsm8k_train)[:t.num_train]
+        test = problems.load_gsm8k_jsonl(t.gsm8k_test)[:t.num_test]
+        overlap = {p.question for p in train} & {p.question for p in test}
+        if overlap:
+            raise ConfigError(f"config field 'task.gsm8k_test' = {t.gsm8k_test!r} is invalid: "
+                              f"{len(overlap)} of its questions are also in task.gsm8k_train")
+    else:
+        train = problems.generate("train", t.num_train, t.seed, t.difficulty)
+        test = problems.generate("test", t.num_test, t.seed, t.difficulty)
+    return (dataset.encode(train, t.prompt_len, t.answer_len),
+            dataset.encode(test, t.prompt_len, t.answer_len))
+
+
+def sweep_keys(config: LLMConfig, objectives):
+    """Keys and stacked hyper-parameters for every (objective, seed) pair, objective-major.
+
+    Seed s uses `PRNGKey(grpo.seed + s)` for every objective (common random numbers: the first
+    batch of every objective is the same draw)."""
+    g = config.grpo
+    pairs = [(o, s) for o in objectives for s in range(g.num_seeds)]
+    keys = jnp.stack([jax.random.PRNGKey(g.seed + s) for _, s in pairs])
+    hps = stack_hparams([hparams(dataclasses.replace(g, objective=o)) for o, _ in pairs])
+    return pairs, keys, hps
+
+
+def train_one_n(config: LLMConfig, n: int, objectives, params, train_set, test_set, log=print,
+                compiler_options=None):
+    """Train every (objective, seed) pair at N = n in one compiled program; rows to save."""
+    cfg = replace(config, grpo=dict(num_minibatches=n))
+    validate(cfg)
+    pairs, keys, hps = sweep_keys(cfg, objectives)
+    trainer = GRPO(cfg, train_set, test_set)
+    train = jax.jit(jax.vmap(trainer.train, in_axes=(0, None, 0, None)),
+                    compiler_options=compiler_options)
+    start = time.perf_counter()
+    compiled = train.lower(keys, params, hps, trainer.data).compile()
+    compile_s = time.perf_counter() - start
+    start = time.perf_counter()
+    _, metrics = jax.device_get(compiled(keys, params, hps, trainer.data))
+    run_s = time.perf_counter() - start
+    log(f"N={n:>2}: {len(pairs)} runs in {run_s:.0f} s (+{compile_s:.0f} s compile)")
+    rows = []
+    for i, (objective, seed) in enumerate(pairs):
+        m = jax.tree.map(lambda x: np.asarray(x[i]), metrics)
+        steps = m.pop("steps")
+        rows.append({
+            "n": n, "objective": objective, "seed": seed,
+            "eval_iterations": [(j + 1) * cfg.grpo.eval_every
+                                for j in range(len(m["eval_accuracy"]))],
+            "eval_accuracy": m.pop("eval_accuracy"),
+            **{k: v for k, v in m.items()},                                   # [iterations]
+            **{f"{k}_mean": v.mean(-1) for k, v in steps.items()},          # [iterations]
+            "tv_estimate_max": steps["tv_estimate"].max(-1),
+            "max_ratio_max": steps["max_ratio"].max(-1),
+            "tv_estimate_by_step": steps["tv_estimate"].mean(0),              # [K·N]
+            "compile_seconds": compile_s, "run_seconds": run_s,
+        })
+        rows[-1]["final_accuracy"] = float(rows[-1]["eval_accuracy"][-1])
+    return rows
+
+
+def summarize(rows, base_accuracy: float):
+    """Per (objective, N): final accuracy over seeds (mean, std, min, max, per seed) and the mean
+    clip fraction, filtered fraction and TV estimate over all minibatch steps of all seeds."""
+    summary = {"base_accuracy": base_accuracy, "by_objective": {}}
+    for objective in sorted({r["objective"] for r in rows}):
+        table = {}
+        for n in sorted({r["n"] for r in rows if r["objective"] == objective}):
+            runs = [r for r in rows if r["objective"] == objective and r["n"] == n]
+            acc = np.array([r["final_accuracy"] for r in runs])
+            mean_of = lambda k: float(np.mean([np.mean(r[k]) for r in runs]))  # noqa: E731
+            table[str(n)] = {
+                "final_accuracy": acc.tolist(), "mean": float(acc.mean()),
+                "std": float(acc.std(ddof=1)) if len(acc) > 1 else 0.0,
+                "min": float(acc.min()), "max": float(acc.max()),
+                "curve_mean": np.mean([r["eval_accuracy"] for r in runs], 0).tolist(),
+                "train_reward": mean_of("reward"),
+                "clip_fraction": mean_of("clip_fraction_mean"),
+                "filtered_fraction": mean_of("filtered_fraction_mean"),
+                "tv_estimate": mean_of("tv_estimate_mean"),
+                "tv_estimate_max": float(np.max([np.max(r["tv_estimate_max"]) for r in runs])),
+                "approx_kl": mean_of("approx_kl_mean"),
+            }
+        summary["by_objective"][objective] = table
+    return summary
+
+
+def plot(summary, path, title=""):
+    """Two panels against N (log scale): final held-out accuracy (mean ± std over seeds, each seed
+    a dot, the warm start dashed) and the fractions (PPO clip fraction, VACO filtered fraction,
+    with VACO's TV estimate on a second axis)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colors = {"ppo_clip": "tab:red", "vaco": "tab:blue", "pg": "tab:gray"}
+    fig, (ax_acc, ax_frac) = plt.subplots(1, 2, figsize=(11, 4))
+    for objective, table in summary["by_objective"].items():
+        ns = np.array(sorted(int(n) for n in table))
+        mean = np.array([table[str(n)]["mean"] for n in ns])
+        std = np.array([table[str(n)]["std"] for n in ns])
+        c = colors.get(objective)
+        ax_acc.plot(ns, mean, "o-", color=c, label=objective)
+        ax_acc.fill_between(ns, mean - std, mean + std, color=c, alpha=0.15)
+        for n in ns:
+            seeds = table[str(n)]["final_accuracy"]
+            ax_acc.scatter([n] * len(seeds), seeds, color=c, s=8, alpha=0.5)
+        if objective == "ppo_clip":
+            ax_frac.plot(ns, [table[str(n)]["clip_fraction"] for n in ns], "o-", color=c,
+                         label="PPO-clip: clip fraction")
+        if objective == "vaco":
+            ax_frac.plot(ns, [table[str(n)]["filtered_fraction"] for n in ns], "s-", color=c,
+                         label="VACO: filtered fraction")
+            ax_tv = ax_frac.twinx()
+            ax_tv.plot(ns, [table[str(n)]["tv_estimate"] for n in ns], "^--", color="tab:green",
+                       label="VACO: mean TV estimate (right)")
+            ax_tv.set_ylabel("TV estimate  ½·mean|w − 1|")
+            ax_tv.legend(loc="upper right", fontsize=8)
+    ax_acc.axhline(summary["base_accuracy"], color="k", ls="--", lw=1, label="warm start")
+    all_ns = sorted({int(n) for table in summary["by_objective"].values() for n in table})
+    for ax in (ax_acc, ax_frac):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(all_ns, [str(n) for n in all_ns])
+        ax.set_xlabel("N: minibatch updates per generated batch")
+    ax_acc.set_ylabel("held-out greedy accuracy (final)")
+    ax_acc.legend(fontsize=8)
+    ax_frac.set_ylabel("fraction of answer tokens (mean over steps)")
+    ax_frac.legend(loc="upper left", fontsize=8)
+    fig.suptitle(title or "GRPO under forward lag")
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def run(experiment: Experiment, log=print) -> dict:
+    """The whole sweep; returns the summary (also written to `out/summary.json`).
+
+    Resumes: (N, objective) pairs already in `out/results.jsonl` (from the same configuration)
+    are not run again, so objectives or N values can also be added to a finished sweep."""
+    config = validate(experiment.config)
+    for n in experiment.ns:
+        validate(replace(config, grpo=dict(num_minibatches=n)))
+    for o in experiment.objectives:
+        if o not in OBJECTIVES:
+            raise ConfigError(f"config field 'objectives' = {o!r} is invalid: one of {OBJECTIVES}")
+    out = Path(experiment.out)
+    results_path = out / "results.jsonl"
+    spec = io.to_jsonable(config)
+    if experiment.overwrite:
+        results_path.unlink(missing_ok=True)
+    elif (out / "config.json").exists():
+        if json.loads((out / "config.json").read_text()).get("config") != spec:
+            raise ConfigError(f"config field 'out' = {str(out)!r} is invalid: it holds results of "
+                              f"another configuration; choose another directory or --overwrite")
+    io.write_json_atomic(out / "config.json", {"config": spec, **io.provenance()})
+    wall_start = time.perf_counter()
+
+    train_set, test_set = load_problems(config)
+    options = FAST_COMPILE if experiment.fast_compile else None
+    params, warm = sft.warm_start(config, train_set, test_set, experiment.cache_dir, log=log,
+                                  compiler_options=options)
+    log(f"model: {num_params(params):,} parameters; {len(train_set)} train / {len(test_set)} test "
+        f"problems; warm-start held-out accuracy {warm['base_accuracy']:.3f}")
+
+    rows = io.read_jsonl(results_path) if results_path.exists() else []
+    for n in experiment.ns:
+        todo = [o for o in experiment.objectives
+                if not any(r["n"] == n and r["objective"] == o for r in rows)]
+        if not todo:
+            log(f"N={n:>2}: already in {results_path}, skipped")
+            continue
+        new_rows = train_one_n(config, n, todo, params, train_set, test_set, log, options)
+        io.append_jsonl(results_path, new_rows)
+        rows += io.to_jsonable(new_rows)
+        for o in todo:
+            acc = [r["final_accuracy"] for r in new_rows if r["objective"] == o]
+            spread = f" ± {np.std(acc, ddof=1):.3f}" if len(acc) > 1 else ""
+            log(f"       {o:>8}: final accuracy {np.mean(acc):.3f}{spread} "
+                f"(seeds {', '.join(f'{a:.3f}' for a in acc)})")
+
+    wanted = [r for r in rows if r["n"] in experiment.ns and r["objective"] in experiment.objectives]
+    summary = summarize(wanted, warm["base_accuracy"])
+    summary.update(warm_start={k: warm[k] for k in ("base_accuracy", "final_loss", "seconds",
+                                                    "cached", "key")},
+                   num_params=num_params(params), wall_seconds=time.perf_counter() - wall_start)
+    if experiment.throughput:
+        summary["throughput"] = benchmark.measure(config, params, test_set, log=log)
+    io.write_json_atomic(out / "summary.json", summary)
+    if experiment.plot:
+        plot(summary, experiment.plot,
+             f"GRPO under forward lag: {num_params(params) / 1e3:.0f}k-parameter transformer, "
+             f"{config.grpo.num_seeds} seeds, warm start {warm['base_accuracy']:.2f}")
+        log(f"plot: {experiment.plot}")
+    log(f"done in {summary['wall_seconds']:.0f} s")
+    return summary

@@ -1,0 +1,224 @@
+"""GRPO under forward lag (SPEC §6), one pure function per step, composed like the MuJoCo trainer.
+
+One iteration:
+
+1. behaviour policy: the current learner π_T, or (backward lag, `capacity > 1`) a stale snapshot
+   drawn from the policy ring buffer (`vaco_jax.ring_buffer`, SPEC §2);
+2. draw `num_prompts` train problems, sample G answers each with the behaviour policy (KV cache);
+3. verifiable rewards, group-normalised advantages (one per answer, shared by its tokens);
+4. log β (and log π_T) of every answer token, by one teacher-forced pass, without gradient;
+5. **N minibatch updates** on the batch (× `num_epochs`): the forward-lag knob. Objective on token
+   ratios `w = π_θ/β`: `ppo_clip`, `vaco` (the TV filter of SPEC §3.2) or `pg` (`−E[wÂ]`);
+6. push the new parameters into the ring buffer.
+
+`GRPO(config, train_set, test_set).train(key, params, hparams)` runs all iterations with a greedy
+held-out evaluation every `eval_every`; vmap it over keys for seeds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from vaco_jax import objectives, ring_buffer
+from vaco_jax.llm import sampling, verifier
+from vaco_jax.llm.config import GRPOHParams, LLMConfig, hparams as make_hparams
+from vaco_jax.llm.dataset import ProblemSet
+from vaco_jax.llm.evaluation import greedy_accuracy
+from vaco_jax.llm.model import Transformer, answer_mask, sequence_log_probs
+
+sg = jax.lax.stop_gradient
+STEP_METRICS = ("tv_estimate", "clip_fraction", "filtered_fraction", "approx_kl", "max_ratio",
+                "policy_loss", "grad_norm")
+
+
+def group_advantages(rewards, scale: bool = True, eps: float = 1e-6):
+    """GRPO advantages `(r − mean_group(r)) / (std_group(r) + eps)`. `rewards [P, G]` → `[P, G]`.
+
+    `std` is the population standard deviation of the G rewards; a group whose answers all score
+    the same gets advantage 0. `scale=False` only centres (Dr. GRPO).
+    """
+    centred = rewards - jnp.mean(rewards, axis=-1, keepdims=True)
+    if not scale:
+        return centred
+    return centred / (jnp.std(rewards, axis=-1, keepdims=True) + eps)
+
+
+@struct.dataclass
+class Batch:
+    """One generated batch, `[B, ...]` with B = num_prompts × group_size."""
+
+    prompts: jax.Array            # [B, P]
+    answers: jax.Array            # [B, A] sampled tokens, PAD after EOS
+    mask: jax.Array               # [B, A] 1 up to and including EOS
+    advantages: jax.Array         # [B, A] the answer's advantage on each of its tokens
+    log_behavior: jax.Array       # [B, A] log β(token)
+    log_learner_start: jax.Array  # [B, A] log π_T(token) (equals log β without backward lag)
+
+
+@struct.dataclass
+class Data:
+    """The problems, passed to the compiled programs as arguments (not baked-in constants, which
+    XLA would constant-fold at length and recompile for every data set)."""
+
+    train: ProblemSet
+    test: ProblemSet
+
+
+@struct.dataclass
+class GRPOState:
+    params: Any
+    opt_state: Any
+    buffer: Any                   # PolicyRingBuffer of params, or None when capacity is 1
+    key: jax.Array
+    iteration: jax.Array
+    hparams: GRPOHParams
+
+
+def policy_loss(log_prob, batch: Batch, hp: GRPOHParams, tv_reference: str = "behavior"):
+    """The objective `hp.objective` (an index into `OBJECTIVES`) on token ratios `w = π_θ/β`.
+
+    The objective is a traced leaf, chosen by `lax.switch`, so one compiled program can run all
+    three side by side under `vmap`. Every objective logs the same diagnostics of `w`
+    (`tv_estimate`, `clip_fraction = mean(|w − 1| > ε)`, `approx_kl`, `max_ratio`); `vaco` also
+    `filtered_fraction` (0 for the others).
+    """
+    args = (log_prob, batch.log_behavior, batch.advantages)
+    reference = batch.log_learner_start if tv_reference == "learner" else None
+
+    def ppo_clip():
+        loss, _ = objectives.ppo_clip(*args, clip_eps=hp.clip_eps, mask=batch.mask)
+        return loss, jnp.float32(0.0)
+
+    def vaco():  # the TV filter of SPEC §3.2
+        loss, m = objectives.tv_filter(*args, delta=hp.delta, log_reference=reference,
+                                       mask=batch.mask)
+        return loss, m["filtered_fraction"]
+
+    def pg():    # the importance-sampled policy gradient −E[wÂ], no constraint
+        loss, _ = objectives.tv_filter(*args, delta=jnp.inf, mask=batch.mask)
+        return loss, jnp.float32(0.0)
+
+    loss, filtered = jax.lax.switch(hp.objective, [ppo_clip, vaco, pg])
+    diagnostics = objectives.ratio_diagnostics(log_prob, batch.log_behavior, clip_eps=hp.clip_eps,
+                                               mask=batch.mask)
+    return loss, {**diagnostics, "filtered_fraction": filtered, "policy_loss": loss}
+
+
+class GRPO:
+    """`reward_fn(answers [B, A], targets [B]) -> [B]` scores sampled answers; the default is the
+    verifiable reward (`verifier.reward_tokens`: 1 for a correct final answer)."""
+
+    def __init__(self, config: LLMConfig, train_set: ProblemSet, test_set: ProblemSet,
+                 reward_fn=verifier.reward_tokens):
+        self.config, self.data, self.reward_fn = config, Data(train_set, test_set), reward_fn
+        self.apply = Transformer(config.model).apply
+        g = config.grpo
+        self.optimizer = optax.chain(optax.clip_by_global_norm(g.max_grad_norm),
+                                     optax.scale_by_adam(eps=g.adam_eps))
+
+    # --- state ----------------------------------------------------------------------------
+    def init(self, key, params, hparams: GRPOHParams | None = None) -> GRPOState:
+        hp = hparams if hparams is not None else make_hparams(self.config.grpo)
+        slots = self.config.grpo.slots
+        buffer = ring_buffer.init(params, slots, hp.capacity) if slots > 1 else None
+        return GRPOState(params, self.optimizer.init(params), buffer, key, jnp.int32(0), hp)
+
+    # --- one iteration ----------------------------------------------------------------------
+    def generate_batch(self, state: GRPOState, key, data: Data | None = None):
+        """Steps 1–4: a batch sampled by the behaviour policy, scored and annotated."""
+        g, t = self.config.grpo, self.config.task
+        train = (data or self.data).train
+        snapshot_key, prompt_key, sample_key = jax.random.split(key, 3)
+        if state.buffer is None:
+            behavior, age = state.params, jnp.int32(0)
+        else:
+            snapshots, ages = ring_buffer.sample(state.buffer, snapshot_key, 1, g.snapshot_sampling)
+            behavior, age = jax.tree.map(lambda x: x[0], snapshots), ages[0]
+        idx = jax.random.randint(prompt_key, (g.num_prompts,), 0, len(train))
+        idx = jnp.repeat(idx, g.group_size)                    # G answers per prompt, adjacent
+        prompts, targets = train.prompts[idx], train.answers[idx]
+        answers = sampling.generate(self.apply, behavior, prompts, sample_key,
+                                    model_config=self.config.model, max_new_tokens=t.answer_len,
+                                    temperature=state.hparams.temperature, top_p=g.top_p)
+        rewards = self.reward_fn(answers, targets)
+        advantages = group_advantages(rewards.reshape(g.num_prompts, g.group_size),
+                                      g.scale_advantages).reshape(-1)
+        mask = answer_mask(answers)
+        log_prob = lambda p: sg(sequence_log_probs(self.apply, p, prompts, answers,  # noqa: E731
+                                                   state.hparams.temperature))
+        log_behavior = log_prob(behavior)
+        log_learner_start = log_behavior if state.buffer is None else log_prob(state.params)
+        batch = Batch(prompts, answers, mask, advantages[:, None] * mask, log_behavior,
+                      log_learner_start)
+        info = {"reward": jnp.mean(rewards), "answer_length": jnp.mean(jnp.sum(mask, -1)),
+                "solved_groups": jnp.mean(jnp.any(rewards.reshape(g.num_prompts, -1) > 0, -1)),
+                "snapshot_age": age.astype(jnp.float32)}
+        return batch, info
+
+    def update(self, params, opt_state, batch: Batch, hp: GRPOHParams):
+        """One minibatch step: gradient of the objective, Adam, learning rate from `hp`."""
+        g = self.config.grpo
+
+        def loss_fn(p):
+            log_prob = sequence_log_probs(self.apply, p, batch.prompts, batch.answers,
+                                          hp.temperature)
+            return policy_loss(log_prob, batch, hp, g.tv_reference)
+
+        grads, metrics = jax.grad(loss_fn, has_aux=True)(params)
+        updates, opt_state = self.optimizer.update(grads, opt_state, params)
+        params = optax.apply_updates(params, jax.tree.map(lambda u: -hp.learning_rate * u, updates))
+        return params, opt_state, {**metrics, "grad_norm": optax.global_norm(grads)}
+
+    def iteration(self, state: GRPOState, data: Data | None = None):
+        """Generate one batch, then N minibatch updates per epoch on it. Step metrics `[K·N]`."""
+        g = self.config.grpo
+        key, batch_key, shuffle_key = jax.random.split(state.key, 3)
+        batch, info = self.generate_batch(state, batch_key, data)
+
+        def minibatches(key):
+            order = jax.random.permutation(key, g.batch_size)
+            return jax.tree.map(
+                lambda x: x[order].reshape((g.num_minibatches, -1) + x.shape[1:]), batch)
+
+        mbs = jax.vmap(minibatches)(jax.random.split(shuffle_key, g.num_epochs))
+        mbs = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), mbs)  # [K·N, B/N, ...]
+
+        def step(carry, mb):
+            params, opt_state = carry
+            params, opt_state, metrics = self.update(params, opt_state, mb, state.hparams)
+            return (params, opt_state), metrics
+
+        (params, opt_state), steps = jax.lax.scan(step, (state.params, state.opt_state), mbs)
+        buffer = None if state.buffer is None else ring_buffer.push(state.buffer, params)
+        state = state.replace(params=params, opt_state=opt_state, buffer=buffer, key=key,
+                              iteration=state.iteration + 1)
+        return state, {**info, "steps": {k: steps[k] for k in STEP_METRICS}}
+
+    # --- whole run --------------------------------------------------------------------------
+    def evaluate(self, params, data: Data | None = None):
+        """Held-out greedy accuracy of `params` on the test problems."""
+        return greedy_accuracy(params, (data or self.data).test, self.config.model,
+                               self.config.task.answer_len)
+
+    def train(self, key, params, hparams: GRPOHParams | None = None, data: Data | None = None):
+        """All iterations from warm-start `params`. Returns `(state, metrics)`: per-iteration
+        metrics `[iterations]` (step metrics `[iterations, K·N]`) and `eval_accuracy [num_evals]`
+        (after every `eval_every` iterations). Pass `data` (e.g. `self.data`) as an argument
+        under `jit` for large problem sets."""
+        g = self.config.grpo
+        state = self.init(key, params, hparams)
+
+        def chunk(state, _):
+            state, metrics = jax.lax.scan(lambda s, _: self.iteration(s, data), state, None,
+                                          length=g.eval_every)
+            return state, (metrics, self.evaluate(state.params, data))
+
+        state, (metrics, accuracy) = jax.lax.scan(chunk, state, None,
+                                                  length=g.iterations // g.eval_every)
+        metrics = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), metrics)
+        return state, {**metrics, "eval_accuracy": accuracy}

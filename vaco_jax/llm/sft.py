@@ -1,0 +1,117 @@
+"""The warm start (SPEC §6): supervised fine-tuning on worked solutions, saved and reused.
+
+`warm_start(config, train_set, test_set, cache_dir)` returns the SFT parameters and their held-out
+greedy accuracy. The parameters are trained once per (model, task, sft) configuration and stored as
+a msgpack file named by a hash of that configuration, next to a JSON file with the configuration,
+the accuracy and the training time; later calls load them instead of training. Both files are
+written atomically (a crash leaves the old state, never half a file).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import serialization
+
+from vaco_jax import io
+from vaco_jax.llm.dataset import ProblemSet
+from vaco_jax.llm.evaluation import greedy_accuracy
+from vaco_jax.llm.model import Transformer, answer_mask, init_params, sequence_log_probs
+from vaco_jax.objectives import masked_mean
+
+FORMAT_VERSION = 1  # bump when the model code changes what saved parameters mean
+DEFAULT_CACHE_DIR = Path(os.environ.get("VACO_JAX_LLM_CACHE", "runs/llm_cache"))
+
+
+def cache_key(config) -> str:
+    """Hash of everything that determines the warm-start parameters."""
+    spec = {"version": FORMAT_VERSION, "model": dataclasses.asdict(config.model),
+            "task": dataclasses.asdict(config.task), "sft": dataclasses.asdict(config.sft)}
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def make_sft(config):
+    """`train(key, train_set) -> (params, losses [steps])`: the whole warm start, one pure function."""
+    apply = Transformer(config.model).apply
+    s = config.sft
+    schedule = optax.warmup_cosine_decay_schedule(0.0, s.learning_rate, s.warmup_steps,
+                                                  max(s.steps, s.warmup_steps + 1))
+    optimizer = optax.chain(optax.clip_by_global_norm(1.0),
+                            optax.adamw(schedule, weight_decay=s.weight_decay))
+
+    def loss_fn(params, prompts, targets):
+        log_probs = sequence_log_probs(apply, params, prompts, targets)
+        return -masked_mean(log_probs, answer_mask(targets))
+
+    def train(key, train_set: ProblemSet):
+        def step(carry, key):
+            params, opt_state = carry
+            idx = jax.random.randint(key, (s.batch_size,), 0, len(train_set))
+            loss, grads = jax.value_and_grad(loss_fn)(params, train_set.prompts[idx],
+                                                      train_set.targets[idx])
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+            return (optax.apply_updates(params, updates), opt_state), loss
+
+        init_key, data_key = jax.random.split(key)
+        params = init_params(config.model, init_key)
+        (params, _), losses = jax.lax.scan(step, (params, optimizer.init(params)),
+                                           jax.random.split(data_key, s.steps))
+        return params, losses
+
+    return train
+
+
+def _write_bytes_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def warm_start(config, train_set: ProblemSet, test_set: ProblemSet, cache_dir=None,
+               log=print, compiler_options=None):
+    """SFT parameters and info (`base_accuracy`, `final_loss`, `seconds`, `cached`), cached on disk."""
+    cache_dir = Path(cache_dir) if cache_dir is not None else DEFAULT_CACHE_DIR
+    key = cache_key(config)
+    params_path, info_path = cache_dir / f"sft-{key}.msgpack", cache_dir / f"sft-{key}.json"
+    template = jax.eval_shape(lambda: init_params(config.model, jax.random.PRNGKey(0)))
+    if params_path.exists() and info_path.exists():
+        params = serialization.from_bytes(template, params_path.read_bytes())
+        info = json.loads(info_path.read_text())
+        log(f"warm start: loaded {params_path} (held-out accuracy {info['base_accuracy']:.3f})")
+        return params, {**info, "cached": True, "path": str(params_path)}
+
+    log(f"warm start: training {config.sft.steps} SFT steps (cache miss: {params_path})")
+    start = time.perf_counter()
+    train = jax.jit(make_sft(config), compiler_options=compiler_options)
+    params, losses = train(jax.random.PRNGKey(config.sft.seed), train_set)
+    losses = jax.device_get(losses)
+    seconds = time.perf_counter() - start
+    accuracy = float(jax.jit(greedy_accuracy, static_argnums=(2, 3),
+                             compiler_options=compiler_options)(
+        params, test_set, config.model, config.task.answer_len))
+    info = {"base_accuracy": accuracy, "final_loss": float(losses[-10:].mean()),
+            "first_loss": float(losses[0]), "seconds": seconds, "key": key,
+            "config": {"model": config.model, "task": config.task, "sft": config.sft},
+            **io.provenance()}
+    _write_bytes_atomic(params_path, serialization.to_bytes(jax.device_get(params)))
+    io.write_json_atomic(info_path, info)   # written last: its presence marks a complete entry
+    log(f"warm start: {seconds:.0f} s, loss {info['first_loss']:.3f} -> {info['final_loss']:.3f}, "
+        f"held-out accuracy {accuracy:.3f}; saved {params_path}")
+    return params, {**io.to_jsonable(info), "cached": False, "path": str(params_path)}
