@@ -12,7 +12,6 @@ import pytest
 from vaco_jax.config import ConfigError
 from vaco_jax.llm import config as llm_config
 from vaco_jax.llm import experiment, grpo, model, sft
-from vaco_jax.llm.config import OBJECTIVES
 
 TINY = llm_config.preset("tiny")
 
@@ -219,7 +218,8 @@ def test_sweep_resumes_summarises_and_refuses_other_configs(tmp_path, monkeypatc
     assert calls == [(1, ("ppo_clip", "vaco")), (4, ("ppo_clip", "vaco"))]
     ppo4 = summary["by_objective"]["ppo_clip"]["4"]
     assert ppo4["final_accuracy"] == pytest.approx([0.46, 0.47])
-    assert ppo4["mean"] == pytest.approx(0.465) and ppo4["std"] == pytest.approx(np.std([0.46, 0.47], ddof=1))
+    assert ppo4["mean"] == pytest.approx(0.465)
+    assert ppo4["std"] == pytest.approx(np.std([0.46, 0.47], ddof=1))
     assert ppo4["clip_fraction"] == pytest.approx(0.08)
     assert summary["by_objective"]["vaco"]["4"]["filtered_fraction"] == pytest.approx(0.04)
     assert summary["base_accuracy"] == 0.45 and (tmp_path / "plot.png").stat().st_size > 10_000

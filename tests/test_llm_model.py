@@ -2,6 +2,7 @@
 padding does not leak, sampling rules, the accelerator preset's shapes, config errors."""
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -11,10 +12,24 @@ import pytest
 from vaco_jax.config import ConfigError
 from vaco_jax.llm import config as llm_config
 from vaco_jax.llm import model, sampling, tokenizer
+from vaco_jax.llm.experiment import FAST_COMPILE
 
 CONFIG = model.ModelConfig(d_model=32, num_layers=2, num_heads=2, d_ff=48, max_len=64)
 ANSWER_LEN = 12
 QUESTIONS = ["Ann has 7 eggs.", "Bob has 12 pens. Bob sells 3.", "x", "How many?"]
+APPLY = model.Transformer(CONFIG).apply
+
+
+def generate(params, prompts, key, **kwargs):
+    """`sampling.generate` for CONFIG, jitted with cheap compilation (tests are compile-bound)."""
+    return _jitted(tuple(sorted(kwargs.items())))(params, prompts, key)
+
+
+@functools.cache
+def _jitted(kwargs):
+    return jax.jit(lambda p, x, k: sampling.generate(APPLY, p, x, k, model_config=CONFIG,
+                                                     max_new_tokens=ANSWER_LEN, **dict(kwargs)),
+                   compiler_options=FAST_COMPILE)
 
 
 @pytest.fixture(scope="module")
@@ -31,21 +46,10 @@ def prompts():
                                  for q in QUESTIONS]))
 
 
-@pytest.fixture(scope="module")
-def generate():
-    apply = model.Transformer(CONFIG).apply
-
-    @jax.jit
-    def run(params, prompts, key):
-        kwargs = dict(model_config=CONFIG, max_new_tokens=ANSWER_LEN, return_logits=True)
-        with_cache = sampling.generate(apply, params, prompts, key, use_cache=True, **kwargs)
-        without = sampling.generate(apply, params, prompts, key, use_cache=False, **kwargs)
-        return with_cache, without
-    return run
-
-
-def test_kv_cache_logits_equal_full_forward(params, prompts, generate):
-    (answers, logits), (answers_nc, logits_nc) = generate(params, prompts, jax.random.PRNGKey(1))
+def test_kv_cache_logits_equal_full_forward(params, prompts):
+    key = jax.random.PRNGKey(1)
+    answers, logits = generate(params, prompts, key, use_cache=True, return_logits=True)
+    answers_nc, logits_nc = generate(params, prompts, key, use_cache=False, return_logits=True)
     answers, logits = np.asarray(answers), np.asarray(logits)
     assert logits.std() > 1.0                       # the comparison is not between near-constants
     # Same keys, same logits: the cached and uncached samplers write the same tokens.
@@ -53,8 +57,7 @@ def test_kv_cache_logits_equal_full_forward(params, prompts, generate):
     np.testing.assert_allclose(logits, np.asarray(logits_nc), atol=1e-4)
     # And both equal one teacher-forced forward pass over prompt + answer, at every answer token
     # up to EOS (the log-probabilities the GRPO ratios are made of).
-    apply = model.Transformer(CONFIG).apply
-    teacher = np.asarray(model.sequence_log_probs(apply, params, prompts, jnp.asarray(answers)))
+    teacher = np.asarray(model.sequence_log_probs(APPLY, params, prompts, jnp.asarray(answers)))
     sampled = np.take_along_axis(np.asarray(model.policy_log_probs(jnp.asarray(logits))),
                                  answers[..., None], -1)[..., 0]
     mask = np.asarray(model.answer_mask(jnp.asarray(answers))) > 0
@@ -65,14 +68,12 @@ def test_kv_cache_logits_equal_full_forward(params, prompts, generate):
 def test_left_padding_does_not_change_a_sequence(params, prompts):
     # Greedy decoding of one prompt alone, with less left padding, gives exactly the logits it got
     # inside the batch: padded slots are invisible and RoPE positions count real tokens only.
-    apply = model.Transformer(CONFIG).apply
-    kwargs = dict(model_config=CONFIG, max_new_tokens=ANSWER_LEN, greedy=True, return_logits=True)
     key = jax.random.PRNGKey(0)
-    batch_answers, batch_logits = sampling.generate(apply, params, prompts, key, **kwargs)
+    batch_answers, batch_logits = generate(params, prompts, key, greedy=True, return_logits=True)
     short = prompts[1:2, -31:]
     assert int((short == tokenizer.PAD).sum()) < int((prompts[1] == tokenizer.PAD).sum())
     assert tokenizer.decode(short[0]) == tokenizer.decode(prompts[1])
-    answers, logits = sampling.generate(apply, params, short, key, **kwargs)
+    answers, logits = generate(params, short, key, greedy=True, return_logits=True)
     np.testing.assert_array_equal(np.asarray(answers[0]), np.asarray(batch_answers[1]))
     live = np.asarray(model.answer_mask(answers))[0] > 0
     np.testing.assert_allclose(np.asarray(logits[0])[live], np.asarray(batch_logits[1])[live],
@@ -80,10 +81,8 @@ def test_left_padding_does_not_change_a_sequence(params, prompts):
 
 
 def test_sampling_rules(params, prompts):
-    apply = model.Transformer(CONFIG).apply
     key = jax.random.PRNGKey(3)
-    kwargs = dict(model_config=CONFIG, max_new_tokens=ANSWER_LEN, return_logits=True)
-    greedy, greedy_logits = sampling.generate(apply, params, prompts, key, greedy=True, **kwargs)
+    greedy, greedy_logits = generate(params, prompts, key, greedy=True, return_logits=True)
     greedy, greedy_logits = np.asarray(greedy), np.asarray(greedy_logits)
     live = np.asarray(model.answer_mask(jnp.asarray(greedy))) > 0
     # Greedy writes the argmax of the allowed tokens; PAD and BOS are never written.
@@ -91,12 +90,10 @@ def test_sampling_rules(params, prompts):
     allowed[..., [tokenizer.PAD, tokenizer.BOS]] = -np.inf
     assert np.array_equal(greedy[live], allowed.argmax(-1)[live])
     # A nucleus smaller than the top token's mass is greedy decoding.
-    nucleus = sampling.generate(apply, params, prompts, key, top_p=1e-6, model_config=CONFIG,
-                                max_new_tokens=ANSWER_LEN)
+    nucleus = generate(params, prompts, key, top_p=1e-6)
     np.testing.assert_array_equal(np.asarray(nucleus), greedy)
     # After EOS only PAD; before it never PAD or BOS.
-    samples = np.asarray(sampling.generate(apply, params, jnp.tile(prompts, (8, 1)), key,
-                                           model_config=CONFIG, max_new_tokens=ANSWER_LEN))
+    samples = np.asarray(generate(params, jnp.tile(prompts, (8, 1)), key))
     mask = np.asarray(model.answer_mask(jnp.asarray(samples))) > 0
     ended = mask & (samples == tokenizer.EOS)
     assert ended.any()
@@ -137,8 +134,10 @@ def test_bfloat16_compute_is_close_to_float32(params, prompts):
     valid = tokens != tokenizer.PAD
     positions = model.positions_of(valid)
     small = jax.tree.map(lambda x: x / 4.0, params)   # ordinary init scale
-    f32_logits, _ = model.Transformer(CONFIG).apply(small, tokens, positions, valid)
-    bf_logits, _ = model.Transformer(bf16).apply(small, tokens, positions, valid)
+    def forward(config):
+        return jax.jit(model.Transformer(config).apply, compiler_options=FAST_COMPILE)(
+            small, tokens, positions, valid)[0]
+    f32_logits, bf_logits = forward(CONFIG), forward(bf16)
     assert bf_logits.dtype == jnp.float32
     err = np.abs(np.asarray(bf_logits) - np.asarray(f32_logits))[np.asarray(valid)]
     assert err.max() < 0.05 * max(1.0, float(np.abs(f32_logits).max()))

@@ -6,7 +6,9 @@
 * training: one GRPO minibatch update (forward + backward + Adam) on the whole batch;
   tokens/s counts every position of the sequences, prompt and answer (`B × (P + A)`);
 * iteration: one whole GRPO iteration (sample, score, log β, N updates) at the configured N.
-Times are the median of `repeats` calls after a compiling call.
+Times are medians of `repeats` calls after a compiling call. The two samplers are timed in
+alternation and the speed-up is the median of the per-pair ratios, so a load change on a shared
+machine affects both sides of each ratio alike.
 """
 
 from __future__ import annotations
@@ -23,17 +25,18 @@ from vaco_jax.llm.grpo import GRPO
 from vaco_jax.llm.model import Transformer
 
 
+def _seconds(fn, *args):
+    start = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    return time.perf_counter() - start
+
+
 def _median_seconds(fn, *args, repeats: int):
     jax.block_until_ready(fn(*args))             # compile and warm up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
+    return float(np.median([_seconds(fn, *args) for _ in range(repeats)]))
 
 
-def measure(config: LLMConfig, params, problem_set: ProblemSet, repeats: int = 3, log=print):
+def measure(config: LLMConfig, params, problem_set: ProblemSet, repeats: int = 7, log=print):
     g, t = config.grpo, config.task
     B, P, A = g.batch_size, t.prompt_len, t.answer_len
     prompts = problem_set.prompts[np.arange(B) % len(problem_set)]
@@ -45,8 +48,12 @@ def measure(config: LLMConfig, params, problem_set: ProblemSet, repeats: int = 3
             use_cache=use_cache))
 
     key = jax.random.PRNGKey(0)
-    cached = _median_seconds(make_sampler(True), params, key, repeats=repeats)
-    uncached = _median_seconds(make_sampler(False), params, key, repeats=repeats)
+    samplers = [make_sampler(True), make_sampler(False)]
+    for sampler in samplers:
+        jax.block_until_ready(sampler(params, key))   # compile and warm up
+    pairs = np.array([[_seconds(sampler, params, key) for sampler in samplers]
+                      for _ in range(repeats)])
+    cached, uncached = np.median(pairs, axis=0)
 
     trainer = GRPO(config, problem_set, problem_set)
     state = trainer.init(key, params)
@@ -59,17 +66,19 @@ def measure(config: LLMConfig, params, problem_set: ProblemSet, repeats: int = 3
     result = {
         "device": jax.devices()[0].device_kind, "batch_sequences": B, "prompt_len": P,
         "answer_len": A,
-        "sampling_tokens_per_s_kv_cache": B * A / cached,
-        "sampling_tokens_per_s_no_cache": B * A / uncached,
-        "kv_cache_speedup": uncached / cached,
+        "sampling_tokens_per_s_kv_cache": float(B * A / cached),
+        "sampling_tokens_per_s_no_cache": float(B * A / uncached),
+        "kv_cache_speedup": float(np.median(pairs[:, 1] / pairs[:, 0])),
+        "kv_cache_speedup_range": [float(x) for x in np.quantile(pairs[:, 1] / pairs[:, 0],
+                                                                 [0.0, 1.0])],
         "training_tokens_per_s": B * (P + A) / train_s,
         "training_answer_tokens_per_s": B * A / train_s,
         "iteration_seconds": iteration_s, "iteration_num_minibatches": g.num_minibatches,
-        "seconds": {"sample_kv_cache": cached, "sample_no_cache": uncached,
-                    "train_update": train_s},
+        "seconds": {"sample_kv_cache": float(cached), "sample_no_cache": float(uncached),
+                    "train_update": train_s}, "repeats": repeats,
     }
     log(f"throughput: sampling {result['sampling_tokens_per_s_kv_cache']:,.0f} tokens/s with the "
         f"KV cache vs {result['sampling_tokens_per_s_no_cache']:,.0f} without "
-        f"({result['kv_cache_speedup']:.1f}x); training {result['training_tokens_per_s']:,.0f} "
-        f"tokens/s; one GRPO iteration {iteration_s:.2f} s")
+        f"({result['kv_cache_speedup']:.1f}x, median of {repeats} paired runs); training "
+        f"{result['training_tokens_per_s']:,.0f} tokens/s; one GRPO iteration {iteration_s:.2f} s")
     return result

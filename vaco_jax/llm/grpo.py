@@ -132,7 +132,7 @@ class GRPO:
     def generate_batch(self, state: GRPOState, key, data: Data | None = None):
         """Steps 1–4: a batch sampled by the behaviour policy, scored and annotated."""
         g, t = self.config.grpo, self.config.task
-        train = (data or self.data).train
+        train = (self.data if data is None else data).train
         snapshot_key, prompt_key, sample_key = jax.random.split(key, 3)
         if state.buffer is None:
             behavior, age = state.params, jnp.int32(0)
@@ -202,8 +202,8 @@ class GRPO:
     # --- whole run --------------------------------------------------------------------------
     def evaluate(self, params, data: Data | None = None):
         """Held-out greedy accuracy of `params` on the test problems."""
-        return greedy_accuracy(params, (data or self.data).test, self.config.model,
-                               self.config.task.answer_len)
+        test = (self.data if data is None else data).test
+        return greedy_accuracy(params, test, self.config.model, self.config.task.answer_len)
 
     def train(self, key, params, hparams: GRPOHParams | None = None, data: Data | None = None):
         """All iterations from warm-start `params`. Returns `(state, metrics)`: per-iteration

@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import optax
 from flax import serialization
 
