@@ -65,13 +65,13 @@ def report(results, out: Path, *, reps: int = 2000, seed: int = 0, note: str = "
     auc = analysis.aggregate_table(main_rows, auc=True, reps=reps, seed=seed)
     table(final, "aggregate_final.csv")
     table(auc, "aggregate_auc.csv")
-    save(plotting.aggregate_intervals(final, title=f"Final normalised score ({label})"),
+    save(plotting.aggregate_intervals(final, title=f"Final normalised score\n({label})"),
          "fig_a_aggregates.png")
-    save(plotting.metric_vs_capacity(final, title=f"Normalised IQM vs capacity ({label})"),
+    save(plotting.metric_vs_capacity(final, title=f"Normalised IQM vs capacity\n({label})"),
          "fig_b_iqm_vs_capacity.png")
-    save(plotting.training_curves(main_rows, title=f"Training curves ({label})"),
+    save(plotting.training_curves(main_rows, title=f"Training curves, IQM over seeds with 95% CIs\n({label})"),
          "fig_c_training_curves.png")
-    save(plotting.lag_diagnostics(main_rows, title=f"Lag diagnostics ({label})"),
+    save(plotting.lag_diagnostics(main_rows, title=f"Lag diagnostics\n({label})"),
          "fig_d_lag_diagnostics.png")
     lines = [f"# Lag sweep: {label}", "", "Scores normalised per env: (R − R_random) / "
              "(R_ppo_sync − R_random); stratified bootstrap 95% CIs "
@@ -80,7 +80,7 @@ def report(results, out: Path, *, reps: int = 2000, seed: int = 0, note: str = "
     if "vaco" in set(main_rows["method"]):
         improvement = analysis.improvement_table(main_rows, "vaco", reps=reps, seed=seed)
         table(improvement, "improvement.csv")
-        save(plotting.improvement(improvement, title=f"P(VACO > baseline) ({label})"),
+        save(plotting.improvement(improvement, title=f"P(VACO > baseline), 95% CIs\n({label})"),
              "fig_improvement.png")
         lines += ["", "## Probability of improvement, P(VACO > baseline)", "",
                   "| C | baseline | P | 95% CI |", "|---|---|---|---|"]
@@ -90,7 +90,7 @@ def report(results, out: Path, *, reps: int = 2000, seed: int = 0, note: str = "
     capacity = int(main_rows["capacity"].max())
     save(plotting.performance_profiles(analysis.profiles(main_rows, capacity, taus, reps=reps // 2,
                                                          seed=seed), taus,
-                                       title=f"Performance profiles, C = {capacity} ({label})"),
+                                       title=f"Performance profiles, C = {capacity}\n({label})"),
          "fig_profiles.png")
 
     delta_rows, ablation_rows = analysis.delta_study(results), analysis.ablation_study(results)
@@ -105,7 +105,7 @@ def report(results, out: Path, *, reps: int = 2000, seed: int = 0, note: str = "
             if frame is not None:
                 table(frame, name)
                 lines += ["", f"## {name[10:-4].capitalize()}", "", analysis.markdown(frame)]
-        save(plotting.sensitivity(delta_table, ablation_table, title=f"Sensitivity ({label})"),
+        save(plotting.sensitivity(delta_table, ablation_table, title=f"δ sensitivity and ablations (normalised IQM)\n({label})"),
              "fig_e_sensitivity.png")
     (out / "summary.md").write_text("\n".join(lines) + "\n")
     written.append(out / "summary.md")

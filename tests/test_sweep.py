@@ -3,12 +3,15 @@
 import dataclasses
 import json
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 import pytest
+from brax.envs.base import Env, State
 
-from vaco_jax import io, references, sweep
-from vaco_jax.config import ConfigError
+from vaco_jax import evaluation, io, networks, references, sweep
+from vaco_jax.config import Config, ConfigError
 
 TINY = sweep.PRESETS["tiny"]
 ALGOS = ("vaco", "ppo_clip")
@@ -111,6 +114,31 @@ def test_a_changed_config_is_never_mixed_into_finished_results(full_sweep):
         sweep.run_sweep(changed, out, log=lambda _: None)
 
 
+class _BlowsUpAfterTheEnd(Env):
+    """Reward 1 per step, terminates at step 3; stepped on after that, its 'physics' is NaN."""
+
+    def reset(self, rng):
+        zero = jnp.zeros(())
+        return State(zero, jnp.zeros(1), zero, zero, {}, {})
+
+    def step(self, state, action):
+        t = state.pipeline_state + 1.0
+        return state.replace(pipeline_state=t, obs=jnp.full(1, t),
+                             reward=jnp.where(t > 3, jnp.nan, 1.0), done=(t >= 3).astype(jnp.float32))
+
+    observation_size, action_size, backend = 1, 1, "jax"
+
+
+def test_evaluation_through_the_absorbing_wrapper_ignores_steps_after_the_end():
+    env = sweep.AbsorbingAfterDone(_BlowsUpAfterTheEnd())
+    config = Config(env="toy_bandit")
+    actor, _ = networks.make_networks(config, 1)
+    params = networks.init_params(jax.random.PRNGKey(0), config, 1, 1)["actor"]
+    value = evaluation.evaluate(env, actor, params, networks.init_normalizer(1), jax.random.PRNGKey(1),
+                                num_episodes=2, episode_length=10, normalize_obs=False)
+    assert float(value) == 3.0
+
+
 def test_random_policy_return_is_the_analytic_value():
     # toy_bandit: one step per episode, reward −(a − ½)², a ~ U[−1, 1]: E = −(⅓ + ¼) = −7/12.
     mean, sem = references.random_policy_return("toy_bandit", episode_length=5, num_episodes=16384)
@@ -119,10 +147,10 @@ def test_random_policy_return_is_the_analytic_value():
 
 def test_reference_entry_normalises_the_sweep(full_sweep, tmp_path):
     out, _ = full_sweep
-    preset = TINY.with_overrides(capacities=(1,))
-    entry = references.measure(preset, "toy_reach", num_seeds=2, random_episodes=16, log=lambda _: None)
+    # The same measurement as notebooks/analysis.ipynb makes (one compiled program, cached).
+    entry = references.measure(TINY, "toy_reach", num_seeds=3, random_episodes=16, log=lambda _: None)
     assert entry["budget"] == TINY.env_base("toy_reach").env_steps
-    assert entry["ppo_sync_seeds"] == [references.REFERENCE_SEED, references.REFERENCE_SEED + 1]
+    assert entry["ppo_sync_seeds"] == [references.REFERENCE_SEED + s for s in range(3)]
     assert entry["ppo_sync_return"] == pytest.approx(np.mean(entry["ppo_sync_final_returns"]))
     assert entry["config"]["algo"] == "ppo_clip" and entry["config"]["max_capacity"] == 1
     assert "versions" in entry and entry["random_return"] < entry["ppo_sync_return"]

@@ -19,22 +19,26 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from vaco_jax import analysis, stats
+from vaco_jax import algorithms, analysis, stats
 
 METRIC_NAMES = analysis.METRIC_NAMES
 
 
+PREFERRED = ["vaco", "ppo_clip", "ppo_kl", "spo", "impala"]
+
+
 def _colors(methods: Sequence[str]) -> dict[str, tuple]:
+    """The five algorithms keep their colour in every figure; other methods follow."""
     palette = plt.get_cmap("tab10")
-    preferred = ["vaco", "ppo_clip", "ppo_kl", "spo", "impala"]
-    ordered = [m for m in preferred if m in methods] + [m for m in methods if m not in preferred]
-    return {m: palette(i % 10) for i, m in enumerate(ordered)}
+    others = [m for m in methods if m not in PREFERRED]
+    colors = {m: palette(i) for i, m in enumerate(PREFERRED)}
+    colors.update({m: palette((len(PREFERRED) + i) % 10) for i, m in enumerate(others)})
+    return {m: colors[m] for m in methods}
 
 
 def _methods(table: pd.DataFrame) -> list[str]:
-    preferred = ["vaco", "ppo_clip", "ppo_kl", "spo", "impala"]
     found = list(dict.fromkeys(table["method"]))
-    return [m for m in preferred if m in found] + sorted(m for m in found if m not in preferred)
+    return [m for m in PREFERRED if m in found] + sorted(m for m in found if m not in PREFERRED)
 
 
 def aggregate_intervals(table: pd.DataFrame, metrics: Sequence[str] = stats.METRICS,
@@ -67,7 +71,7 @@ def aggregate_intervals(table: pd.DataFrame, metrics: Sequence[str] = stats.METR
                 ax.set_ylabel(f"C = {capacity}")
     for ax in axes[-1]:
         ax.set_xlabel("normalised score")
-    fig.suptitle(title or "Aggregate normalised scores (95% stratified bootstrap CIs)")
+    fig.suptitle(title or "Aggregate normalised scores (95% stratified bootstrap CIs)", fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -76,7 +80,7 @@ def metric_vs_capacity(table: pd.DataFrame, metric: str = "iqm", title: str = ""
     """(b) A metric vs capacity, one line per method with its 95% CI band (log₂ capacity axis)."""
     fig = None
     if ax is None:
-        fig, ax = plt.subplots(figsize=(5.5, 4))
+        fig, ax = plt.subplots(figsize=(7, 4.5))
     sub = table[table["metric"] == metric]
     colors = _colors(_methods(sub))
     for method in _methods(sub):
@@ -92,7 +96,7 @@ def metric_vs_capacity(table: pd.DataFrame, metric: str = "iqm", title: str = ""
     ax.axhline(1.0, color="grey", lw=0.8, ls=":")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    ax.set_title(title or f"Normalised {METRIC_NAMES[metric]} vs capacity (95% CIs)")
+    ax.set_title(title or f"Normalised {METRIC_NAMES[metric]} vs capacity (95% CIs)", fontsize=9)
     if fig is not None:
         fig.tight_layout()
     return fig if fig is not None else ax.figure
@@ -130,7 +134,7 @@ def training_curves(results: pd.DataFrame, value: str = "eval_return", *, reps: 
             if c == 0:
                 ax.set_ylabel(f"{value} (IQM over seeds)")
     axes[0, 0].legend(fontsize=8)
-    fig.suptitle(title or "Training curves (IQM over seeds, 95% CIs)")
+    fig.suptitle(title or "Training curves (IQM over seeds, 95% CIs)", fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -144,43 +148,50 @@ def _mean_ci(values: np.ndarray) -> tuple[float, float, float]:
 
 
 def lag_diagnostics(results: pd.DataFrame, title: str = ""):
-    """(d) Per env: VACO's filtered fraction vs each baseline's clip fraction vs capacity, and the
-    TV estimate `½ mean |π_θ/β − 1|` vs capacity. Each point: mean over a run's training (all
-    evaluations), then mean over seeds ± 1.96 standard errors.
+    """(d) Per env (rows): the fraction of samples VACO-style objectives filter and PPO-style
+    objectives clip (other objectives: the fraction outside 1 ± ε, a diagnostic only) vs capacity,
+    and the TV estimate `½ mean |π_θ/β − 1|` vs capacity. Each point: mean over a run's training
+    (all evaluations), then mean over seeds ± 1.96 standard errors.
     """
     envs = sorted(results["env"].unique())
     methods = _methods(results)
     colors = _colors(methods)
+    objective = {m: algorithms.parse(a).objective
+                 for m, a in zip(results["method"], results["algo"])}
     per_run = results.groupby(["env", "method", "capacity", "seed"])[
         ["filtered_fraction", "clip_fraction", "tv_estimate"]].mean().reset_index()
-    fig, axes = plt.subplots(2, len(envs), squeeze=False, figsize=(5 * len(envs), 7))
-    for c, env in enumerate(envs):
+    capacities = sorted(per_run["capacity"].unique())
+    fig, axes = plt.subplots(len(envs), 2, squeeze=False, figsize=(11, 3.8 * len(envs) + 0.6))
+    for r, env in enumerate(envs):
         for method in methods:
             rows = per_run[(per_run["env"] == env) & (per_run["method"] == method)]
             if rows.empty:
                 continue
-            filters = rows["filtered_fraction"].notna().all()
-            column = "filtered_fraction" if filters else "clip_fraction"
-            for r, col in ((0, column), (1, "tv_estimate")):
-                capacities = sorted(rows["capacity"].unique())
+            if objective[method] == "tv_filter":
+                column, name, style = "filtered_fraction", f"{method}: filtered", "o-"
+            elif objective[method] == "clip":
+                column, name, style = "clip_fraction", f"{method}: clipped", "s--"
+            else:
+                column, name, style = "clip_fraction", f"{method}: |w−1| > ε", "^:"
+            for c, col, label in ((0, column, name), (1, "tv_estimate", method)):
                 mean, low, high = np.array([_mean_ci(rows[rows["capacity"] == k][col].to_numpy())
                                             for k in capacities]).T
-                style = "o-" if (r == 1 or filters) else "s--"
-                name = method + ("" if r == 1 else (" (filtered)" if filters else " (clipped)"))
-                axes[r, c].plot(capacities, mean, style, color=colors[method], label=name)
+                axes[r, c].plot(capacities, mean, style if c == 0 else "o-", color=colors[method],
+                                label=label)
                 axes[r, c].fill_between(capacities, low, high, color=colors[method], alpha=0.15)
-        for r, ylabel in ((0, "fraction of samples filtered / clipped"), (1, "TV estimate")):
+        for c, ylabel in ((0, "fraction of samples"), (1, "TV estimate ½ mean |π_θ/β − 1|")):
             ax = axes[r, c]
             ax.set_xscale("log", base=2)
-            capacities = sorted(per_run["capacity"].unique())
             ax.set_xticks(capacities)
             ax.set_xticklabels([str(k) for k in capacities])
             ax.set_xlabel("buffer capacity C")
             ax.set_ylabel(ylabel)
             ax.grid(alpha=0.3)
-            ax.set_title(env)
-        axes[0, c].legend(fontsize=7)
-    fig.suptitle(title or "Filtering vs clipping, and the measured divergence, vs capacity")
+            ax.set_title(f"{env}: " + ("filtered vs clipped" if c == 0 else "measured divergence"),
+                         fontsize=10)
+            ax.legend(fontsize=7)
+    fig.suptitle(title or "Filtering vs clipping, and the measured divergence, vs capacity",
+                 fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -194,7 +205,8 @@ def sensitivity(delta_table: pd.DataFrame | None, ablation_table: pd.DataFrame |
     fig, axes = plt.subplots(1, max(len(panels), 1), squeeze=False, figsize=(6 * max(len(panels), 1), 4.2))
     for ax, (table, name) in zip(axes[0], panels):
         metric_vs_capacity(table, metric, title=name, ax=ax)
-    fig.suptitle(title or f"Sensitivity and ablations (normalised {METRIC_NAMES[metric]}, 95% CIs)")
+    fig.suptitle(title or f"Sensitivity and ablations (normalised {METRIC_NAMES[metric]}, 95% CIs)",
+                 fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -223,14 +235,14 @@ def improvement(table: pd.DataFrame, title: str = ""):
         ax.set_title(f"C = {capacity}")
         ax.set_xlabel(f"P({table['target'].iloc[0]} > baseline)")
         ax.grid(axis="x", alpha=0.3)
-    fig.suptitle(title or "Probability of improvement (95% CIs)")
+    fig.suptitle(title or "Probability of improvement (95% CIs)", fontsize=10)
     fig.tight_layout()
     return fig
 
 
 def performance_profiles(profile: dict, taus: np.ndarray, title: str = ""):
     """Fraction of runs with normalised score > τ, per method, with 95% CI bands."""
-    fig, ax = plt.subplots(figsize=(5.5, 4))
+    fig, ax = plt.subplots(figsize=(7, 4.5))
     methods = [m for m in _methods(pd.DataFrame({"method": list(profile)}))]
     colors = _colors(methods)
     for method in methods:
@@ -241,6 +253,6 @@ def performance_profiles(profile: dict, taus: np.ndarray, title: str = ""):
     ax.set_ylabel("fraction of runs with score > τ")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    ax.set_title(title or "Performance profiles")
+    ax.set_title(title or "Performance profiles", fontsize=9)
     fig.tight_layout()
     return fig

@@ -36,9 +36,10 @@ def random_policy_return(env_name: str, *, episode_length: int, num_episodes: in
     """Mean and standard error of the undiscounted return of uniform actions in [-1, 1]^d.
 
     Same protocol as the trainer's evaluation: fresh random initial states, episodes run until
-    they terminate or reach the time limit.
+    they terminate or reach the time limit. Finished episodes are frozen (stepping a terminated
+    MJX state on under random actions can reach NaN physics; see `sweep.AbsorbingAfterDone`).
     """
-    env = make_env(env_name)
+    env = sweep.AbsorbingAfterDone(make_env(env_name))
 
     @jax.jit
     def episodes(key):
@@ -50,7 +51,7 @@ def random_policy_return(env_name: str, *, episode_length: int, num_episodes: in
             action = jax.random.uniform(step_key, (num_episodes, env.action_size), minval=-1.0,
                                         maxval=1.0)
             state = jax.vmap(env.step)(state, action)
-            episode_return = episode_return + alive * state.reward
+            episode_return = episode_return + jnp.where(alive > 0, state.reward, 0.0)
             return (state, episode_return, alive * (1.0 - state.done)), None
 
         init = (state, jnp.zeros(num_episodes), jnp.ones(num_episodes))
