@@ -1,0 +1,49 @@
+"""Reference returns for score normalisation: per env, a random policy and synchronous PPO-Clip.
+
+    python -m experiments.reference_returns --preset cpu          # writes results/reference_returns.json
+
+Measured at the preset's budget and shapes (PPO-Clip with C = 1, seeds 10000+, disjoint from the
+sweep's); the table keeps one entry per (env, budget) with its provenance. Use the same
+`--total-steps`/`--envs` overrides as the sweep they normalise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+import tyro
+
+from experiments.mujoco_lag_sweep import preset_from
+from vaco_jax import references
+from vaco_jax.config import ConfigError
+
+
+@dataclasses.dataclass
+class Args:
+    preset: str = "cpu"
+    envs: tuple[str, ...] | None = None
+    total_steps: int | None = None
+    num_seeds: int = 5
+    """PPO-Clip seeds."""
+    random_episodes: int = 64
+    out: str = str(references.DEFAULT_PATH)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = tyro.cli(Args, args=argv, description=__doc__.split("\n\n")[0])
+    try:
+        preset = preset_from(dataclasses.replace(args, num_seeds=None))
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    for env in preset.envs:
+        entry = references.measure(preset, env, num_seeds=args.num_seeds,
+                                   random_episodes=args.random_episodes)
+        references.update(args.out, entry)   # one env at a time: a crash keeps what is measured
+    print(f"-> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""vaco_jax.sweep and vaco_jax.references: tidy table, vmapped cells, resume, references."""
+
+import dataclasses
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+import pytest
+from brax.envs.base import Env, State
+
+from vaco_jax import evaluation, io, networks, references, sweep
+from vaco_jax.config import Config, ConfigError
+
+TINY = sweep.PRESETS["tiny"]
+ALGOS = ("vaco", "ppo_clip")
+
+
+@pytest.fixture(scope="module")
+def cells():
+    return sweep.plan(TINY, ["main"], algos=ALGOS)
+
+
+@pytest.fixture(scope="module")
+def full_sweep(cells, tmp_path_factory):
+    """The tiny sweep run once, uninterrupted."""
+    out = tmp_path_factory.mktemp("full")
+    ran = sweep.run_sweep(cells, out, preset=TINY, log=lambda _: None)
+    return out, ran
+
+
+def test_plan_covers_the_grid_in_one_program_per_env_and_algorithm():
+    cells = sweep.plan(sweep.PRESETS["cpu"], ["main"])
+    assert [(c.env, c.algo) for c in cells] == [
+        (env, algo) for env in ("inverted_double_pendulum", "hopper") for algo in sweep.MAIN_ALGOS]
+    for cell in cells:
+        assert len(cell.runs) == 3 * 5 and cell.config.slots == 16 and cell.config.num_evals == 10
+        assert {r.capacity for r in cell.runs} == {1, 4, 16} and {r.seed for r in cell.runs} == set(range(5))
+    delta = sweep.plan(sweep.PRESETS["cpu"], ["delta"])
+    assert sorted({r.delta for r in delta[0].runs}) == [0.05, 0.1, 0.4]     # 0.2 comes from main
+    ablations = sweep.plan(sweep.PRESETS["paper"], ["ablations"])
+    assert {(c.algo, c.config.tv_reference, c.config.filter_mode) for c in ablations} == {
+        ("gae+tv_filter", "behavior", "batch"), ("vtrace_once+clip", "behavior", "batch"),
+        ("vaco", "learner", "batch"), ("vaco", "behavior", "per_sample")}
+    paper = sweep.plan(sweep.PRESETS["paper"])
+    assert len(paper) == 25 and paper[0].config.env_steps == 100_000_000 // (256 * 32 * 40) * 256 * 32 * 40
+
+
+def test_bad_plans_fail_before_compiling():
+    with pytest.raises(ConfigError, match="unknown study"):
+        sweep.plan(TINY, ["nope"])
+    with pytest.raises(ConfigError, match="`capacity` = 0"):
+        sweep.plan(TINY.with_overrides(capacities=(0, 2)))
+    with pytest.raises(ConfigError, match="plan is empty"):
+        sweep.plan(TINY, ["main"], algos=["gae+tv_filter"])
+    split = sweep.plan(TINY.with_overrides(runs_per_call=4), ["main"], algos=["vaco"])
+    assert [len(c.runs) for c in split] == [4, 2] and split[1].cell_id.endswith("#1")
+
+
+def test_tidy_table(full_sweep, cells):
+    out, ran = full_sweep
+    assert ran == [c.cell_id for c in cells]
+    table = sweep.load_results(out)
+    config = TINY.env_base("toy_reach")
+    assert len(table) == len(cells) * 2 * 3 * config.num_evals
+    assert not table.duplicated(["algo", "capacity", "seed", "eval_index"]).any()
+    last = table[table["eval_index"] == config.num_evals - 1]
+    assert set(last["step"]) == {config.env_steps} and set(table["budget"]) == {config.env_steps}
+    assert np.isfinite(table["eval_return"]).all()
+    vaco, ppo = table[table["algo"] == "vaco"], table[table["algo"] == "ppo_clip"]
+    assert vaco["filtered_fraction"].between(0, 1).all() and ppo["filtered_fraction"].isna().all()
+    # The realised lag follows the capacity: none at C = 1, up to C − 1 otherwise.
+    assert (table[table["capacity"] == 1]["snapshot_age_max"] == 0).all()
+    assert table[table["capacity"] == 4]["snapshot_age_max"].between(1, 3).all()
+    assert (table[table["capacity"] == 1]["behavior_tv"] < 1e-5).all()
+    record = sweep.load_cells(out).iloc[0]
+    assert record["runs"] == 6 and record["sps"] > 0 and record["fingerprint"] == cells[0].fingerprint()
+    plan = json.loads((out / sweep.PLAN).read_text())
+    assert plan["cells"][cells[0].cell_id]["config"]["max_capacity"] == 4 and "versions" in plan
+
+
+def test_each_run_equals_a_single_run_with_its_capacity_and_seed(full_sweep, cells):
+    out, _ = full_sweep
+    table = sweep.load_results(out)
+    cell = cells[0]
+    alone = dataclasses.replace(cell, runs=(sweep.Run(4, 0.2, 2),))
+    rows, _ = sweep.run_cell(alone)
+    expected = table[(table["algo"] == cell.algo) & (table["capacity"] == 4) & (table["seed"] == 2)]
+    np.testing.assert_allclose([r["eval_return"] for r in rows], expected["eval_return"], rtol=1e-4)
+
+
+def test_interrupted_sweep_resumes_without_redoing_finished_cells(full_sweep, cells, tmp_path):
+    full_out, _ = full_sweep
+    assert sweep.run_sweep(cells, tmp_path, max_cells=1, log=lambda _: None) == [cells[0].cell_id]
+    first = (tmp_path / sweep.RESULTS).read_text()
+    # A crash in the middle of the second cell: some of its rows and a torn line, no record.
+    partial = [dict(r, cell=cells[1].cell_id, eval_return=-1e9) for r in io.read_jsonl(tmp_path / sweep.RESULTS)[:3]]
+    io.append_jsonl(tmp_path / sweep.RESULTS, partial)
+    with open(tmp_path / sweep.RESULTS, "a") as f:
+        f.write('{"cell": "main/toy_reach/ppo_cl')
+    assert len(sweep.load_results(tmp_path)) == len(first.splitlines())   # partial rows not loaded
+
+    assert sweep.run_sweep(cells, tmp_path, log=lambda _: None) == [cells[1].cell_id]
+    assert (tmp_path / sweep.RESULTS).read_text().startswith(first)      # finished cell untouched
+    pd.testing.assert_frame_equal(sweep.load_results(tmp_path), sweep.load_results(full_out))
+    assert sweep.run_sweep(cells, tmp_path, log=lambda _: None) == []    # nothing left to do
+
+
+def test_a_changed_config_is_never_mixed_into_finished_results(full_sweep):
+    out, _ = full_sweep
+    changed = sweep.plan(TINY.with_overrides(learning_rate=3e-3), ["main"], algos=ALGOS)
+    with pytest.raises(sweep.SweepError, match="different config"):
+        sweep.run_sweep(changed, out, log=lambda _: None)
+
+
+class _BlowsUpAfterTheEnd(Env):
+    """Reward 1 per step, terminates at step 3; stepped on after that, its 'physics' is NaN."""
+
+    def reset(self, rng):
+        zero = jnp.zeros(())
+        return State(zero, jnp.zeros(1), zero, zero, {}, {})
+
+    def step(self, state, action):
+        t = state.pipeline_state + 1.0
+        return state.replace(pipeline_state=t, obs=jnp.full(1, t),
+                             reward=jnp.where(t > 3, jnp.nan, 1.0), done=(t >= 3).astype(jnp.float32))
+
+    observation_size, action_size, backend = 1, 1, "jax"
+
+
+def test_evaluation_through_the_absorbing_wrapper_ignores_steps_after_the_end():
+    env = sweep.AbsorbingAfterDone(_BlowsUpAfterTheEnd())
+    config = Config(env="toy_bandit")
+    actor, _ = networks.make_networks(config, 1)
+    params = networks.init_params(jax.random.PRNGKey(0), config, 1, 1)["actor"]
+    value = evaluation.evaluate(env, actor, params, networks.init_normalizer(1), jax.random.PRNGKey(1),
+                                num_episodes=2, episode_length=10, normalize_obs=False)
+    assert float(value) == 3.0
+
+
+def test_random_policy_return_is_the_analytic_value():
+    # toy_bandit: one step per episode, reward −(a − ½)², a ~ U[−1, 1]: E = −(⅓ + ¼) = −7/12.
+    mean, sem = references.random_policy_return("toy_bandit", episode_length=5, num_episodes=16384)
+    assert abs(mean + 7 / 12) < 4 * sem and sem < 0.01
+
+
+def test_reference_entry_normalises_the_sweep(full_sweep, tmp_path):
+    out, _ = full_sweep
+    # The same measurement as notebooks/analysis.ipynb makes (one compiled program, cached).
+    entry = references.measure(TINY, "toy_reach", num_seeds=3, random_episodes=16, log=lambda _: None)
+    assert entry["budget"] == TINY.env_base("toy_reach").env_steps
+    assert entry["ppo_sync_seeds"] == [references.REFERENCE_SEED + s for s in range(3)]
+    assert entry["ppo_sync_return"] == pytest.approx(np.mean(entry["ppo_sync_final_returns"]))
+    assert entry["config"]["algo"] == "ppo_clip" and entry["config"]["max_capacity"] == 1
+    assert "versions" in entry and entry["random_return"] < entry["ppo_sync_return"]
+    references.update(tmp_path / "refs.json", entry)
+    scored = references.add_scores(sweep.load_results(out), references.load(tmp_path / "refs.json"))
+    expected = ((scored["eval_return"] - entry["random_return"])
+                / (entry["ppo_sync_return"] - entry["random_return"]))
+    np.testing.assert_allclose(scored["score"], expected)
+
+
+def test_cli_dry_run_lists_the_cpu_preset(capsys):
+    from experiments import mujoco_lag_sweep
+
+    assert mujoco_lag_sweep.main(["--preset", "cpu", "--dry-run"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 11 and lines[-1].startswith("10 cells")
+    assert mujoco_lag_sweep.main(["--preset", "nope", "--dry-run"]) == 2

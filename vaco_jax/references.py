@@ -1,0 +1,136 @@
+"""Reference returns for score normalisation (SPEC §7).
+
+Per env, at a preset's budget: the return of a uniformly random policy and of synchronous
+(`C = 1`) PPO-Clip. The normalised score of a run is `(R − R_random) / (R_ppo_sync − R_random)`
+(`vaco_jax.stats.normalize`): 0 = random, 1 = what synchronous PPO-Clip reaches with the same
+budget, network and shapes.
+
+The table is a versioned JSON file (default `results/reference_returns.json`), one entry per
+(env, budget in env steps per run) with its provenance: budget, seeds, the full config, library versions, git commit.
+PPO-Clip's reference seeds start at `REFERENCE_SEED` so they are disjoint from the sweep's seeds
+(the sweep's own C = 1 PPO-Clip runs are *not* normalised by themselves).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+
+from vaco_jax import io, stats, sweep
+from vaco_jax.envs import make_env
+
+SCHEMA_VERSION = 1
+REFERENCE_SEED = 10_000
+DEFAULT_PATH = Path("results") / "reference_returns.json"
+
+
+def random_policy_return(env_name: str, *, episode_length: int, num_episodes: int = 64,
+                         seed: int = 0) -> tuple[float, float]:
+    """Mean and standard error of the undiscounted return of uniform actions in [-1, 1]^d.
+
+    Same protocol as the trainer's evaluation: fresh random initial states, episodes run until
+    they terminate or reach the time limit. Finished episodes are frozen (stepping a terminated
+    MJX state on under random actions can reach NaN physics; see `sweep.AbsorbingAfterDone`).
+    """
+    env = sweep.AbsorbingAfterDone(make_env(env_name))
+
+    @jax.jit
+    def episodes(key):
+        reset_key, action_key = jax.random.split(key)
+        state = jax.vmap(env.reset)(jax.random.split(reset_key, num_episodes))
+
+        def step(carry, step_key):
+            state, episode_return, alive = carry
+            action = jax.random.uniform(step_key, (num_episodes, env.action_size), minval=-1.0,
+                                        maxval=1.0)
+            state = jax.vmap(env.step)(state, action)
+            episode_return = episode_return + jnp.where(alive > 0, state.reward, 0.0)
+            return (state, episode_return, alive * (1.0 - state.done)), None
+
+        init = (state, jnp.zeros(num_episodes), jnp.ones(num_episodes))
+        (_, episode_return, _), _ = jax.lax.scan(step, init,
+                                                 jax.random.split(action_key, episode_length))
+        return episode_return
+
+    returns = np.asarray(episodes(jax.random.PRNGKey(seed)), np.float64)
+    return float(returns.mean()), float(returns.std(ddof=1) / np.sqrt(num_episodes))
+
+
+def measure(preset: sweep.Preset, env: str, *, num_seeds: int = 5, random_episodes: int = 64,
+            log=print) -> dict:
+    """One table entry: random-policy and synchronous PPO-Clip returns on `env` at `preset`'s budget.
+
+    PPO-Clip runs with capacity 1 and the preset's shapes and budget, `num_seeds` seeds from
+    `REFERENCE_SEED`, in one vmapped program; its reference return is the mean final evaluation.
+    """
+    config = dataclasses.replace(preset.env_base(env), algo="ppo_clip", capacity=1, max_capacity=1)
+    runs = tuple(sweep.Run(1, config.delta, REFERENCE_SEED + s) for s in range(num_seeds))
+    cell = sweep.Cell("reference", env, "ppo_clip", "default", config, runs)
+    rows, record = sweep.run_cell(cell)
+    final = [r["eval_return"] for r in rows if r["eval_index"] == config.num_evals - 1]
+    random_mean, random_sem = random_policy_return(
+        env, episode_length=config.episode_length, num_episodes=random_episodes)
+    log(f"{env}: random {random_mean:.1f} ± {random_sem:.1f}, ppo_clip C=1 "
+        f"{np.mean(final):.1f} (seeds {np.round(final, 1).tolist()}), {record['wall_seconds']:.0f} s")
+    return {
+        "preset": preset.name, "env": env, "budget": config.env_steps,
+        "random_return": random_mean, "random_return_sem": random_sem,
+        "random_episodes": random_episodes,
+        "ppo_sync_return": float(np.mean(final)), "ppo_sync_final_returns": final,
+        "ppo_sync_seeds": [r.seed for r in runs],
+        "config": sweep._config_dict(config), "seconds": record["wall_seconds"],
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S"), **io.provenance(),
+    }
+
+
+def load(path: str | Path = DEFAULT_PATH) -> dict:
+    path = Path(path)
+    if not path.exists():
+        return {"schema_version": SCHEMA_VERSION, "entries": []}
+    table = json.loads(path.read_text())
+    if table.get("schema_version") != SCHEMA_VERSION:
+        raise ValueError(f"{path}: schema_version {table.get('schema_version')} is not "
+                         f"{SCHEMA_VERSION}; re-measure with experiments/reference_returns.py")
+    return table
+
+
+def update(path: str | Path, entry: dict) -> None:
+    """Add the entry, replacing any earlier one for the same (env, budget); atomic write."""
+    table = load(path)
+    entries = [e for e in table["entries"]
+               if (e["env"], e["budget"]) != (entry["env"], entry["budget"])]
+    entries.append(entry)
+    entries.sort(key=lambda e: (e["preset"], e["env"]))
+    io.write_json_atomic(path, {"schema_version": SCHEMA_VERSION, "entries": entries})
+
+
+def lookup(table: dict, env: str, budget: int) -> dict:
+    """The entry for `env` measured at exactly `budget` env steps per run."""
+    matches = [e for e in table["entries"] if e["env"] == env and e["budget"] == budget]
+    if len(matches) > 1:
+        raise KeyError(f"{len(matches)} reference entries for env {env!r} at budget {budget:,}")
+    if not matches:
+        have = [(e["preset"], e["env"], e["budget"]) for e in table["entries"]]
+        raise KeyError(f"no reference returns for env {env!r} at budget {budget:,} steps "
+                       f"(table has {have}); run `python -m experiments.reference_returns "
+                       f"--preset <the sweep's preset>`")
+    return matches[-1]
+
+
+def add_scores(results: pd.DataFrame, table: dict, column: str = "eval_return") -> pd.DataFrame:
+    """A copy of a sweep table with `score`, the normalised `column`, per row's (env, budget)."""
+    results = results.copy()
+    score = np.full(len(results), np.nan)
+    for (env, budget), index in results.groupby(["env", "budget"]).groups.items():
+        entry = lookup(table, env, int(budget))
+        score[results.index.get_indexer(index)] = stats.normalize(
+            results.loc[index, column].to_numpy(), entry["random_return"], entry["ppo_sync_return"])
+    results["score"] = score
+    return results

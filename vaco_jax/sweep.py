@@ -1,0 +1,395 @@
+"""Lag sweeps (SPEC §7): algorithms × buffer capacities × envs × seeds, as a tidy table.
+
+A sweep is planned as **cells**. A cell is one compiled program: one (env, algorithm, static
+variant) whose runs — every capacity × δ × seed — are `jax.vmap`ped together (capacity and δ are
+`HParams` leaves; the ring buffer allocates `max(capacities)` slots and masks the rest). A cell is
+the unit of resumption: when it finishes, its rows are appended to `results.jsonl` and then its
+completion record to `cells.jsonl`. Re-running the same command skips every finished cell (checked by
+fingerprint, so a changed config is never silently mixed in) and drops rows of a cell that was
+interrupted. Nothing already written is rewritten except to discard such partial rows, atomically.
+
+Output directory:
+    sweep.json      the plan (preset, cells with their configs and runs) and provenance
+    results.jsonl   one row per run × evaluation: cell, study, env, algo, variant, capacity, delta,
+                    seed, eval_index, step, budget, eval_return, filtered/clip fraction, TV estimate,
+                    snapshot age, ... (`load_results` returns it as a pandas DataFrame)
+    cells.jsonl     one record per finished cell: fingerprint, timings, steps/s, git commit
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+from brax import envs as brax_envs
+
+from vaco_jax import io
+from vaco_jax.config import Config, ConfigError, validate
+from vaco_jax.trainer import Trainer, stack_hparams
+
+MAIN_ALGOS = ("vaco", "ppo_clip", "ppo_kl", "spo", "impala")
+DELTAS = (0.05, 0.1, 0.2, 0.4)
+RESULTS, CELLS, PLAN = "results.jsonl", "cells.jsonl", "sweep.json"
+CLI_ONLY_FIELDS = ("out", "progress", "overwrite", "seed", "num_seeds")
+
+
+class SweepError(RuntimeError):
+    """A sweep directory holds results that do not match the requested sweep."""
+
+
+# --- what to run --------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """A named set of static `Config` overrides (they change the compiled program)."""
+
+    name: str = "default"
+    overrides: tuple[tuple[str, Any], ...] = ()
+
+
+DEFAULT = Variant()
+
+
+@dataclasses.dataclass(frozen=True)
+class Study:
+    """Which (algorithm, variant) pairs to run on every env, and the δ values to vmap over.
+
+    `deltas = ()` keeps the preset's δ.
+    """
+
+    name: str
+    entries: tuple[tuple[str, Variant], ...]
+    deltas: tuple[float, ...] = ()
+
+
+STUDIES = {
+    # The paper's claim: return vs capacity for VACO and the four baselines.
+    "main": Study("main", tuple((algo, DEFAULT) for algo in MAIN_ALGOS)),
+    # δ sensitivity of VACO. δ = 0.2 (the default) comes from the main study's VACO runs.
+    "delta": Study("delta", (("vaco", DEFAULT),), deltas=tuple(d for d in DELTAS if d != 0.2)),
+    # Align vs Filter, and the filter's switches (SPEC §3.2, §4).
+    "ablations": Study("ablations", (
+        ("gae+tv_filter", DEFAULT),
+        ("vtrace_once+clip", DEFAULT),
+        ("vaco", Variant("tv_reference=learner", (("tv_reference", "learner"),))),
+        ("vaco", Variant("filter_mode=per_sample", (("filter_mode", "per_sample"),))),
+    )),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    """A sweep at one scale: envs, capacities, seeds, and the shared (and per-env) config."""
+
+    name: str
+    envs: tuple[str, ...]
+    capacities: tuple[int, ...]
+    num_seeds: int
+    config: dict[str, Any]
+    env_config: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    seed: int = 0
+    runs_per_call: int = 0
+    """Split a cell's runs into programs of at most this many runs (0 = all in one; for memory)."""
+    description: str = ""
+
+    def env_base(self, env: str) -> Config:
+        """The config every run on `env` shares (capacity/δ/seed are set per run)."""
+        fields = {**self.config, **self.env_config.get(env, {})}
+        return Config(env=env, capacity=max(self.capacities), max_capacity=max(self.capacities),
+                      **fields)
+
+    def with_overrides(self, **overrides) -> "Preset":
+        """A reduced (or enlarged) copy: envs, capacities, num_seeds, seed, runs_per_call, or any
+        Config field (applied to every env, replacing per-env values of that field)."""
+        own = {k: overrides.pop(k) for k in list(overrides) if k in
+               ("envs", "capacities", "num_seeds", "seed", "runs_per_call")}
+        env_config = {env: {k: v for k, v in fields.items() if k not in overrides}
+                      for env, fields in self.env_config.items()}
+        return dataclasses.replace(self, **own, config={**self.config, **overrides},
+                                   env_config=env_config)
+
+
+_CPU_SHAPES = dict(num_envs=32, unroll_length=32, num_epochs=4, num_minibatches=8, num_actors=4,
+                   episode_length=1000, num_evals=10, eval_envs=4)
+
+PRESETS: dict[str, Preset] = {
+    "tiny": Preset(
+        "tiny", envs=("toy_reach",), capacities=(1, 4), num_seeds=3,
+        config=dict(num_envs=8, unroll_length=8, num_epochs=2, num_minibatches=2, num_actors=2,
+                    episode_length=50, num_evals=4, eval_envs=4, total_steps=16_384,
+                    learning_rate=1e-3),
+        description="seconds on CPU: tests and the notebooks under VACO_JAX_TINY=1"),
+    "smoke": Preset(
+        "smoke", envs=("inverted_double_pendulum",), capacities=(1, 4, 16), num_seeds=2,
+        config={**_CPU_SHAPES, "num_evals": 4, "total_steps": 32_768},
+        description="the CPU preset's shapes at a tiny budget, one env: checks the pipeline end to end"),
+    "cpu": Preset(
+        "cpu", envs=("inverted_double_pendulum", "hopper"), capacities=(1, 4, 16), num_seeds=5,
+        config={**_CPU_SHAPES, "total_steps": 204_800},
+        env_config={"hopper": {"total_steps": 102_400}},
+        description="2-core CPU, main study < 45 min (see README)"),
+    "paper": Preset(
+        "paper", envs=("ant", "halfcheetah", "hopper", "walker2d", "humanoid"),
+        capacities=(1, 2, 4, 8, 16), num_seeds=10,
+        config=dict(num_envs=256, unroll_length=32, num_epochs=4, num_minibatches=8, num_actors=16,
+                    episode_length=1000, num_evals=40, eval_envs=32, total_steps=100_000_000),
+        description="the paper's scale (100M steps); for an accelerator"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    capacity: int
+    delta: float
+    seed: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    """One compiled program: a static config and the runs vmapped through it."""
+
+    study: str
+    env: str
+    algo: str
+    variant: str
+    config: Config
+    runs: tuple[Run, ...]
+    part: int = -1          # index of this slice of the runs when a cell is split (-1: not split)
+
+    @property
+    def cell_id(self) -> str:
+        suffix = f"#{self.part}" if self.part >= 0 else ""
+        return f"{self.study}/{self.env}/{self.algo}/{self.variant}{suffix}"
+
+    def fingerprint(self) -> str:
+        """Hash of everything that determines the cell's results (config and runs)."""
+        spec = {"config": _config_dict(self.config), "runs": [dataclasses.asdict(r) for r in self.runs]}
+        return hashlib.sha256(json.dumps(io.to_jsonable(spec), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def plan(preset: Preset, studies: Sequence[str] = ("main",),
+         algos: Sequence[str] | None = None) -> list[Cell]:
+    """The cells of `studies` at `preset`'s scale (only `algos`, if given), validated before
+    anything compiles."""
+    unknown = [s for s in studies if s not in STUDIES]
+    if unknown:
+        raise ConfigError(f"unknown study {unknown}; allowed values are {list(STUDIES)}")
+    cells = []
+    for study_name in studies:
+        study = STUDIES[study_name]
+        for env in preset.envs:
+            base = preset.env_base(env)
+            deltas = study.deltas or (base.delta,)
+            runs = tuple(Run(c, float(d), preset.seed + s)
+                         for c in preset.capacities for d in deltas for s in range(preset.num_seeds))
+            for algo, variant in study.entries:
+                if algos is not None and algo not in algos:
+                    continue
+                config = dataclasses.replace(base, algo=algo, **dict(variant.overrides))
+                validate(config)
+                for run in runs:
+                    validate(dataclasses.replace(config, capacity=run.capacity, delta=run.delta))
+                for part, part_runs in _split(runs, preset.runs_per_call):
+                    cells.append(Cell(study_name, env, algo, variant.name, config, part_runs, part))
+    ids = [c.cell_id for c in cells]
+    if not cells:
+        raise ConfigError(f"the plan is empty: no algorithm of {list(algos or [])} is in studies "
+                          f"{list(studies)}")
+    if len(set(ids)) != len(ids):
+        raise ConfigError(f"studies {list(studies)} plan the same cell twice: {ids}")
+    return cells
+
+
+def _split(runs, per_call: int):
+    if per_call <= 0 or per_call >= len(runs):
+        return [(-1, runs)]
+    return [(i, runs[k:k + per_call]) for i, k in enumerate(range(0, len(runs), per_call))]
+
+
+def _config_dict(config: Config) -> dict:
+    return {k: v for k, v in dataclasses.asdict(config).items() if k not in CLI_ONLY_FIELDS}
+
+
+# --- running one cell ---------------------------------------------------------------------------
+class AbsorbingAfterDone(brax_envs.Wrapper):
+    """Freeze an episode once it has ended: later steps return the final state with reward 0.
+
+    Work-around for `vaco_jax.evaluation.evaluate` (core, not ours to edit): it keeps stepping
+    finished episodes to the time limit and adds `alive · reward`. A terminated MJX state stepped on
+    for hundreds of steps can reach NaN physics; `0 · NaN = NaN` then poisons the eval return, and
+    NaN states make the constraint solver ~20× slower (inverted_double_pendulum: eval return NaN and
+    41.6 s per chunk, vs 1.8 s with this wrapper; training metrics identical). The return of every
+    episode is unchanged. Remove once `evaluate` masks finished episodes itself.
+    """
+
+    def step(self, state, action):
+        next_state = self.env.step(state, action)
+        done = state.done > 0.5
+        frozen = state.replace(reward=jnp.zeros_like(state.reward))
+        return jax.tree.map(lambda old, new: jnp.where(done, old, new), frozen, next_state)
+
+
+def run_cell(cell: Cell, progress: Callable[[int, int], None] | None = None) -> tuple[list[dict], dict]:
+    """Train every run of `cell` in one vmapped program; returns (tidy rows, timing record).
+
+    Run i uses `PRNGKey(run.seed)`, so a seed sees the same key at every capacity, δ and algorithm
+    (common random numbers) and equals a single `python -m vaco_jax.train --seed <seed>` run.
+    """
+    start = time.perf_counter()
+    config = cell.config
+    trainer = Trainer(config)
+    trainer.env = AbsorbingAfterDone(trainer.env)   # only the evaluation uses trainer.env
+    hparams = stack_hparams([dataclasses.replace(config, capacity=r.capacity, delta=r.delta).hparams()
+                             for r in cell.runs])
+    keys = jnp.stack([jax.random.PRNGKey(r.seed) for r in cell.runs])
+    state = jax.jit(jax.vmap(trainer.init))(keys, hparams)
+    compile_start = time.perf_counter()
+    chunk = jax.jit(jax.vmap(trainer.run_chunk), donate_argnums=0).lower(state).compile()
+    compile_seconds = time.perf_counter() - compile_start
+
+    rows, train_seconds = [], 0.0
+    for eval_index in range(config.num_evals):
+        chunk_start = time.perf_counter()
+        state, metrics = chunk(state)
+        metrics = jax.device_get(metrics)
+        train_seconds += time.perf_counter() - chunk_start
+        rows.extend(_rows(cell, eval_index, metrics))
+        if progress is not None:
+            progress(eval_index + 1, config.num_evals)
+    steps = config.env_steps * len(cell.runs)
+    record = {
+        "cell": cell.cell_id, "fingerprint": cell.fingerprint(), "runs": len(cell.runs),
+        "env_steps_per_run": config.env_steps, "compile_seconds": compile_seconds,
+        "train_seconds": train_seconds, "wall_seconds": time.perf_counter() - start,
+        "sps": steps / train_seconds, "diverged_runs": _diverged(rows),
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"), **io.provenance(),
+    }
+    return rows, record
+
+
+def _rows(cell: Cell, eval_index: int, metrics: dict) -> list[dict]:
+    """One tidy row per run for this evaluation."""
+    scalars = {k: np.asarray(v) for k, v in metrics.items() if k not in ("env_steps", "iteration")}
+    rows = []
+    for i, run in enumerate(cell.runs):
+        row = {"cell": cell.cell_id, "study": cell.study, "env": cell.env, "algo": cell.algo,
+               "variant": cell.variant, "capacity": run.capacity, "delta": run.delta, "seed": run.seed,
+               "eval_index": eval_index, "step": int(metrics["env_steps"][i]),
+               "iteration": int(metrics["iteration"][i]), "budget": cell.config.env_steps}
+        row.update({k: float(v[i]) for k, v in scalars.items()})
+        rows.append(row)
+    return rows
+
+
+def _diverged(rows: list[dict]) -> list[int]:
+    return sorted({r["seed"] for r in rows if not math.isfinite(r.get("loss", 0.0))})
+
+
+# --- the sweep ----------------------------------------------------------------------------------
+def run_sweep(cells: Sequence[Cell], out: str | Path, *, preset: Preset | None = None,
+              max_cells: int | None = None, log: Callable[[str], None] = print,
+              progress: bool = False) -> list[str]:
+    """Run every unfinished cell of `cells` into `out`, resuming; returns the ids of cells run now.
+
+    `max_cells` stops after that many cells have run (a reduced run; resume later with the same
+    command). A finished cell whose fingerprint differs from the requested one raises `SweepError`.
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    finished = _finished_cells(out)
+    for cell in cells:
+        if cell.cell_id in finished and finished[cell.cell_id]["fingerprint"] != cell.fingerprint():
+            raise SweepError(
+                f"{out} already holds cell {cell.cell_id!r} run with a different config or runs "
+                f"(fingerprint {finished[cell.cell_id]['fingerprint']} != {cell.fingerprint()}); "
+                f"use another --out directory")
+    _discard_unfinished_rows(out, finished)
+    _write_plan(out, cells, preset)
+
+    todo_all = [c for c in cells if c.cell_id not in finished]
+    todo = todo_all if max_cells is None else todo_all[:max_cells]
+    log(f"sweep {out}: {len(cells)} cells, {len(cells) - len(todo_all)} already finished, "
+        f"running {len(todo)}")
+    ran = []
+    for n, cell in enumerate(todo, 1):
+        bar = _progress_bar(cell, n, len(todo)) if progress else None
+        rows, record = run_cell(cell, (lambda i, total: bar.update(1)) if bar else None)
+        if bar is not None:
+            bar.close()
+        io.append_jsonl(out / RESULTS, rows)      # rows first: a cell counts only once recorded
+        io.append_jsonl(out / CELLS, [record])
+        ran.append(cell.cell_id)
+        final = np.mean([r["eval_return"] for r in rows if r["eval_index"] == cell.config.num_evals - 1])
+        log(f"[{n}/{len(todo)}] {cell.cell_id}: {len(cell.runs)} runs, compile "
+            f"{record['compile_seconds']:.1f} s, train {record['train_seconds']:.1f} s "
+            f"({record['sps']:,.0f} steps/s), mean final eval return {final:.1f}")
+    return ran
+
+
+def _finished_cells(out: Path) -> dict[str, dict]:
+    path = out / CELLS
+    return {r["cell"]: r for r in io.read_jsonl(path)} if path.exists() else {}
+
+
+def _discard_unfinished_rows(out: Path, finished: dict) -> None:
+    """Rewrite results.jsonl without rows of cells that never finished (or a torn last line)."""
+    path = out / RESULTS
+    if not path.exists():
+        return
+    lines = path.read_text().splitlines()
+    rows = io.read_jsonl(path)
+    keep = [r for r in rows if r["cell"] in finished]
+    if len(keep) == len(lines):
+        return
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.unlink(missing_ok=True)
+    io.append_jsonl(tmp, keep)
+    tmp.replace(path)
+
+
+def _write_plan(out: Path, cells: Sequence[Cell], preset: Preset | None) -> None:
+    """sweep.json: the union of every plan run into this directory, with provenance."""
+    path = out / PLAN
+    old = json.loads(path.read_text()) if path.exists() else {"cells": {}}
+    plan_cells = dict(old["cells"])
+    for cell in cells:
+        plan_cells[cell.cell_id] = {
+            "fingerprint": cell.fingerprint(), "study": cell.study, "env": cell.env,
+            "algo": cell.algo, "variant": cell.variant, "config": _config_dict(cell.config),
+            "runs": [dataclasses.asdict(r) for r in cell.runs]}
+    data = {"preset": dataclasses.asdict(preset) if preset else old.get("preset"),
+            "cells": plan_cells, **io.provenance()}
+    io.write_json_atomic(path, data)
+
+
+def _progress_bar(cell: Cell, n: int, total: int):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=cell.config.num_evals, unit="eval", desc=f"[{n}/{total}] {cell.cell_id}",
+                dynamic_ncols=True, leave=False)
+
+
+# --- reading results ----------------------------------------------------------------------------
+def load_results(out: str | Path) -> pd.DataFrame:
+    """The tidy table of every finished cell in `out` (rows of unfinished cells are left out)."""
+    out = Path(out)
+    if not (out / RESULTS).exists():
+        raise FileNotFoundError(f"no sweep results in {out} (expected {out / RESULTS}); run "
+                                f"`python -m experiments.mujoco_lag_sweep --out {out}` first")
+    finished = _finished_cells(out)
+    table = pd.DataFrame(io.read_jsonl(out / RESULTS))
+    return table[table["cell"].isin(finished)].reset_index(drop=True)
+
+
+def load_cells(out: str | Path) -> pd.DataFrame:
+    """One row per finished cell: timings, steps/s, fingerprint, git commit."""
+    return pd.DataFrame(list(_finished_cells(Path(out)).values()))
