@@ -236,8 +236,9 @@ def _describe_divergence(config: Config, health, index: int) -> str:
     flags = int(health["nonfinite"][index])
     what = [name for bit, name in QUANTITIES if flags & bit]
     iteration = int(health["iteration"][index])
+    what = ", ".join(what[:-1]) + " and " + what[-1] if len(what) > 1 else what[0]
     return (f"seed {config.seed + index} (index {index} of {config.num_seeds}) produced a non-finite "
-            f"{' and '.join(what)} in learner iteration {iteration + 1} of {config.num_iterations} "
+            f"{what} in learner iteration {iteration + 1} of {config.num_iterations} "
             f"(after {iteration * config.batch_size:,} env steps)")
 
 
