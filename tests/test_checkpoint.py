@@ -18,16 +18,16 @@ import pytest
 
 from vaco_jax import Config, ConfigError, io
 from vaco_jax.checkpoint import CheckpointError, RunCheckpoints
-from vaco_jax.train import Program, main, run
+from vaco_jax.train import Program, checkpoint_due, main, run
 
 from conftest import CACHE_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
-# 2 seeds, 6 chunks of 20 iterations: small, but a chunk takes longer than writing a checkpoint.
+# 2 seeds, 6 chunks of 20 iterations, a checkpoint after every chunk whatever it costs (budget 1).
 BASE = Config(env="toy_reach", algo="vaco", num_seeds=2, num_envs=8, unroll_length=8, num_epochs=2,
               num_minibatches=2, num_actors=2, episode_length=20, eval_envs=4,
               actor_hidden=(16, 16), critic_hidden=(16, 16), capacity=3, max_capacity=4,
-              num_evals=6, total_steps=8 * 8 * 20 * 6, progress=False)
+              num_evals=6, total_steps=8 * 8 * 20 * 6, progress=False, checkpoint_budget=1.0)
 
 
 def cli_args(config: Config) -> list[str]:
@@ -35,7 +35,8 @@ def cli_args(config: Config) -> list[str]:
     args = []
     for name in ["env", "algo", "num_seeds", "num_envs", "unroll_length", "num_epochs",
                  "num_minibatches", "num_actors", "episode_length", "eval_envs", "capacity",
-                 "max_capacity", "num_evals", "total_steps", "learning_rate", "ent_coef"]:
+                 "max_capacity", "num_evals", "total_steps", "learning_rate", "ent_coef",
+                 "checkpoint_budget"]:
         args += ["--" + name.replace("_", "-"), str(getattr(config, name))]
     return args + ["--actor-hidden", "16", "16", "--critic-hidden", "16", "16", "--no-progress"]
 
@@ -183,3 +184,16 @@ def test_a_new_run_does_not_clobber_an_unfinished_one(partial_run, tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(CheckpointError, match="has no checkpoints"):
         run(dataclasses.replace(BASE, resume=str(tmp_path / "empty")))
+
+
+def test_checkpoint_cadence_keeps_writing_within_its_budget():
+    config = dataclasses.replace(BASE, checkpoint_budget=0.05, checkpoint_every=1)
+    # A write of 0.1 s is due once 0.1 · 0.95 / 0.05 = 1.9 s have passed since the last one.
+    assert not checkpoint_due(config, 2, last_save_seconds=0.1, seconds_since_save=1.0)
+    assert checkpoint_due(config, 2, last_save_seconds=0.1, seconds_since_save=2.0)
+    assert checkpoint_due(config, 4, last_save_seconds=0.1, seconds_since_save=0.0, last=True)
+    assert checkpoint_due(dataclasses.replace(config, checkpoint_budget=1.0), 2, 5.0, 0.0)
+    every_3 = dataclasses.replace(config, checkpoint_every=3)
+    assert [c for c in range(1, 7) if checkpoint_due(every_3, c, 0.0, 1.0, last=c == 6)] == [3, 6]
+    never = dataclasses.replace(config, checkpoint_every=0)
+    assert not any(checkpoint_due(never, c, 0.0, 1.0, last=c == 6) for c in range(1, 7))

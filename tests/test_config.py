@@ -75,6 +75,7 @@ def test_every_field_refuses_a_value_of_the_wrong_type(field):
     (dict(critic_hidden=(64, 0)), "critic_hidden", "non-empty tuple of positive layer widths"),
     (dict(checkpoint_every=-1), "checkpoint_every", ">= 0"),
     (dict(keep_checkpoints=0), "keep_checkpoints", ">= 1"),
+    (dict(checkpoint_budget=0.0), "checkpoint_budget", "(0, 1]"),
     (dict(on_nan="ignore"), "on_nan", "'skip-seed'"),
 ])
 def test_out_of_range_values_are_refused_naming_field_value_and_allowed(changes, field, allowed):

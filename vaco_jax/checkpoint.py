@@ -58,8 +58,9 @@ def checkpoint_dir(run_dir) -> Path:
 class RunCheckpoints:
     """The checkpoints of one run directory.
 
-    `save` hands the arrays to orbax, which writes them in a background thread while the next chunk
-    computes; with `wait=True` it returns only once the checkpoint is complete on disk.
+    `save` returns once the checkpoint is complete on disk (`wait=False`: once orbax has taken the
+    arrays, writing on in a background thread). The CLI overlaps writing with computing by
+    dispatching the next chunk before it saves the last one.
     """
 
     def __init__(self, run_dir, *, keep: int = 2, create: bool = True):
@@ -73,17 +74,19 @@ class RunCheckpoints:
         self.manager = ocp.CheckpointManager(self.directory.absolute(), options=options,
                                              item_names=("arrays", "meta"))
         self._git_commit = io.provenance()["git_commit"]
+        self._versions = _versions()
 
     # --- writing ---------------------------------------------------------------------------------
     def save(self, chunk: int, state, history: dict, config: Config, *, wait: bool = True) -> None:
         paths, leaves, treedef = _flatten(state)
-        host_leaves, host_history = _to_host(leaves), {k: np.asarray(v) for k, v in history.items()}
+        # Copies: the caller goes on filling `history` while orbax may still be writing.
+        host_leaves, host_history = _to_host(leaves), {k: np.array(v) for k, v in history.items()}
         meta = {
             "format": FORMAT,
             "chunk": chunk,
             "num_chunks": config.num_evals,
             "config": to_json_dict(config),
-            "versions": _versions(),
+            "versions": self._versions,
             "leaves": [[p, list(np.shape(x)), str(np.asarray(x).dtype)]
                        for p, x in zip(paths, host_leaves)],
             "history": {name: str(x.dtype) for name, x in host_history.items()},
@@ -120,8 +123,8 @@ class RunCheckpoints:
         except Exception as error:  # noqa: BLE001 — any failure to read means unusable
             raise self._unreadable(chunk, error) from error
         if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-            raise CheckpointError(f"checkpoint {str(self.path(chunk))!r} is not a vaco_jax "
-                                  f"checkpoint of format {FORMAT} (its metadata is missing or different)")
+            raise CheckpointError(f"checkpoint {str(self.path(chunk))!r} is not a vaco_jax checkpoint "
+                                  f"of format {FORMAT} (its metadata is missing or different)")
         return meta
 
     def restore(self, chunk: int, abstract_state, config: Config) -> Restored:
@@ -133,7 +136,8 @@ class RunCheckpoints:
         if meta["leaves"] != expected:
             stored = {p: (s, d) for p, s, d in meta["leaves"]}
             built = {p: (s, d) for p, s, d in expected}
-            differences = [f"{p}: {stored.get(p, 'absent')} in the checkpoint, {built.get(p, 'absent')} now"
+            differences = [f"{p}: {stored.get(p, 'absent')} in the checkpoint, "
+                           f"{built.get(p, 'absent')} now"
                            for p in sorted(set(stored) | set(built)) if stored.get(p) != built.get(p)]
             raise CheckpointError(
                 f"checkpoint {str(self.path(chunk))!r} holds a train state of a different layout than "
@@ -225,11 +229,18 @@ def check_compatible(meta: dict, config: Config, where) -> None:
         raise CheckpointError(
             f"checkpoint {str(where)!r} was written by a run with a different config: "
             f"{'; '.join(differences)}. Resume with the run's own settings (pass only --resume DIR "
-            f"and, optionally, --on-nan, --checkpoint-every, --keep-checkpoints, --progress) or start "
-            f"a new run in another directory")
+            f"and, optionally, {', '.join(_flag(f) for f in RESUME_MAY_CHANGE)}) or start a new run "
+            f"in another directory")
 
 
 # --- helpers ---------------------------------------------------------------------------------------
+
+RESUME_MAY_CHANGE = [f for f in CLI_ONLY_FIELDS if f not in ("out", "resume", "overwrite")]
+
+
+def _flag(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
 
 def _key(index: int) -> str:
     return f"{index:05d}"

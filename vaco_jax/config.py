@@ -130,6 +130,10 @@ class Config:
     (the run's own config is used); any flag given must agree with it."""
     checkpoint_every: int = 1
     """Save the whole train state after every this many evaluation chunks (0 = never)."""
+    checkpoint_budget: float = 0.05
+    """Most of the run's time that writing checkpoints may take: a due checkpoint is skipped while
+    the last write took more than this share of the time since it (1 = save every due chunk; the
+    last chunk is always saved)."""
     keep_checkpoints: int = 2
     """Keep the newest this many checkpoints."""
     on_nan: Literal["stop", "skip-seed"] = "stop"
@@ -207,8 +211,8 @@ class HParams:
 
 # Fields that only steer the command line (where results go, checkpoint cadence, what to do on
 # divergence): they never change what is computed, so a run may be resumed with other values.
-CLI_ONLY_FIELDS = ("out", "progress", "overwrite", "resume", "checkpoint_every", "keep_checkpoints",
-                   "on_nan")
+CLI_ONLY_FIELDS = ("out", "progress", "overwrite", "resume", "checkpoint_every", "checkpoint_budget",
+                   "keep_checkpoints", "on_nan")
 # Floats that may be infinite (inf disables the mechanism); every other float must be finite.
 INFINITE_ALLOWED = ("delta", "is_max")
 
@@ -264,6 +268,9 @@ def validate(config: Config) -> None:
     if not 0 <= config.seed <= 2**32 - config.num_seeds:
         _fail("seed", config.seed, f"must be an integer in [0, 2**32 - num_seeds] = "
                                    f"[0, {2**32 - config.num_seeds}]")
+    if not 0 < config.checkpoint_budget <= 1:
+        _fail("checkpoint_budget", config.checkpoint_budget,
+              "must be in (0, 1]: the share of run time checkpoint writing may take (1 = no limit)")
     if config.checkpoint_every < 0:
         _fail("checkpoint_every", config.checkpoint_every,
               "must be an integer >= 0 (evaluation chunks between checkpoints; 0 = never)")
@@ -290,7 +297,8 @@ def validate(config: Config) -> None:
         if math.isnan(value):
             _fail(name, getattr(config, name), "must be a number (not NaN)")
         if math.isinf(value) and name not in INFINITE_ALLOWED:
-            _fail(name, getattr(config, name), "must be finite")
+            _fail(name, getattr(config, name),
+                  f"must be finite (only {' and '.join(INFINITE_ALLOWED)} may be inf)")
     if not 0 < config.delta:
         _fail("delta", config.delta, "must be > 0 (use inf to disable filtering)")
     if not 0 <= config.gamma <= 1:

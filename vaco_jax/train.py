@@ -6,11 +6,12 @@
 
 The run is a Python loop over `num_evals` chunks. Each chunk is one compiled program — `Trainer.run_chunk`
 vmapped over seeds and sharded over every device (`vaco_jax.sharding`): a scan over iterations, then
-a deterministic evaluation. After each chunk the whole train state and the metrics so far are saved
-(`vaco_jax.checkpoint`), so a run killed at any moment resumes, bit for bit, at most one chunk back.
-A seed whose loss, gradient or parameters become non-finite is caught inside the program and frozen
-at its last good state; `--on-nan stop` (default) then stops the run, `--on-nan skip-seed` reports it
-and continues the others.
+a deterministic evaluation. While one chunk computes, the previous one is checked and written: the
+whole train state and the metrics so far are saved (`vaco_jax.checkpoint`) after every chunk, or
+less often when writing would take more than `--checkpoint-budget` (5%) of the run's time; a killed
+run resumes, bit for bit, from its newest checkpoint. A seed whose loss, gradient or parameters
+become non-finite is caught inside the program and frozen at its last good state; `--on-nan stop`
+(default) then stops the run, `--on-nan skip-seed` reports it and continues the others.
 
 Writes `config.json` (with library versions and device), `metrics.jsonl` (one row per evaluation,
 per-seed lists), `checkpoints/` and, when finished, `summary.json` to `--out`. `--help` lists every
@@ -54,20 +55,22 @@ def default_out(config: Config) -> Path:
 
 @dataclasses.dataclass
 class Program:
-    """The jitted pieces of a run, placed on the devices: `init(keys)` and one chunk `state -> (state,
-    metrics)` (vmapped over seeds)."""
+    """The jitted pieces of a run, placed on the devices: `init(keys, hparams)` and one chunk
+    `state -> (state, metrics)`, both vmapped over seeds."""
 
-    trainer: Trainer
+    trainer: Trainer                # built from the shared config: use `init_state`, not its init
     placement: sharding.Placement
     abstract_state: object          # ShapeDtypeStructs with shardings (also the restore target)
     init: object
     chunk: object
+    compiled: object = None
+    compile_seconds: float = 0.0
 
     @classmethod
     def build(cls, config: Config) -> "Program":
         # The program depends on neither the seed nor the hyper-parameters (arguments of `init`,
         # then state leaves) nor CLI-only fields: normalise them so such configs share one program.
-        shared = dict(_SHARED_DEFAULTS, max_capacity=config.slots)
+        shared = dict(_SHARED_DEFAULTS, capacity=1, max_capacity=config.slots)
         return _build_program(dataclasses.replace(config, **shared))
 
     def init_state(self, config: Config):
@@ -76,16 +79,16 @@ class Program:
         return self.init(seed_keys(config), hparams)
 
     def compiled_chunk(self):
-        """The chunk compiled ahead of time (once per program), and the seconds it took."""
-        if not hasattr(self, "_compiled"):
-            start = time.perf_counter()
-            self._compiled = self.chunk.lower(self.abstract_state).compile()
-            self._compile_seconds = time.perf_counter() - start
-            return self._compiled, self._compile_seconds
-        return self._compiled, 0.0
+        """The chunk compiled ahead of time, and the seconds that took (0 when compiled before)."""
+        if self.compiled is not None:
+            return self.compiled, 0.0
+        start = time.perf_counter()
+        self.compiled = self.chunk.lower(self.abstract_state).compile()
+        self.compile_seconds = time.perf_counter() - start
+        return self.compiled, self.compile_seconds
 
 
-_HPARAM_FIELDS = {f.name for f in dataclasses.fields(HParams)} - {"capacity"}  # capacity: see slots
+_HPARAM_FIELDS = {f.name for f in dataclasses.fields(HParams)}  # capacity: max_capacity = slots
 _SHARED_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Config)
                     if f.name in CLI_ONLY_FIELDS or f.name in _HPARAM_FIELDS or f.name == "seed"}
 
@@ -107,7 +110,7 @@ def _build_program(config: Config) -> Program:
 
 
 def run(config: Config, *, stop_after: int | None = None) -> dict:
-    """Train `config.num_seeds` seeds, checkpointing after every chunk; resume if `config.resume`.
+    """Train `config.num_seeds` seeds in checkpointed chunks; continue a run if `config.resume`.
 
     `stop_after` ends this call after that many chunks, leaving a run that `--resume` continues
     (for jobs with a time limit). Returns the summary (also written to `summary.json` when the run
@@ -125,12 +128,15 @@ def run(config: Config, *, stop_after: int | None = None) -> dict:
         restored = checkpoints.restore_latest(program.abstract_state, config)
         state, history, done = restored.state, restored.history, restored.chunk
         # Rows written after that checkpoint belong to lost chunks: rewrite the file from it.
-        _rewrite_metrics(out, config, history, done)
-        print(f"resuming {out} from checkpoint {done} of {num_evals} "
-              f"({done * config.iterations_per_eval * config.batch_size:,} steps/seed)", file=sys.stderr)
+        if _primary():
+            _rewrite_metrics(out, config, history, done)
+            print(f"resuming {out} from checkpoint {done} of {num_evals} "
+                  f"({done * config.iterations_per_eval * config.batch_size:,} steps/seed)",
+                  file=sys.stderr)
     else:
-        io.write_json_atomic(out / "config.json", {"config": config, **io.provenance()})
-        (out / "metrics.jsonl").unlink(missing_ok=True)
+        if _primary():
+            io.write_json_atomic(out / "config.json", {"config": config, **io.provenance()})
+            (out / "metrics.jsonl").unlink(missing_ok=True)
         state, history, done = program.init_state(config), None, 0
 
     compiled_chunk, compile_seconds = program.compiled_chunk()
@@ -138,7 +144,9 @@ def run(config: Config, *, stop_after: int | None = None) -> dict:
 
     end = num_evals if stop_after is None else min(num_evals, done + stop_after)
     progress = _progress_bar(config, done)
-    loop_start = time.perf_counter()
+    loop_start = last_save_end = time.perf_counter()
+    loop_cpu_start = time.process_time()
+    last_save_seconds, saved = 0.0, []
     try:
         pending = compiled_chunk(state) if done < end else None
         for chunk_index in range(done, end):
@@ -156,23 +164,29 @@ def run(config: Config, *, stop_after: int | None = None) -> dict:
                     values = np.where(health["nonfinite"] != 0, np.nan, values)
                 history[name][chunk_index] = values
             completed = chunk_index + 1
-            if config.checkpoint_every and (completed % config.checkpoint_every == 0
-                                            or completed == num_evals):
+            if checkpoint_due(config, completed, last_save_seconds,
+                              time.perf_counter() - last_save_end, last=completed == end):
+                save_start = time.perf_counter()
                 checkpoints.save(completed, state, history, config)  # complete on disk on return
-            # A row is written only once its checkpoint is complete: resuming never goes behind it.
-            io.append_jsonl(out / "metrics.jsonl", [_row(config, history, chunk_index)])
+                last_save_end = time.perf_counter()
+                last_save_seconds = last_save_end - save_start
+                saved.append(completed)
+            # A row follows its chunk's checkpoint (when one was due): resuming never goes behind it.
+            if _primary():
+                io.append_jsonl(out / "metrics.jsonl", [_row(config, history, chunk_index)])
             if progress is not None:
+                sps = _steps_per_second(config, completed - done, time.perf_counter() - loop_start)
                 progress.update(1)
-                progress.set_postfix(
-                    step=completed * config.iterations_per_eval * config.batch_size,
-                    sps=f"{_steps_per_second(config, completed - done, time.perf_counter() - loop_start):,.0f}",
-                    eval_return=f"{np.nanmean(metrics['eval_return']):.1f}")
+                progress.set_postfix(step=completed * config.iterations_per_eval * config.batch_size,
+                                     sps=f"{sps:,.0f}",
+                                     eval_return=f"{np.nanmean(metrics['eval_return']):.1f}")
     finally:
         checkpoints.wait()
         checkpoints.close()
         if progress is not None:
             progress.close()
     train_seconds = time.perf_counter() - loop_start  # everything but compilation, writes included
+    train_cpu_seconds = time.process_time() - loop_cpu_start  # this process's threads, likewise
     finished = end == num_evals
     last = _last_row(history, end)
     summary = {
@@ -186,15 +200,33 @@ def run(config: Config, *, stop_after: int | None = None) -> dict:
         "sps": _steps_per_second(config, end - done, train_seconds),
         "compile_seconds": compile_seconds,
         "train_seconds": train_seconds,
+        "train_cpu_seconds": train_cpu_seconds,
         "num_seeds": config.num_seeds,
         "devices": sharding.describe(program.placement),
         "diverged_seeds": _diverged_seeds(config, health),
+        "checkpoints_saved": saved,
         "out": str(out),
     }
     summary["env_steps_total"] = summary["env_steps"] * config.num_seeds
-    if finished:
+    if finished and _primary():
         io.write_json_atomic(out / "summary.json", summary)
     return summary
+
+
+def checkpoint_due(config: Config, completed: int, last_save_seconds: float,
+                   seconds_since_save: float, *, last: bool = False) -> bool:
+    """Save after chunk `completed`? Always after the `last` chunk of this call (the run's last, or
+    where `stop_after` ends it); otherwise every `checkpoint_every` chunks unless that would let
+    writing take more than `checkpoint_budget` of the run's time (the last write's duration is the
+    estimate of the next one's)."""
+    if not config.checkpoint_every:
+        return False
+    if last:
+        return True
+    if completed % config.checkpoint_every:
+        return False
+    budget = config.checkpoint_budget
+    return last_save_seconds * (1.0 - budget) <= budget * seconds_since_save
 
 
 # --- the output directory ----------------------------------------------------------------------------
@@ -218,9 +250,9 @@ def _output_dir(config: Config) -> Path:
     ckpt_dir = checkpoint.checkpoint_dir(out)
     if ckpt_dir.is_dir() and any(ckpt_dir.iterdir()):
         if not config.overwrite:
-            raise ConfigError(f"config field `out` = {str(out)!r} is invalid: it holds checkpoints of an "
-                              f"unfinished run; continue it with --resume {out}, or pass --overwrite "
-                              f"to start over (deleting them)")
+            raise ConfigError(f"config field `out` = {str(out)!r} is invalid: it holds checkpoints of "
+                              f"an unfinished run; continue it with --resume {out}, or pass "
+                              f"--overwrite to start over (deleting them)")
         shutil.rmtree(ckpt_dir)
     out.mkdir(parents=True, exist_ok=True)
     return out
@@ -250,8 +282,9 @@ def _handle_divergence(config: Config, before, after, out: Path, checkpoints) ->
     diverged = "; ".join(_describe_divergence(config, after, i) for i in new)
     all_diverged = bool(np.all(after["nonfinite"] != 0))
     if config.on_nan == "skip-seed" and not all_diverged:
-        print(f"warning: {diverged}. That seed is frozen at its last good state and reported as "
-              f"NaN from now on (--on-nan skip-seed); the others continue.", file=sys.stderr)
+        if _primary():
+            print(f"warning: {diverged}. That seed is frozen at its last good state and reported "
+                  f"as NaN from now on (--on-nan skip-seed); the others continue.", file=sys.stderr)
         return
     checkpoints.wait()
     last = checkpoints.latest_chunk()
@@ -270,6 +303,11 @@ def _diverged_seeds(config: Config, health) -> list[dict]:
 
 
 # --- metrics -----------------------------------------------------------------------------------------
+
+def _primary() -> bool:
+    """Whether this process writes the run's JSON files (process 0 of a multi-host run)."""
+    return jax.process_index() == 0
+
 
 def _to_host(tree):
     """Device arrays → numpy (gathered from every process on a multi-host run)."""
