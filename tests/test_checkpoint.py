@@ -197,3 +197,10 @@ def test_checkpoint_cadence_keeps_writing_within_its_budget():
     assert [c for c in range(1, 7) if checkpoint_due(every_3, c, 0.0, 1.0, last=c == 6)] == [3, 6]
     never = dataclasses.replace(config, checkpoint_every=0)
     assert not any(checkpoint_due(never, c, 0.0, 1.0, last=c == 6) for c in range(1, 7))
+
+
+def test_resuming_a_finished_run_changes_nothing(uninterrupted):
+    before = snapshot_files(uninterrupted)
+    summary = run(dataclasses.replace(BASE, resume=str(uninterrupted)))
+    assert summary == json.loads((uninterrupted / "summary.json").read_text())
+    assert snapshot_files(uninterrupted) == before

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import shutil
 import sys
 import time
@@ -121,7 +122,10 @@ def run(config: Config, *, stop_after: int | None = None) -> dict:
     checkpoints = checkpoint.RunCheckpoints(out, keep=config.keep_checkpoints,
                                             create=not config.resume)
     if config.resume:  # refuse a mismatched checkpoint before building anything
-        checkpoints.check_latest(config)
+        if checkpoints.check_latest(config) == config.num_evals and (out / "summary.json").exists():
+            checkpoints.close()
+            print(f"{out} holds a finished run: nothing to resume", file=sys.stderr)
+            return json.loads((out / "summary.json").read_text())
     program = Program.build(config)
     num_evals = config.num_evals
     if config.resume:
