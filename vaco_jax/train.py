@@ -121,9 +121,17 @@ def run(config: Config, *, stop_after: int | None = None) -> dict:
     out = _output_dir(config)
     checkpoints = checkpoint.RunCheckpoints(out, keep=config.keep_checkpoints,
                                             create=not config.resume)
+    try:
+        return _train(config, out, checkpoints, stop_after)
+    finally:
+        checkpoints.wait()
+        checkpoints.close()
+
+
+def _train(config: Config, out: Path, checkpoints: checkpoint.RunCheckpoints,
+           stop_after: int | None) -> dict:
     if config.resume:  # refuse a mismatched checkpoint before building anything
         if checkpoints.check_latest(config) == config.num_evals and (out / "summary.json").exists():
-            checkpoints.close()
             print(f"{out} holds a finished run: nothing to resume", file=sys.stderr)
             return json.loads((out / "summary.json").read_text())
     program = Program.build(config)
@@ -185,8 +193,6 @@ def run(config: Config, *, stop_after: int | None = None) -> dict:
                                      sps=f"{sps:,.0f}",
                                      eval_return=f"{np.nanmean(metrics['eval_return']):.1f}")
     finally:
-        checkpoints.wait()
-        checkpoints.close()
         if progress is not None:
             progress.close()
     train_seconds = time.perf_counter() - loop_start  # everything but compilation, writes included
