@@ -53,3 +53,41 @@ def test_cli_help_lists_every_field_with_defaults():
     for field in dataclasses.fields(Config):
         assert "--" + field.name.replace("_", "-") in result.stdout, field.name
     assert "default: inverted_pendulum" in result.stdout
+
+
+# --- every field (issue 6): wrong types and the ranges added with checkpoints -----------------------
+
+@pytest.mark.parametrize("field", [f.name for f in __import__("dataclasses").fields(Config)])
+def test_every_field_refuses_a_value_of_the_wrong_type(field):
+    # The Python API does not go through tyro's parsing: a wrong type must still be named.
+    wrong = {bool: "yes", str: 3}.get(type(getattr(Config(), field)), "three")
+    with pytest.raises(ConfigError, match=f"`{field}` = {wrong!r} is invalid"):
+        make_train(Config(**{field: wrong}))
+
+
+@pytest.mark.parametrize("changes,field,allowed", [
+    (dict(seed=-1), "seed", "[0, 2**32 - num_seeds]"),
+    (dict(seed=2**32), "seed", "[0, 2**32 - num_seeds]"),  # PRNGKey(2**32) == PRNGKey(0)
+    (dict(learning_rate=math.inf), "learning_rate", "must be finite"),
+    (dict(init_log_std=-math.inf), "init_log_std", "must be finite"),
+    (dict(num_envs=True), "num_envs", "must be an integer"),
+    (dict(actor_hidden=()), "actor_hidden", "non-empty tuple of positive layer widths"),
+    (dict(critic_hidden=(64, 0)), "critic_hidden", "non-empty tuple of positive layer widths"),
+    (dict(checkpoint_every=-1), "checkpoint_every", ">= 0"),
+    (dict(keep_checkpoints=0), "keep_checkpoints", ">= 1"),
+    (dict(checkpoint_budget=0.0), "checkpoint_budget", "(0, 1]"),
+    (dict(on_nan="ignore"), "on_nan", "'skip-seed'"),
+])
+def test_out_of_range_values_are_refused_naming_field_value_and_allowed(changes, field, allowed):
+    with pytest.raises(ConfigError) as error:
+        make_train(Config(**changes))
+    (name, value), = changes.items()
+    assert f"`{field}` = {value!r} is invalid" in str(error.value) and allowed in str(error.value)
+
+
+def test_config_survives_its_json_form_with_infinities():
+    from vaco_jax.config import from_json_dict, to_json_dict
+    config = Config(delta=math.inf, actor_hidden=(8, 4), on_nan="skip-seed")
+    assert from_json_dict(to_json_dict(config)) == config
+    with pytest.raises(ConfigError, match="unknown to this version"):
+        from_json_dict({**to_json_dict(config), "warp_speed": 9})

@@ -124,6 +124,22 @@ class Config:
     overwrite: bool = False
     """Allow writing into an output directory that already holds a finished run (CLI only)."""
 
+    # --- checkpoints and divergence (CLI only: they never change what is computed) ----------
+    resume: str = ""
+    """Continue the run in this directory from its newest checkpoint. Other flags may be left out
+    (the run's own config is used); any flag given must agree with it."""
+    checkpoint_every: int = 1
+    """Save the whole train state after every this many evaluation chunks (0 = never)."""
+    checkpoint_budget: float = 0.05
+    """Most of the run's time that writing checkpoints may take: a due checkpoint is skipped while
+    the last write took more than this share of the time since it (1 = save every due chunk; the
+    last chunk is always saved)."""
+    keep_checkpoints: int = 2
+    """Keep the newest this many checkpoints."""
+    on_nan: Literal["stop", "skip-seed"] = "stop"
+    """When a seed's loss, gradient or parameters become non-finite: `stop` the run (the last good
+    checkpoint is kept) or `skip-seed` (freeze that seed, report it, continue the others)."""
+
     # ------------------------------------------------------------------------------------------
     @property
     def slots(self) -> int:
@@ -193,25 +209,72 @@ class HParams:
     capacity: jnp.ndarray
 
 
+# Fields that only steer the command line (where results go, checkpoint cadence, what to do on
+# divergence): they never change what is computed, so a run may be resumed with other values.
+CLI_ONLY_FIELDS = ("out", "progress", "overwrite", "resume", "checkpoint_every", "checkpoint_budget",
+                   "keep_checkpoints", "on_nan")
+# Floats that may be infinite (inf disables the mechanism); every other float must be finite.
+INFINITE_ALLOWED = ("delta", "is_max")
+
+
 def _fail(field: str, value, allowed: str) -> None:
     raise ConfigError(f"config field `{field}` = {value!r} is invalid: {allowed}")
 
 
+def _check_type(name: str, value, hint) -> None:
+    """Refuse a value of the wrong type (the Python API does not go through tyro's parsing)."""
+    origin = typing.get_origin(hint)
+    if hint is bool:
+        ok, allowed = isinstance(value, bool), "must be True or False"
+    elif hint is int:
+        ok, allowed = isinstance(value, int) and not isinstance(value, bool), "must be an integer"
+    elif hint is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        allowed = "must be a number"
+    elif hint is str:
+        ok, allowed = isinstance(value, str), "must be a string"
+    elif origin is Literal:
+        ok, allowed = value in typing.get_args(hint), f"allowed values are {typing.get_args(hint)}"
+    elif origin is tuple:
+        ok = isinstance(value, tuple) and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value)
+        allowed = "must be a tuple of integers"
+    else:  # a type this check does not know: the specific checks below must cover it
+        return
+    if not ok:
+        _fail(name, value, allowed)
+
+
 def validate(config: Config) -> None:
-    """Check every field before anything is compiled; raise `ConfigError` naming the field."""
+    """Check every field before anything is compiled; raise `ConfigError` naming the field, the
+    value and what is allowed."""
     from vaco_jax import algorithms, envs  # local: registries import this module
+
+    hints = typing.get_type_hints(Config)
+    for field in dataclasses.fields(Config):
+        _check_type(field.name, getattr(config, field.name), hints[field.name])
 
     if config.env not in envs.ENV_NAMES:
         _fail("env", config.env, f"allowed values are {sorted(envs.ENV_NAMES)}")
     algorithms.parse(config.algo)  # raises ConfigError naming `algo`
 
     positive_ints = ["num_seeds", "total_steps", "num_envs", "unroll_length", "num_epochs",
-                     "num_minibatches", "num_actors", "episode_length", "num_evals", "eval_envs"]
+                     "num_minibatches", "num_actors", "episode_length", "num_evals", "eval_envs",
+                     "keep_checkpoints"]
     for name in positive_ints:
-        value = getattr(config, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            _fail(name, value, "must be an integer >= 1")
-    if not isinstance(config.capacity, int) or config.capacity < 1:
+        if getattr(config, name) < 1:
+            _fail(name, getattr(config, name), "must be an integer >= 1")
+    # PRNGKey takes the seed modulo 2**32: a larger seed would silently repeat seed 0, 1, ...
+    if not 0 <= config.seed <= 2**32 - config.num_seeds:
+        _fail("seed", config.seed, f"must be an integer in [0, 2**32 - num_seeds] = "
+                                   f"[0, {2**32 - config.num_seeds}]")
+    if not 0 < config.checkpoint_budget <= 1:
+        _fail("checkpoint_budget", config.checkpoint_budget,
+              "must be in (0, 1]: the share of run time checkpoint writing may take (1 = no limit)")
+    if config.checkpoint_every < 0:
+        _fail("checkpoint_every", config.checkpoint_every,
+              "must be an integer >= 0 (evaluation chunks between checkpoints; 0 = never)")
+    if config.capacity < 1:
         _fail("capacity", config.capacity, "must be an integer >= 1 (1 = synchronous on-policy)")
     if config.max_capacity < 0 or (config.max_capacity and config.max_capacity < config.capacity):
         _fail("max_capacity", config.max_capacity,
@@ -228,18 +291,14 @@ def validate(config: Config) -> None:
         _fail("total_steps", config.total_steps,
               f"must be at least num_envs * unroll_length * num_evals = "
               f"{config.batch_size * config.num_evals} (one iteration per evaluation)")
-    for name in ["snapshot_sampling", "tv_reference", "filter_mode", "activation"]:
-        options = typing.get_args(typing.get_type_hints(Config)[name])
-        if getattr(config, name) not in options:
-            _fail(name, getattr(config, name), f"allowed values are {options}")
 
-    floats = {name: getattr(config, name) for name in [
-        "learning_rate", "gamma", "gae_lambda", "delta", "clip_eps", "kl_coef", "kl_target",
-        "rho_bar", "c_bar", "is_max", "reward_scale", "vf_coef", "ent_coef", "max_grad_norm", "adam_eps",
-        "init_log_std"]}
+    floats = {name: float(getattr(config, name)) for name, hint in hints.items() if hint is float}
     for name, value in floats.items():
-        if not isinstance(value, (int, float)) or math.isnan(value):
-            _fail(name, value, "must be a number (not NaN)")
+        if math.isnan(value):
+            _fail(name, getattr(config, name), "must be a number (not NaN)")
+        if math.isinf(value) and name not in INFINITE_ALLOWED:
+            _fail(name, getattr(config, name),
+                  f"must be finite (only {' and '.join(INFINITE_ALLOWED)} may be inf)")
     if not 0 < config.delta:
         _fail("delta", config.delta, "must be > 0 (use inf to disable filtering)")
     if not 0 <= config.gamma <= 1:
@@ -249,11 +308,38 @@ def validate(config: Config) -> None:
     for name in ["learning_rate", "clip_eps", "rho_bar", "c_bar", "is_max", "max_grad_norm", "reward_scale",
                  "adam_eps", "kl_target"]:
         if not floats[name] > 0:
-            _fail(name, floats[name], "must be > 0")
+            _fail(name, getattr(config, name), "must be > 0")
     for name in ["kl_coef", "vf_coef", "ent_coef"]:
         if floats[name] < 0:
-            _fail(name, floats[name], "must be >= 0")
-    if not config.actor_hidden or not config.critic_hidden or min(
-            config.actor_hidden + config.critic_hidden) < 1:
-        _fail("actor_hidden/critic_hidden", (config.actor_hidden, config.critic_hidden),
-              "must be non-empty tuples of positive layer widths")
+            _fail(name, getattr(config, name), "must be >= 0")
+    for name in ["actor_hidden", "critic_hidden"]:
+        widths = getattr(config, name)
+        if not widths or min(widths) < 1:
+            _fail(name, widths, "must be a non-empty tuple of positive layer widths")
+
+
+# --- a lossless JSON form (checkpoints store the config; inf is not valid JSON) -------------------
+
+def to_json_dict(config: Config) -> dict:
+    """Every field, JSON-safe: non-finite floats as the strings 'inf', '-inf', tuples as lists."""
+    def encode(value):
+        if isinstance(value, float) and not math.isfinite(value):
+            return repr(value)
+        return list(value) if isinstance(value, tuple) else value
+    return {f.name: encode(getattr(config, f.name)) for f in dataclasses.fields(Config)}
+
+
+def from_json_dict(data: dict) -> Config:
+    """The inverse of `to_json_dict`; unknown fields raise `ConfigError`, missing ones keep defaults."""
+    hints = typing.get_type_hints(Config)
+    unknown = sorted(set(data) - set(hints))
+    if unknown:
+        raise ConfigError(f"config fields {unknown} are unknown to this version of vaco_jax")
+    values = {}
+    for name, value in data.items():
+        if hints[name] is float and isinstance(value, (str, int)):
+            value = float(value)
+        elif typing.get_origin(hints[name]) is tuple:
+            value = tuple(value)
+        values[name] = value
+    return Config(**values)

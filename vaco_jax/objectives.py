@@ -32,7 +32,9 @@ def ratio_diagnostics(log_prob, log_behavior, *, clip_eps, mask=None):
         "clip_fraction": masked_mean((jnp.abs(ratio - 1.0) > clip_eps).astype(ratio.dtype), mask),
         # k3 estimator of KL(β ‖ π_θ): unbiased and non-negative.
         "approx_kl": masked_mean((ratio - 1.0) - log_ratio, mask),
-        "max_ratio": jnp.max(jnp.where(mask > 0, ratio, -jnp.inf) if mask is not None else ratio),
+        # Ratios are positive, so filling masked entries with 0 leaves any max unchanged (and an
+        # all-masked minibatch reports 0, not −inf).
+        "max_ratio": jnp.max(jnp.where(mask > 0, ratio, 0.0) if mask is not None else ratio),
     }
 
 
@@ -55,9 +57,16 @@ def ppo_kl(log_prob, log_behavior, advantages, *, kl, kl_coef, mask=None):
     return loss, {"kl_penalty": sg(mean_kl), "kl_coef": kl_coef}
 
 
+# SPO squares w (and its gradient holds w²), which overflows float32 beyond log w ≈ 44. Above this
+# cap the value of log w is held at it while its gradient passes straight through, so the objective
+# stays finite and an extreme sample is still pulled back; below it SPO is exact.
+SPO_MAX_LOG_RATIO = 20.0
+
+
 def spo(log_prob, log_behavior, advantages, *, eps, mask=None):
     """Simple Policy Optimization (Xie et al. 2025): `−E[wÂ − |Â|(w − 1)² / (2ε)]`."""
-    ratio = jnp.exp(log_prob - log_behavior)
+    log_ratio = log_prob - log_behavior
+    ratio = jnp.exp(log_ratio - sg(jnp.maximum(log_ratio - SPO_MAX_LOG_RATIO, 0.0)))
     objective = ratio * advantages - jnp.abs(advantages) * jnp.square(ratio - 1.0) / (2.0 * eps)
     return -masked_mean(objective, mask), {}
 

@@ -27,6 +27,22 @@ from vaco_jax.config import Config, HParams, validate
 from vaco_jax.envs import EnvState, VecEnv, make_env
 
 
+# Bits of `Health.nonfinite`: which quantities an iteration produced non-finite.
+NONFINITE_LOSS, NONFINITE_GRADIENT, NONFINITE_PARAMS = 1, 2, 4
+
+
+@struct.dataclass
+class Health:
+    """Divergence record of one seed, written inside the compiled program."""
+
+    nonfinite: jax.Array           # int32 bit mask of NONFINITE_* (0 = healthy)
+    iteration: jax.Array           # int32 learner iteration (0-based) that diverged (-1 = none)
+
+    @staticmethod
+    def healthy() -> "Health":
+        return Health(jnp.int32(0), jnp.int32(-1))
+
+
 @struct.dataclass
 class TrainState:
     """Everything a run needs to continue: one pytree (so it can be vmapped and checkpointed)."""
@@ -41,6 +57,7 @@ class TrainState:
     env_steps: jax.Array           # environment steps taken in training
     kl_coef: jax.Array             # PPO-KL's β_KL (adapted when kl_adaptive)
     hparams: HParams
+    health: Health                 # a diverged seed is frozen at its last good state
 
 
 @struct.dataclass
@@ -89,7 +106,7 @@ class Trainer:
         buffer = ring_buffer.init(self.snapshot(params, normalizer), config.slots, capacity)
         opt_state = make_optimizer(hparams, hparams.learning_rate).init(params)
         return TrainState(params, opt_state, normalizer, self.vec_env.reset(env_key), buffer, key,
-                          jnp.int32(0), jnp.int32(0), hparams.kl_coef, hparams)
+                          jnp.int32(0), jnp.int32(0), hparams.kl_coef, hparams, Health.healthy())
 
     @staticmethod
     def snapshot(params, normalizer):
@@ -138,11 +155,11 @@ class Trainer:
             "episode_return_sum": jnp.sum(traj.episode_return),
             "episodes": episodes_ended.astype(jnp.float32),
         }
-        state = state.replace(
+        new_state = state.replace(
             params=params, opt_state=opt_state, normalizer=normalizer, env_state=env_state,
             buffer=buffer, key=key, iteration=state.iteration + 1,
             env_steps=state.env_steps + config.batch_size, kl_coef=kl_coef)
-        return state, metrics
+        return guard_divergence(state, new_state, update_metrics), metrics
 
     def realign(self, params, normalizer, traj: rollout.Transition, hp: HParams):
         """Normalise, evaluate π_T and V_φT on the batch, and fix advantages/targets for the iteration."""
@@ -279,6 +296,26 @@ class Trainer:
         state = self.init(key, hparams)
         return jax.lax.scan(lambda s, _: self.run_chunk(s), state, None,
                             length=self.config.num_evals)
+
+
+def guard_divergence(old: TrainState, new: TrainState, update_metrics) -> TrainState:
+    """Detect a non-finite loss, gradient or parameter inside the compiled program.
+
+    A seed whose iteration produced one keeps its last good state (frozen: every later iteration is
+    discarded) and records what went wrong and when in `health`; other seeds of a vmapped run are
+    unaffected. For a healthy seed this returns `new` unchanged.
+    """
+    params_finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(new.params)]))
+    nonfinite = (jnp.where(jnp.isfinite(update_metrics["loss"]), 0, NONFINITE_LOSS)
+                 | jnp.where(jnp.isfinite(update_metrics["grad_norm"]), 0, NONFINITE_GRADIENT)
+                 | jnp.where(params_finite, 0, NONFINITE_PARAMS)).astype(jnp.int32)
+    already = old.health.nonfinite != 0
+    diverged = already | (nonfinite != 0)
+    health = Health(jnp.where(already, old.health.nonfinite, nonfinite),
+                    jnp.where(already, old.health.iteration,
+                              jnp.where(nonfinite != 0, old.iteration, -1)).astype(jnp.int32))
+    state = jax.tree.map(lambda good, candidate: jnp.where(diverged, good, candidate), old, new)
+    return state.replace(health=health)
 
 
 def make_train(config: Config):

@@ -1,0 +1,206 @@
+"""Checkpoints: resuming is bit-identical, a SIGKILLed run loses at most one chunk, and corrupt or
+mismatched checkpoints are refused without touching the run."""
+
+import dataclasses
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from vaco_jax import Config, ConfigError, io
+from vaco_jax.checkpoint import CheckpointError, RunCheckpoints
+from vaco_jax.train import Program, checkpoint_due, main, run
+
+from conftest import CACHE_DIR
+
+ROOT = Path(__file__).resolve().parent.parent
+# 2 seeds, 6 chunks of 20 iterations, a checkpoint after every chunk whatever it costs (budget 1).
+BASE = Config(env="toy_reach", algo="vaco", num_seeds=2, num_envs=8, unroll_length=8, num_epochs=2,
+              num_minibatches=2, num_actors=2, episode_length=20, eval_envs=4,
+              actor_hidden=(16, 16), critic_hidden=(16, 16), capacity=3, max_capacity=4,
+              num_evals=6, total_steps=8 * 8 * 20 * 6, progress=False, checkpoint_budget=1.0)
+
+
+def cli_args(config: Config) -> list[str]:
+    """The command line that gives `config` (the fields BASE sets)."""
+    args = []
+    for name in ["env", "algo", "num_seeds", "num_envs", "unroll_length", "num_epochs",
+                 "num_minibatches", "num_actors", "episode_length", "eval_envs", "capacity",
+                 "max_capacity", "num_evals", "total_steps", "learning_rate", "ent_coef",
+                 "checkpoint_budget"]:
+        args += ["--" + name.replace("_", "-"), str(getattr(config, name))]
+    return args + ["--actor-hidden", "16", "16", "--critic-hidden", "16", "16", "--no-progress"]
+
+
+def final_state(run_dir, config=BASE):
+    """The train state of a run's newest checkpoint, and that checkpoint's metadata."""
+    checkpoints = RunCheckpoints(run_dir, create=False)
+    restored = checkpoints.restore_latest(Program.build(config).abstract_state, config)
+    checkpoints.close()
+    return restored
+
+
+def assert_same_state(a, b):
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ckpt") / "uninterrupted"
+    summary = run(dataclasses.replace(BASE, out=str(out)))
+    assert summary["finished"] and summary["chunks_done"] == BASE.num_evals
+    return out
+
+
+def test_resumed_run_is_bit_identical_to_an_uninterrupted_one(uninterrupted, tmp_path):
+    out = tmp_path / "resumed"
+    partial = run(dataclasses.replace(BASE, out=str(out)), stop_after=2)
+    assert not partial["finished"] and not (out / "summary.json").exists()
+    assert len(io.read_jsonl(out / "metrics.jsonl")) == 2
+    summary = run(dataclasses.replace(BASE, resume=str(out)))
+    assert summary["resumed_from_chunk"] == 2 and summary["finished"]
+
+    # Every metric of every chunk, and the whole final state (params, optimiser, buffer, keys, ...).
+    assert io.read_jsonl(out / "metrics.jsonl") == io.read_jsonl(uninterrupted / "metrics.jsonl")
+    resumed, reference = final_state(out), final_state(uninterrupted)
+    assert_same_state(resumed.state, reference.state)
+    assert resumed.meta["sha256"] == reference.meta["sha256"]
+    # Only the newest k (= 2 by default) checkpoints are kept.
+    assert sorted(int(p.name) for p in (out / "checkpoints").iterdir()) == [5, 6]
+
+
+def test_sigkilled_run_resumes_at_most_one_chunk_back(uninterrupted, tmp_path):
+    out = tmp_path / "killed"
+    env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=CACHE_DIR,
+               JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.5",
+               JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+    process = subprocess.Popen([sys.executable, "-m", "vaco_jax.train", *cli_args(BASE), "--out", str(out)],
+                               cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 240
+        while not ((out / "metrics.jsonl").exists() and len(io.read_jsonl(out / "metrics.jsonl")) >= 2):
+            assert process.poll() is None, process.stderr.read().decode()[-2000:]
+            assert time.time() < deadline, "the run wrote no second row in time"
+            time.sleep(0.02)
+        time.sleep(random.uniform(0.0, 0.3))  # somewhere in the next chunk or checkpoint
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.stderr.close()
+    assert process.returncode == -signal.SIGKILL
+    rows_at_kill = len(io.read_jsonl(out / "metrics.jsonl"))
+    assert rows_at_kill < BASE.num_evals and not (out / "summary.json").exists()
+
+    # A row is written only after its chunk's checkpoint is complete, and the next chunk's results
+    # are fetched only after that: the resume point is at most one chunk behind the newest chunk
+    # the process had finished.
+    assert main(["--resume", str(out), "--no-progress"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    print(f"rows at kill {rows_at_kill}, resumed from chunk {summary['resumed_from_chunk']}")
+    assert rows_at_kill <= summary["resumed_from_chunk"] < BASE.num_evals
+    assert io.read_jsonl(out / "metrics.jsonl") == io.read_jsonl(uninterrupted / "metrics.jsonl")
+    assert final_state(out).meta["sha256"] == final_state(uninterrupted).meta["sha256"]
+
+
+@pytest.fixture
+def partial_run(uninterrupted, tmp_path):
+    """A run stopped after 3 of 6 chunks (checkpoints 2 and 3 on disk)."""
+    out = tmp_path / "partial"
+    run(dataclasses.replace(BASE, out=str(out)), stop_after=3)
+    return out
+
+
+def snapshot_files(directory):
+    return {p: p.read_bytes() for p in sorted(Path(directory).rglob("*")) if p.is_file()}
+
+
+def test_resuming_with_a_different_config_is_refused(partial_run, capsys):
+    before = snapshot_files(partial_run)
+    assert main(["--resume", str(partial_run), "--learning-rate", "0.001", "--num-epochs", "3"]) == 2
+    message = capsys.readouterr().err
+    assert "was written by a run with a different config" in message
+    assert "`num_epochs` = 3 here but 2 in the checkpoint" in message
+    assert "`learning_rate` = 0.001 here but 0.0003 in the checkpoint" in message
+    assert snapshot_files(partial_run) == before  # nothing loaded, nothing written
+
+
+def test_checkpoint_from_other_library_versions_is_refused(partial_run):
+    meta_file = partial_run / "checkpoints" / "3" / "meta" / "metadata"
+    meta = json.loads(meta_file.read_text())
+    meta["versions"]["jax"] = "0.0.1"
+    meta_file.write_text(json.dumps(meta))
+    before = snapshot_files(partial_run)
+    with pytest.raises(CheckpointError, match=r"different library versions \(jax 0\.0\.1 in the "
+                                              rf"checkpoint, {jax.__version__} here\)"):
+        run(dataclasses.replace(BASE, resume=str(partial_run)))
+    assert snapshot_files(partial_run) == before
+
+
+def test_corrupt_checkpoint_is_refused(partial_run):
+    data = max((p for p in (partial_run / "checkpoints" / "3" / "arrays").rglob("*") if p.is_file()),
+               key=lambda p: p.stat().st_size)
+    raw = bytearray(data.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF  # one flipped byte in the middle of the largest array file
+    data.write_bytes(bytes(raw))
+    before = snapshot_files(partial_run)
+    with pytest.raises(CheckpointError, match=r"checkpoints/3' (is corrupt|cannot be read).*"
+                                              r"other checkpoints: \[2\]"):
+        run(dataclasses.replace(BASE, resume=str(partial_run)))
+    assert snapshot_files(partial_run) == before
+
+    data.unlink()  # a missing file is refused as well
+    with pytest.raises(CheckpointError, match="cannot be read|is corrupt"):
+        run(dataclasses.replace(BASE, resume=str(partial_run)))
+
+
+def test_a_half_written_checkpoint_is_ignored(uninterrupted, partial_run):
+    # What a kill during a save leaves: orbax's temporary directory, never renamed into place.
+    torn = partial_run / "checkpoints" / "4.orbax-checkpoint-tmp-1700000000"
+    shutil.copytree(partial_run / "checkpoints" / "3", torn)
+    next(p for p in torn.rglob("*") if p.is_file()).unlink()
+    summary = run(dataclasses.replace(BASE, resume=str(partial_run)))
+    assert summary["resumed_from_chunk"] == 3 and not torn.exists()
+    assert io.read_jsonl(partial_run / "metrics.jsonl") == io.read_jsonl(uninterrupted / "metrics.jsonl")
+
+
+def test_a_new_run_does_not_clobber_an_unfinished_one(partial_run, tmp_path):
+    before = snapshot_files(partial_run)
+    with pytest.raises(ConfigError, match=r"holds checkpoints of an unfinished run; continue it with "
+                                          r"--resume"):
+        run(dataclasses.replace(BASE, out=str(partial_run)))
+    assert snapshot_files(partial_run) == before
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CheckpointError, match="has no checkpoints"):
+        run(dataclasses.replace(BASE, resume=str(tmp_path / "empty")))
+
+
+def test_checkpoint_cadence_keeps_writing_within_its_budget():
+    config = dataclasses.replace(BASE, checkpoint_budget=0.05, checkpoint_every=1)
+    # A write of 0.1 s is due once 0.1 · 0.95 / 0.05 = 1.9 s have passed since the last one.
+    assert not checkpoint_due(config, 2, last_save_seconds=0.1, seconds_since_save=1.0)
+    assert checkpoint_due(config, 2, last_save_seconds=0.1, seconds_since_save=2.0)
+    assert checkpoint_due(config, 4, last_save_seconds=0.1, seconds_since_save=0.0, last=True)
+    assert checkpoint_due(dataclasses.replace(config, checkpoint_budget=1.0), 2, 5.0, 0.0)
+    every_3 = dataclasses.replace(config, checkpoint_every=3)
+    assert [c for c in range(1, 7) if checkpoint_due(every_3, c, 0.0, 1.0, last=c == 6)] == [3, 6]
+    never = dataclasses.replace(config, checkpoint_every=0)
+    assert not any(checkpoint_due(never, c, 0.0, 1.0, last=c == 6) for c in range(1, 7))
+
+
+def test_resuming_a_finished_run_changes_nothing(uninterrupted):
+    before = snapshot_files(uninterrupted)
+    summary = run(dataclasses.replace(BASE, resume=str(uninterrupted)))
+    assert summary == json.loads((uninterrupted / "summary.json").read_text())
+    assert snapshot_files(uninterrupted) == before

@@ -1,0 +1,279 @@
+"""Checkpoints of a whole run with orbax: atomic, the newest k kept, refused when unusable.
+
+A checkpoint after chunk `n` (the run's n-th evaluation) holds the *entire* vmapped train state
+(parameters, optimiser state, normaliser, env state, the policy ring buffer, RNG keys, counters,
+divergence records) and the metrics history so far, `{name: [num_evals, num_seeds]}`. Continuing from
+it with the same config reproduces the uninterrupted run bit for bit (on the same platform and
+device count).
+
+Layout: `<run>/checkpoints/<n>/` with two orbax items: `arrays` (the state's non-empty leaves, keyed
+by their index in the flattened state, and the history) and `meta` (JSON: the config, library
+versions, the flattened state's paths/shapes/dtypes, and a SHA-256 of every byte saved). Orbax
+writes each checkpoint to a temporary directory and renames it when complete, so a crash never
+leaves a half-written checkpoint that looks finished; temporary leftovers are removed on the next
+start.
+
+Restoring refuses, with a message saying why and what to do, a checkpoint that is unreadable or
+whose bytes do not match their checksum (corrupt), that was written by a different config or
+library versions, or whose state layout differs from what this code builds. Nothing is returned
+unless everything matched: a checkpoint is never half loaded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+from vaco_jax import io
+from vaco_jax.config import CLI_ONLY_FIELDS, Config, ConfigError, from_json_dict, to_json_dict
+
+FORMAT = 1
+# A different version of any of these can change results, so resuming across them is refused.
+CHECKED_LIBRARIES = ("vaco_jax", "jax", "jaxlib", "flax", "optax", "distrax", "brax", "mujoco",
+                     "mujoco-mjx", "numpy", "orbax-checkpoint")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint cannot be used (missing, corrupt, or from another config or library versions)."""
+
+
+@dataclasses.dataclass
+class Restored:
+    state: object           # the train state, placed with the shardings of the abstract target
+    history: dict           # {metric: np.ndarray [num_evals, num_seeds]}, NaN after `chunk`
+    chunk: int              # evaluation chunks completed
+    meta: dict
+
+
+def checkpoint_dir(run_dir) -> Path:
+    return Path(run_dir) / "checkpoints"
+
+
+class RunCheckpoints:
+    """The checkpoints of one run directory.
+
+    `save` returns once the checkpoint is complete on disk (`wait=False`: once orbax has taken the
+    arrays, writing on in a background thread). The CLI overlaps writing with computing by
+    dispatching the next chunk before it saves the last one.
+    """
+
+    def __init__(self, run_dir, *, keep: int = 2, create: bool = True):
+        self.directory = checkpoint_dir(run_dir)
+        if not create and not self.directory.is_dir():
+            raise CheckpointError(f"cannot resume {str(run_dir)!r}: it has no checkpoints "
+                                  f"(no directory {str(self.directory)!r}); start a new run with --out")
+        options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=create,
+                                               cleanup_tmp_directories=True,
+                                               enable_async_checkpointing=True)
+        self.manager = ocp.CheckpointManager(self.directory.absolute(), options=options,
+                                             item_names=("arrays", "meta"))
+        self._git_commit = io.provenance()["git_commit"]
+        self._versions = _versions()
+
+    # --- writing ---------------------------------------------------------------------------------
+    def save(self, chunk: int, state, history: dict, config: Config, *, wait: bool = True) -> None:
+        paths, leaves, treedef = _flatten(state)
+        # Copies: the caller goes on filling `history` while orbax may still be writing.
+        host_leaves, host_history = _to_host(leaves), {k: np.array(v) for k, v in history.items()}
+        meta = {
+            "format": FORMAT,
+            "chunk": chunk,
+            "num_chunks": config.num_evals,
+            "config": to_json_dict(config),
+            "versions": self._versions,
+            "leaves": [[p, list(np.shape(x)), str(np.asarray(x).dtype)]
+                       for p, x in zip(paths, host_leaves)],
+            "history": {name: str(x.dtype) for name, x in host_history.items()},
+            "sha256": _digest(host_leaves, host_history),
+            "devices": {"platform": jax.devices()[0].platform, "count": jax.device_count()},
+            "git_commit": self._git_commit,
+            "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        }
+        arrays = {"state": {_key(i): x for i, x in enumerate(leaves) if np.size(x)},
+                  "history": host_history}
+        self.manager.save(chunk, args=ocp.args.Composite(arrays=ocp.args.StandardSave(arrays),
+                                                         meta=ocp.args.JsonSave(meta)))
+        if wait:
+            self.manager.wait_until_finished()
+
+    def wait(self) -> None:
+        self.manager.wait_until_finished()
+
+    def close(self) -> None:
+        self.manager.close()
+
+    # --- reading ---------------------------------------------------------------------------------
+    def latest_chunk(self) -> int | None:
+        self.manager.reload()
+        return self.manager.latest_step()
+
+    def path(self, chunk: int) -> Path:
+        return self.directory / str(chunk)
+
+    def read_meta(self, chunk: int) -> dict:
+        try:
+            meta = self.manager.restore(
+                chunk, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+        except Exception as error:  # noqa: BLE001 — any failure to read means unusable
+            raise self._unreadable(chunk, error) from error
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+            raise CheckpointError(f"checkpoint {str(self.path(chunk))!r} is not a vaco_jax checkpoint "
+                                  f"of format {FORMAT} (its metadata is missing or different)")
+        return meta
+
+    def restore(self, chunk: int, abstract_state, config: Config) -> Restored:
+        """Load checkpoint `chunk` into the structure/shardings of `abstract_state`, or refuse."""
+        meta = self.read_meta(chunk)
+        check_compatible(meta, config, self.path(chunk))
+        paths, abstract_leaves, treedef = _flatten(abstract_state)
+        expected = [[p, list(x.shape), str(np.dtype(x.dtype))] for p, x in zip(paths, abstract_leaves)]
+        if meta["leaves"] != expected:
+            stored = {p: (s, d) for p, s, d in meta["leaves"]}
+            built = {p: (s, d) for p, s, d in expected}
+            differences = [f"{p}: {stored.get(p, 'absent')} in the checkpoint, "
+                           f"{built.get(p, 'absent')} now"
+                           for p in sorted(set(stored) | set(built)) if stored.get(p) != built.get(p)]
+            raise CheckpointError(
+                f"checkpoint {str(self.path(chunk))!r} holds a train state of a different layout than "
+                f"this code builds (code changed since it was saved: commit {meta.get('git_commit')} "
+                f"then, {self._git_commit} now): {'; '.join(differences[:5])}"
+                f"{' ...' if len(differences) > 5 else ''}")
+
+        num_seeds = config.num_seeds
+        target = {
+            "state": {_key(i): x for i, x in enumerate(abstract_leaves) if np.prod(x.shape)},
+            "history": {name: np.zeros((config.num_evals, num_seeds), dtype)
+                        for name, dtype in _history_dtypes(meta).items()},
+        }
+        try:
+            arrays = self.manager.restore(
+                chunk, args=ocp.args.Composite(arrays=ocp.args.StandardRestore(target))).arrays
+        except Exception as error:  # noqa: BLE001
+            raise self._unreadable(chunk, error) from error
+        leaves = [arrays["state"][_key(i)] if np.prod(x.shape) else
+                  jax.device_put(np.zeros(x.shape, x.dtype), x.sharding)
+                  for i, x in enumerate(abstract_leaves)]
+        history = {name: np.asarray(v) for name, v in arrays["history"].items()}
+        if _digest(_to_host(leaves), history) != meta["sha256"]:
+            raise CheckpointError(
+                f"checkpoint {str(self.path(chunk))!r} is corrupt: its bytes do not match the SHA-256 "
+                f"recorded when it was saved. Delete it to resume from an older checkpoint "
+                f"({self._others(chunk)}), or start a new run")
+        return Restored(jax.tree.unflatten(treedef, leaves), history, chunk, meta)
+
+    def check_latest(self, config: Config) -> int:
+        """The newest checkpoint's chunk, after checking it was written by `config` and these
+        library versions (cheap: reads only its metadata)."""
+        chunk = self.latest_chunk()
+        if chunk is None:
+            raise CheckpointError(f"cannot resume: {str(self.directory)!r} holds no complete "
+                                  f"checkpoint; start a new run with --out")
+        check_compatible(self.read_meta(chunk), config, self.path(chunk))
+        return chunk
+
+    def restore_latest(self, abstract_state, config: Config) -> Restored:
+        return self.restore(self.check_latest(config), abstract_state, config)
+
+    def _others(self, chunk: int) -> str:
+        others = [c for c in self.manager.all_steps() if c != chunk]
+        return f"other checkpoints: {sorted(others)}" if others else "there is no other checkpoint"
+
+    def _unreadable(self, chunk: int, error: Exception) -> CheckpointError:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        return CheckpointError(
+            f"checkpoint {str(self.path(chunk))!r} cannot be read (corrupt or incomplete): "
+            f"{type(error).__name__}: {reason[:300]}. Delete it to resume from an older checkpoint "
+            f"({self._others(chunk)}), or start a new run")
+
+
+def stored_config(run_dir) -> Config:
+    """The config of the run in `run_dir`, from its newest checkpoint (what `--resume` continues)."""
+    checkpoints = RunCheckpoints(run_dir, create=False)
+    chunk = checkpoints.latest_chunk()
+    if chunk is None:
+        raise CheckpointError(f"cannot resume {str(run_dir)!r}: {str(checkpoints.directory)!r} holds "
+                              f"no complete checkpoint; start a new run with --out")
+    meta = checkpoints.read_meta(chunk)
+    try:
+        return from_json_dict(meta["config"])
+    except (ConfigError, TypeError) as error:
+        raise CheckpointError(f"checkpoint {str(checkpoints.path(chunk))!r} was written by another "
+                              f"version of vaco_jax: {error}") from error
+
+
+def check_compatible(meta: dict, config: Config, where) -> None:
+    """Refuse a checkpoint written with other library versions or another config."""
+    ours = _versions()
+    theirs = meta.get("versions", {})
+    changed = [f"{name} {theirs.get(name)} in the checkpoint, {ours[name]} here"
+               for name in CHECKED_LIBRARIES if theirs.get(name) != ours[name]]
+    if changed:
+        raise CheckpointError(
+            f"checkpoint {str(where)!r} was written with different library versions "
+            f"({'; '.join(changed)}); results would not continue the run exactly. Install the "
+            f"versions it was written with (its config.json lists them all) or start a new run")
+    stored = meta["config"]
+    ours_config = to_json_dict(config)
+    differences = [f"`{name}` = {ours_config[name]!r} here but {stored.get(name, '(absent)')!r} in the "
+                   f"checkpoint" for name in ours_config
+                   if name not in CLI_ONLY_FIELDS and stored.get(name) != ours_config[name]]
+    differences += [f"`{name}` is in the checkpoint but unknown here" for name in stored
+                    if name not in ours_config]
+    if differences:
+        raise CheckpointError(
+            f"checkpoint {str(where)!r} was written by a run with a different config: "
+            f"{'; '.join(differences)}. Resume with the run's own settings (pass only --resume DIR "
+            f"and, optionally, {', '.join(_flag(f) for f in RESUME_MAY_CHANGE)}) or start a new run "
+            f"in another directory")
+
+
+# --- helpers ---------------------------------------------------------------------------------------
+
+RESUME_MAY_CHANGE = [f for f in CLI_ONLY_FIELDS if f not in ("out", "resume", "overwrite")]
+
+
+def _flag(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+def _key(index: int) -> str:
+    return f"{index:05d}"
+
+
+def _flatten(tree):
+    with_paths, treedef = jax.tree_util.tree_flatten_with_path(tree)
+    return [jax.tree_util.keystr(p) for p, _ in with_paths], [x for _, x in with_paths], treedef
+
+
+def _to_host(leaves) -> list[np.ndarray]:
+    """Every leaf as a host array (gathered from every process on a multi-host run)."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+        leaves = multihost_utils.process_allgather(leaves, tiled=True)
+    return [np.asarray(x) for x in jax.device_get(leaves)]
+
+
+def _digest(leaves, history: dict) -> str:
+    """SHA-256 over dtype, shape and bytes of every state leaf and history array, in order."""
+    digest = hashlib.sha256()
+    items = [(str(i), x) for i, x in enumerate(leaves)] + sorted(history.items())
+    for name, x in items:
+        x = np.ascontiguousarray(x)
+        digest.update(f"{name}|{x.dtype.str}|{x.shape}|".encode())
+        digest.update(x.tobytes())
+    return digest.hexdigest()
+
+
+def _history_dtypes(meta: dict) -> dict:
+    return {name: np.dtype(dtype) for name, dtype in meta["history"].items()}
+
+
+def _versions() -> dict:
+    versions = io.library_versions()
+    return {name: versions.get(name, "not recorded") for name in CHECKED_LIBRARIES}
