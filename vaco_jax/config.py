@@ -24,6 +24,7 @@ class ConfigError(ValueError):
 SnapshotSampling = Literal["uniform", "oldest", "newest"]
 TVReference = Literal["behavior", "learner"]
 FilterMode = Literal["batch", "per_sample"]
+MjxSolver = Literal["default", "fast"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +43,9 @@ class Config:
     """Independent seeds trained together in one vmapped call."""
     total_steps: int = 300_000
     """Environment steps per seed (rounded down to whole iterations)."""
+    mjx_solver: MjxSolver = "default"
+    """MJX constraint-solver settings: `default` (Brax's, the reference physics) or `fast` (fewer
+    solver iterations where checked against the default physics; see `vaco_jax.envs.FAST_SOLVER`)."""
 
     # --- asynchrony (SPEC §2) ---------------------------------------------------------------
     capacity: int = 1
@@ -228,7 +232,7 @@ def validate(config: Config) -> None:
         _fail("total_steps", config.total_steps,
               f"must be at least num_envs * unroll_length * num_evals = "
               f"{config.batch_size * config.num_evals} (one iteration per evaluation)")
-    for name in ["snapshot_sampling", "tv_reference", "filter_mode", "activation"]:
+    for name in ["snapshot_sampling", "tv_reference", "filter_mode", "activation", "mjx_solver"]:
         options = typing.get_args(typing.get_type_hints(Config)[name])
         if getattr(config, name) not in options:
             _fail(name, getattr(config, name), f"allowed values are {options}")
