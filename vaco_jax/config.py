@@ -24,6 +24,7 @@ class ConfigError(ValueError):
 SnapshotSampling = Literal["uniform", "oldest", "newest"]
 TVReference = Literal["behavior", "learner"]
 FilterMode = Literal["batch", "per_sample"]
+MjxSolver = Literal["default", "fast"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +43,10 @@ class Config:
     """Independent seeds trained together in one vmapped call."""
     total_steps: int = 300_000
     """Environment steps per seed (rounded down to whole iterations)."""
+    mjx_solver: MjxSolver = "default"
+    """MJX constraint-solver settings: `default` (Brax's, the reference physics) or `fast` (4
+    line-search steps instead of 50, for the envs where it was checked against the default physics:
+    `vaco_jax.envs.FAST_SOLVER`; other envs keep the default)."""
 
     # --- asynchrony (SPEC §2) ---------------------------------------------------------------
     capacity: int = 1

@@ -90,7 +90,7 @@ class Trainer:
         validate(config)
         self.config = config
         self.algorithm = algorithms.parse(config.algo)
-        self.env = make_env(config.env)
+        self.env = make_env(config.env, config.mjx_solver)
         self.vec_env = VecEnv(self.env, config.num_envs, config.episode_length)
         self.actor, self.critic = networks.make_networks(config, self.vec_env.action_size)
 

@@ -1,0 +1,76 @@
+"""The throughput benchmark at a tiny size: it runs, measures what it says, and judges the targets.
+
+Speed itself is asserted by the benchmark script (PASS/MISS per target), never here.
+"""
+
+import dataclasses
+import json
+
+import pytest
+
+from benchmarks import throughput
+from benchmarks.measure import Case
+
+SMOKE_ROWS = ["limit", "brax_ppo", "ppo_clip", "chunk", "seeds_2", "sequential_2"]
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench") / "smoke.json"
+    report = throughput.main(["--preset", "smoke", "--only", *SMOKE_ROWS, "--out", str(out)])
+    return report, json.loads(out.read_text())
+
+
+def test_smoke_run_measures_every_row_and_writes_json(smoke):
+    report, written = smoke
+    rows = written["envs"]["toy_reach"]["rows"]
+    assert sorted(rows) == sorted(SMOKE_ROWS)
+    for name, row in rows.items():
+        assert row["sps"] > 0 and row["cpu_sps"] > 0, name
+        assert row["compile_s"] >= 0 and row["peak_rss_mb"] > 100, name
+    assert written["versions"]["jax"] and written["device"]["platform"] == "cpu"
+    assert written["case"]["num_envs"] == 8 and written["preset"] == "smoke"
+
+
+def test_smoke_ratios_are_the_quotients_of_the_measurements(smoke):
+    _, written = smoke
+    env = written["envs"]["toy_reach"]
+    measured = written["rounds"][0]["toy_reach"]
+    assert env["ratios"]["ppo_clip/brax_ppo"] == pytest.approx(
+        measured["ppo_clip"]["sps"] / measured["brax_ppo"]["sps"])
+    sequential = measured["sequential_2"]
+    assert len(sequential["per_seed_s"]) == 2
+    expected = measured["seeds_2"]["sps"] / (2 * sequential["steps_per_seed"]
+                                             / sum(sequential["per_seed_s"]))
+    assert env["ratios"]["vmapped/sequential"] == pytest.approx(expected)
+    assert env["ratios"]["compile_s(chunk)"] == measured["chunk"]["compile_s"]
+    assert set(env["verdicts"]) == {"ppo_clip/brax_ppo", "vmapped/sequential", "compile_s(chunk)"}
+    assert all(v.startswith(("PASS", "MISS")) for v in env["verdicts"].values())
+
+
+def test_ratios_and_verdicts_from_known_measurements():
+    results = {
+        "limit": {"sps": 1000.0}, "brax_ppo": {"sps": 100.0}, "ppo_clip": {"sps": 150.0},
+        "vaco": {"sps": 120.0}, "vaco_c8": {"sps": 135.0}, "impala": {"sps": 60.0},
+        "chunk": {"sps": 1.0, "compile_s": 70.0, "compile_cpu_s": 50.0},
+        "seeds_4": {"sps": 300.0}, "seeds_16": {"sps": 480.0},
+        "sequential_16": {"sps": 1.0, "steps_per_seed": 100, "per_seed_s": [1.0] * 16},
+    }
+    r = throughput.ratios(results, seeds=(4, 16))
+    assert r["ppo_clip/brax_ppo"] == 1.5 and r["vaco/ppo_clip"] == 0.8
+    assert r["vaco_c8/ppo_clip"] == 0.9 and r["impala/vaco"] == 0.5
+    assert r["vmapped/sequential@4"] == 3.0 and r["vmapped/sequential"] == 4.8
+    assert r["compile_s(chunk)"] == 70.0
+    assert r["ppo_clip/limit"] == 0.15
+    assert throughput.verdict("ppo_clip/brax_ppo", 1.5).startswith("PASS")
+    assert throughput.verdict("vaco/ppo_clip", 0.8).startswith("MISS")
+    assert throughput.verdict("compile_s(chunk)", 70.0).startswith("MISS")
+    assert throughput.verdict("impala/vaco", 0.5) == "report"
+
+
+def test_a_measurement_runs_in_its_own_process():
+    case = dataclasses.replace(Case(**throughput.PRESETS["smoke"]["case"]), repeats=1)
+    row = {"env": "toy_reach", "name": "limit", "kind": "limit", "kwargs": {}, "solver": "default"}
+    result = throughput.run_row(row, case, inline=False)
+    assert "error" not in result, result.get("error")
+    assert result["sps"] > 0 and result["peak_rss_mb"] > 100
