@@ -69,3 +69,46 @@ def test_mjx_env_time_limit_on_inverted_pendulum():
 def test_unknown_env_is_refused():
     with pytest.raises(ValueError, match="allowed values"):
         envs.make_env("cartpole_swingup")
+
+
+def test_cond_any_under_vmap_equals_the_per_member_branch_and_skips_when_none_holds():
+    calls = []
+
+    def branch(x):
+        jax.debug.callback(lambda: calls.append(1))
+        return x + 1.0
+
+    def f(pred, x):
+        return envs.cond_any(pred, branch, x)
+
+    xs = jnp.arange(3.0)
+    # One member true: the branch runs once for the whole batch; under the documented
+    # contract (a branch result is only used where pred holds) the outputs are per member.
+    mixed = jax.jit(jax.vmap(lambda p, x: jnp.where(p, f(p, x), x)))(
+        jnp.array([False, True, False]), xs)
+    np.testing.assert_array_equal(mixed, [0.0, 2.0, 2.0])
+    jax.effects_barrier()
+    assert len(calls) == 1
+    calls.clear()
+    none = jax.jit(jax.vmap(f))(jnp.zeros(3, bool), xs)
+    jax.effects_barrier()
+    np.testing.assert_array_equal(none, xs)
+    assert calls == []
+    # Nested vmap (seeds × hyper-parameters) and the unbatched call agree with lax.cond.
+    preds = jnp.array([[False, True], [False, False]])
+    grid = jnp.arange(4.0).reshape(2, 2)
+    nested = jax.vmap(jax.vmap(lambda p, x: jnp.where(p, f(p, x), x)))(preds, grid)
+    np.testing.assert_array_equal(nested, jnp.where(preds, grid + 1.0, grid))
+    assert float(f(jnp.array(True), jnp.float32(2.0))) == 3.0
+    assert float(f(jnp.array(False), jnp.float32(2.0))) == 2.0
+
+
+def test_fast_solver_changes_only_the_checked_settings_and_default_keeps_braxs():
+    default = envs.make_env("hopper")
+    fast = envs.make_env("hopper", mjx_solver="fast")
+    assert int(default.sys.opt.ls_iterations) == 50 and int(fast.sys.opt.ls_iterations) == 4
+    assert int(fast.sys.opt.iterations) == int(default.sys.opt.iterations)
+    ant_fast = envs.make_env("ant", mjx_solver="fast")   # not in FAST_SOLVER: untouched
+    assert int(ant_fast.sys.opt.ls_iterations) == int(envs.make_env("ant").sys.opt.ls_iterations)
+    with pytest.raises(ValueError, match="mjx_solver"):
+        envs.make_env("hopper", mjx_solver="quick")

@@ -129,8 +129,10 @@ class _BlowsUpAfterTheEnd(Env):
     observation_size, action_size, backend = 1, 1, "jax"
 
 
-def test_evaluation_through_the_absorbing_wrapper_ignores_steps_after_the_end():
-    env = sweep.AbsorbingAfterDone(_BlowsUpAfterTheEnd())
+@pytest.mark.parametrize("absorbing", [False, True])
+def test_evaluation_ignores_steps_after_the_end(absorbing):
+    env = _BlowsUpAfterTheEnd()
+    env = sweep.AbsorbingAfterDone(env) if absorbing else env
     config = Config(env="toy_bandit")
     actor, _ = networks.make_networks(config, 1)
     params = networks.init_params(jax.random.PRNGKey(0), config, 1, 1)["actor"]

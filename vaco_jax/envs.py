@@ -202,7 +202,7 @@ class VecEnv:
             done, key, inner = operand
             fresh = jax.vmap(self.env.reset)(jax.random.split(key, self.num_envs))
             fresh = fresh.replace(metrics=inner.metrics, info=inner.info)
-            return done, key, _select(done, fresh, inner)
+            return done, key, select_per_env(done, fresh, inner)
 
         # Resetting costs a physics forward pass per env; skip it on steps where no episode ended
         # (also under a seed vmap, where a plain cond would always pay for it).
@@ -219,7 +219,7 @@ def cond_any(pred, branch, operand):
     when `pred` holds for *any* member, and skips it when it holds for none (recursively, so
     nested vmaps — seeds × hyper-parameters — keep one branch). Exact only if `branch` returns
     its operand unchanged for a member whose `pred` is false, which the caller must guarantee
-    (here: `_select(done, fresh, inner)` with no env done is `inner`).
+    (here: `select_per_env(done, fresh, inner)` with no env done is `inner`).
     """
     @jax.custom_batching.custom_vmap
     def branch_if(pred, operand):
@@ -237,7 +237,7 @@ def cond_any(pred, branch, operand):
     return branch_if(pred, operand)
 
 
-def _select(mask, on_true, on_false):
+def select_per_env(mask, on_true, on_false):
     """Per-env `where` over a batched pytree (`mask [B]`)."""
     def pick(a, b):
         return jnp.where(mask.reshape(mask.shape + (1,) * (a.ndim - 1)), a, b)

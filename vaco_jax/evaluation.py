@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from vaco_jax import networks
+from vaco_jax.envs import select_per_env
 
 
 def evaluate(env, actor, actor_params, normalizer, key, *, num_episodes: int, episode_length: int,
@@ -15,8 +16,10 @@ def evaluate(env, actor, actor_params, normalizer, key, *, num_episodes: int, ep
     Each episode starts from a fresh random state and runs until it terminates or reaches the
     time limit (whichever comes first). The loop stops as soon as every episode has ended (a
     `while_loop`, not a fixed-length scan): an early policy that falls within 20 steps costs 20
-    steps, not `episode_length`. Steps after an episode's end add nothing to its return, so the
-    result is the same as running all `episode_length` steps.
+    steps, not `episode_length`. An episode that has ended is frozen (its state is not stepped
+    on and it adds no reward) while the others finish: stepping a terminated MJX state for
+    hundreds of steps can reach NaN physics, which would poison the return (`0 · NaN = NaN`) and
+    slow the constraint solver ~20×.
     """
     state = jax.vmap(env.reset)(jax.random.split(key, num_episodes))
 
@@ -28,9 +31,11 @@ def evaluate(env, actor, actor_params, normalizer, key, *, num_episodes: int, ep
         state, episode_return, alive, t = carry
         obs = networks.normalize(state.obs, normalizer, normalize_obs)
         loc, _ = actor.apply({"params": actor_params}, obs)
-        state = jax.vmap(env.step)(state, jnp.clip(loc, -1.0, 1.0))
-        episode_return = episode_return + alive * state.reward
-        alive = alive * (1.0 - state.done)
+        stepped = jax.vmap(env.step)(state, jnp.clip(loc, -1.0, 1.0))
+        running_before = alive > 0
+        state = select_per_env(running_before, stepped, state)
+        episode_return = episode_return + jnp.where(running_before, stepped.reward, 0.0)
+        alive = jnp.where(running_before, 1.0 - stepped.done, 0.0)
         return state, episode_return, alive, t + 1
 
     init = (state, jnp.zeros(num_episodes), jnp.ones(num_episodes), jnp.int32(0))

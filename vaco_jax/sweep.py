@@ -223,12 +223,9 @@ def _config_dict(config: Config) -> dict:
 class AbsorbingAfterDone(brax_envs.Wrapper):
     """Freeze an episode once it has ended: later steps return the final state with reward 0.
 
-    Work-around for `vaco_jax.evaluation.evaluate` (core, not ours to edit): it keeps stepping
-    finished episodes to the time limit and adds `alive · reward`. A terminated MJX state stepped on
-    for hundreds of steps can reach NaN physics; `0 · NaN = NaN` then poisons the eval return, and
-    NaN states make the constraint solver ~20× slower (inverted_double_pendulum: eval return NaN and
-    41.6 s per chunk, vs 1.8 s with this wrapper; training metrics identical). The return of every
-    episode is unchanged. Remove once `evaluate` masks finished episodes itself.
+    For loops that step a batch of episodes to a fixed length (`references.random_policy_return`):
+    a terminated MJX state stepped on for hundreds of steps can reach NaN physics, and `0 · NaN =
+    NaN` would poison the return. `vaco_jax.evaluation.evaluate` freezes finished episodes itself.
     """
 
     def step(self, state, action):
@@ -247,7 +244,6 @@ def run_cell(cell: Cell, progress: Callable[[int, int], None] | None = None) -> 
     start = time.perf_counter()
     config = cell.config
     trainer = Trainer(config)
-    trainer.env = AbsorbingAfterDone(trainer.env)   # only the evaluation uses trainer.env
     hparams = stack_hparams([dataclasses.replace(config, capacity=r.capacity, delta=r.delta).hparams()
                              for r in cell.runs])
     keys = jnp.stack([jax.random.PRNGKey(r.seed) for r in cell.runs])
