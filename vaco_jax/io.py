@@ -72,20 +72,25 @@ def to_jsonable(value):
     return value
 
 
-def write_json_atomic(path, data) -> None:
-    """Write JSON so that `path` holds either the old or the new content, never half of one."""
+def write_bytes_atomic(path, data: bytes) -> None:
+    """Write `data` so that `path` holds either the old or the new content, never half of one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(to_jsonable(data), f, indent=2)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_json_atomic(path, data) -> None:
+    """Write JSON so that `path` holds either the old or the new content, never half of one."""
+    write_bytes_atomic(path, json.dumps(to_jsonable(data), indent=2).encode())
 
 
 def append_jsonl(path, rows) -> None:

@@ -13,7 +13,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import tempfile
 import time
 from pathlib import Path
 
@@ -69,20 +68,6 @@ def make_sft(config):
     return train
 
 
-def _write_bytes_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def warm_start(config, train_set: ProblemSet, test_set: ProblemSet, cache_dir=None,
                log=print, compiler_options=None):
     """SFT parameters and info (`base_accuracy`, `final_loss`, `seconds`, `cached`), cached on disk."""
@@ -109,7 +94,7 @@ def warm_start(config, train_set: ProblemSet, test_set: ProblemSet, cache_dir=No
             "first_loss": float(losses[0]), "seconds": seconds, "key": key,
             "config": {"model": config.model, "task": config.task, "sft": config.sft},
             **io.provenance()}
-    _write_bytes_atomic(params_path, serialization.to_bytes(jax.device_get(params)))
+    io.write_bytes_atomic(params_path, serialization.to_bytes(jax.device_get(params)))
     io.write_json_atomic(info_path, info)   # written last: its presence marks a complete entry
     log(f"warm start: {seconds:.0f} s, loss {info['first_loss']:.3f} -> {info['final_loss']:.3f}, "
         f"held-out accuracy {accuracy:.3f}; saved {params_path}")

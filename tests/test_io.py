@@ -1,0 +1,41 @@
+"""Results are never half-written: atomic files, append-only JSONL that survives a torn line."""
+
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+
+from vaco_jax import io
+
+
+def test_write_json_atomic_round_trips_and_makes_non_finite_values_valid_json(tmp_path):
+    path = tmp_path / "deep" / "summary.json"
+    io.write_json_atomic(path, {"r": np.float32(1.5), "xs": np.arange(3), "bad": math.nan})
+    assert json.loads(path.read_text()) == {"r": 1.5, "xs": [0, 1, 2], "bad": None}
+
+
+def test_a_crash_before_the_rename_keeps_the_old_content_and_leaves_no_temporary(tmp_path,
+                                                                                 monkeypatch):
+    path = tmp_path / "summary.json"
+    io.write_json_atomic(path, {"version": 1})
+
+    def crash(*_):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(KeyboardInterrupt):
+        io.write_json_atomic(path, {"version": 2})
+    with pytest.raises(KeyboardInterrupt):
+        io.write_bytes_atomic(path, b"garbage")
+    assert json.loads(path.read_text()) == {"version": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]
+
+
+def test_read_jsonl_ignores_a_torn_last_line(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    io.append_jsonl(path, [{"step": 1}, {"step": 2}])
+    with open(path, "a") as f:
+        f.write('{"step": 3, "ret')            # a crash mid-write
+    assert io.read_jsonl(path) == [{"step": 1}, {"step": 2}]
