@@ -27,6 +27,18 @@ METRIC_NAMES = analysis.METRIC_NAMES
 PREFERRED = ["vaco", "ppo_clip", "ppo_kl", "spo", "impala"]
 
 
+def _interval_bars(ax, table, column, names, colors):
+    """One horizontal bar per name (row y = its index): the CI as a bar, the point as a tick."""
+    for y, name in enumerate(names):
+        row = table[table[column] == name]
+        if row.empty:
+            continue
+        row = row.iloc[0]
+        ax.barh(y, row["high"] - row["low"], left=row["low"], height=0.6, color=colors[name],
+                alpha=0.75)
+        ax.vlines(row["point"], y - 0.3, y + 0.3, color="k", lw=1.2)
+
+
 def _colors(methods: Sequence[str]) -> dict[str, tuple]:
     """The five algorithms keep their colour in every figure; other methods follow."""
     palette = plt.get_cmap("tab10")
@@ -54,14 +66,7 @@ def aggregate_intervals(table: pd.DataFrame, metrics: Sequence[str] = stats.METR
         for c, metric in enumerate(metrics):
             ax = axes[r, c]
             sub = table[(table["capacity"] == capacity) & (table["metric"] == metric)]
-            for y, method in enumerate(methods):
-                row = sub[sub["method"] == method]
-                if row.empty:
-                    continue
-                row = row.iloc[0]
-                ax.barh(y, row["high"] - row["low"], left=row["low"], height=0.6,
-                        color=colors[method], alpha=0.75)
-                ax.vlines(row["point"], y - 0.3, y + 0.3, color="k", lw=1.2)
+            _interval_bars(ax, sub, "method", methods, colors)
             ax.set_yticks(range(len(methods)))
             ax.set_yticklabels(methods if c == 0 else [])
             ax.grid(axis="x", alpha=0.3)
@@ -220,14 +225,7 @@ def improvement(table: pd.DataFrame, title: str = ""):
                              figsize=(3.3 * len(capacities), 0.5 * len(baselines) + 1.5))
     for ax, capacity in zip(axes[0], capacities):
         sub = table[table["capacity"] == capacity]
-        for y, baseline in enumerate(baselines):
-            row = sub[sub["baseline"] == baseline]
-            if row.empty:
-                continue
-            row = row.iloc[0]
-            ax.barh(y, row["high"] - row["low"], left=row["low"], height=0.6,
-                    color=colors[baseline], alpha=0.75)
-            ax.vlines(row["point"], y - 0.3, y + 0.3, color="k", lw=1.2)
+        _interval_bars(ax, sub, "baseline", baselines, colors)
         ax.axvline(0.5, color="grey", ls=":")
         ax.set_xlim(0, 1)
         ax.set_yticks(range(len(baselines)))
