@@ -57,3 +57,17 @@ def test_cli_refuses_to_overwrite_a_finished_run(run_dir):
         from vaco_jax import Config
         run(tyro.cli(Config, args=ARGS + ["--out", str(run_dir)]))
     assert (run_dir / "metrics.jsonl").read_text() == before
+
+
+def test_plot_runs_reads_the_cli_output_and_reports_final_returns_per_seed(run_dir, tmp_path):
+    from experiments import plot_runs
+
+    png = tmp_path / "curves.png"
+    table = plot_runs.main([str(run_dir), "--out", str(png)])
+    final = json.loads((run_dir / "summary.json").read_text())["final_eval_return"]
+    assert png.stat().st_size > 10_000
+    (row,) = table.to_dict("records")
+    assert (row["env"], row["algo"], row["capacity"], row["step"], row["seeds"]) == (
+        "toy_reach", "vaco", 2, 768, 2)
+    np.testing.assert_allclose(row["per_seed"], final, atol=0.05)
+    assert row["mean"] == pytest.approx(np.mean(final), rel=1e-6)

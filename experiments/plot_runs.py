@@ -1,0 +1,69 @@
+"""Training curves of `python -m vaco_jax.train` runs, side by side.
+
+    python -m experiments.plot_runs runs/hopper_vaco runs/hopper_ppo_clip --out docs/hopper.png
+
+Each run directory holds `config.json` and `metrics.jsonl` (one row per evaluation, one value per
+seed). The figure shows the IQM over seeds with a 95% bootstrap CI per algorithm (one panel per
+env × capacity, as the sweep's training-curve plot); the printed table gives each run's final
+evaluation return per seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from vaco_jax import io, plotting
+
+
+def load_run(run_dir) -> pd.DataFrame:
+    """A run's evaluations as a tidy table: env, algo, method, capacity, seed, step, eval_return."""
+    run_dir = Path(run_dir)
+    config = json.loads((run_dir / "config.json").read_text())["config"]
+    rows = []
+    for row in io.read_jsonl(run_dir / "metrics.jsonl"):
+        for i, value in enumerate(row["eval_return"]):
+            rows.append({"env": config["env"], "algo": config["algo"], "method": config["algo"],
+                         "capacity": config["capacity"], "seed": config["seed"] + i,
+                         "step": row["step"], "eval_return": value})
+    if not rows:
+        raise ValueError(f"{run_dir / 'metrics.jsonl'} has no evaluations")
+    return pd.DataFrame(rows)
+
+
+def final_table(results: pd.DataFrame) -> pd.DataFrame:
+    """Per (env, algo, capacity): the last evaluation's step, per-seed returns, mean and range."""
+    last = results[results["step"] == results.groupby(["env", "algo", "capacity"])["step"].transform("max")]
+    return (last.groupby(["env", "algo", "capacity"])
+            .agg(step=("step", "max"), seeds=("seed", "count"), mean=("eval_return", "mean"),
+                 min=("eval_return", "min"), max=("eval_return", "max"),
+                 per_seed=("eval_return", lambda v: [round(float(x), 1) for x in v]))
+            .reset_index())
+
+
+def main(argv: list[str] | None = None) -> pd.DataFrame:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", help="run directories (written by vaco_jax.train)")
+    parser.add_argument("--out", required=True, help="PNG path")
+    parser.add_argument("--title", default="")
+    args = parser.parse_args(argv)
+
+    results = pd.concat([load_run(run) for run in args.runs], ignore_index=True)
+    table = final_table(results)
+    seeds = results.groupby("algo")["seed"].nunique().min()
+    title = args.title or (f"{', '.join(sorted(results['env'].unique()))}: eval return, IQM over "
+                           f"{seeds} seeds, 95% CIs")
+    fig = plotting.training_curves(results, title=title)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    print(table.to_string(index=False))
+    print(f"wrote {out}")
+    return table
+
+
+if __name__ == "__main__":
+    main()
