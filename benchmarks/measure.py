@@ -40,6 +40,12 @@ class Case:
     mjx_solver: str = "default"
     iterations: int = 8          # learner iterations per timed call
     repeats: int = 3             # timed calls (median reported)
+    learning_rate: float | None = None
+    """None: the project's default (Brax gets the same). A tiny rate (1e-20) freezes the policy in
+    float32 while every computation still runs (the rate is a traced leaf for us, a runtime multiply
+    for Brax): every algorithm then acts with the same policy on the same keys, so the environment's
+    cost (episode lengths, resets, solver iterations) is the same for all of ours and the ratios
+    isolate the algorithms' own cost."""
 
     @property
     def batch_size(self) -> int:
@@ -51,7 +57,9 @@ class Case:
                       num_minibatches=self.num_minibatches, actor_hidden=self.hidden,
                       critic_hidden=self.hidden, episode_length=self.episode_length,
                       eval_envs=self.eval_envs, mjx_solver=self.mjx_solver,
-                      total_steps=self.iterations * self.batch_size, num_evals=1, **overrides)
+                      total_steps=self.iterations * self.batch_size, num_evals=1,
+                      **({} if self.learning_rate is None else {"learning_rate": self.learning_rate}),
+                      **overrides)
 
 
 def peak_rss_mb() -> float:
@@ -223,7 +231,8 @@ def brax_ppo(case: Case) -> dict:
         num_envs=case.num_envs, unroll_length=case.unroll_length,
         batch_size=case.num_envs // case.num_minibatches, num_minibatches=case.num_minibatches,
         num_updates_per_batch=case.num_epochs, network_factory=network_factory,
-        learning_rate=defaults.learning_rate, entropy_cost=defaults.ent_coef,
+        learning_rate=defaults.learning_rate if case.learning_rate is None else case.learning_rate,
+        entropy_cost=defaults.ent_coef,
         discounting=defaults.gamma, gae_lambda=defaults.gae_lambda,
         clipping_epsilon=defaults.clip_eps, max_grad_norm=defaults.max_grad_norm,
         reward_scaling=defaults.reward_scale, normalize_observations=True, seed=0,

@@ -174,6 +174,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--iterations", type=int, help="learner iterations per timed call")
     parser.add_argument("--repeats", type=int, help="timed calls per measurement")
+    parser.add_argument("--learning-rate", type=float,
+                        help="1e-20 freezes every policy (same env cost for all; see Case.learning_rate)")
     parser.add_argument("--inline", action="store_true",
                         help="measure in this process (peak RSS is then cumulative)")
     parser.add_argument("--out", help="JSON output path")
@@ -186,8 +188,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     preset = PRESETS[args.preset]
     case = Case(**preset["case"])
-    overrides = {k: v for k, v in (("iterations", args.iterations), ("repeats", args.repeats))
-                 if v is not None}
+    overrides = {k: v for k, v in (("iterations", args.iterations), ("repeats", args.repeats),
+                                   ("learning_rate", args.learning_rate)) if v is not None}
     case = dataclasses.replace(case, **overrides)
     inline = args.inline or args.preset == "smoke"
     envs = tuple(args.env or preset["envs"])

@@ -77,3 +77,10 @@ def test_a_measurement_runs_in_its_own_process():
     result = throughput.run_row(row, case, inline=False)
     assert "error" not in result, result.get("error")
     assert result["sps"] > 0 and result["peak_rss_mb"] > 100
+
+
+def test_a_frozen_case_sets_the_learning_rate_of_every_config_and_none_keeps_the_default():
+    assert Case(env="toy_reach").config("vaco").learning_rate == 3e-4
+    frozen = Case(env="toy_reach", learning_rate=1e-20)
+    assert frozen.config("ppo_clip").learning_rate == 1e-20
+    assert frozen.config("vaco", capacity=8).capacity == 8
