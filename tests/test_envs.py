@@ -112,3 +112,27 @@ def test_fast_solver_changes_only_the_checked_settings_and_default_keeps_braxs()
     assert int(ant_fast.sys.opt.ls_iterations) == int(envs.make_env("ant").sys.opt.ls_iterations)
     with pytest.raises(ValueError, match="mjx_solver"):
         envs.make_env("hopper", mjx_solver="quick")
+
+
+def test_reset_pool_hands_each_fresh_state_out_once_and_refills_only_when_overdrawn():
+    vec_env = envs.VecEnv(envs.ToyReach(), num_envs=4, episode_length=3)
+    state = vec_env.reset(jax.random.PRNGKey(0))
+    state = state.replace(step_count=jnp.array([0, 1, 2, 0], jnp.int32))  # staggered episode ends
+    action = jnp.zeros((4, vec_env.action_size))
+
+    def step(state, key):
+        new_state, result = vec_env.step(state, action, key)
+        return new_state, (result.truncated, new_state.obs, state.pool_used, new_state.pool_used)
+
+    _, (ended, obs_after, used_before, used_after) = jax.lax.scan(
+        step, state, jax.random.split(jax.random.PRNGKey(1), 30))
+    ended, used_before, used_after = map(np.asarray, (ended, used_before, used_after))
+    n_ended = ended.sum(axis=1)
+    starts = np.asarray(obs_after)[ended]
+    assert len(starts) == n_ended.sum() == 40
+    assert len(np.unique(starts.round(6), axis=0)) == len(starts)     # no state handed out twice
+    refilled = used_after < used_before + n_ended
+    # A refill happens exactly when the pool cannot serve this step's ends, and then starts over.
+    np.testing.assert_array_equal(refilled, used_before + n_ended > 4)
+    np.testing.assert_array_equal(used_after[refilled], n_ended[refilled])
+    assert 10 <= refilled.sum() <= 20    # 40 ends, 1–2 per step: at most 4 and at least 2 per refill

@@ -4,7 +4,9 @@
 get wrong for bootstrapping:
   * an episode limit that sets a **truncation** flag (not `done`) and keeps the **true final
     observation** as `next_obs`, so the learner can bootstrap from `V(s'_t)`;
-  * auto-reset to a **freshly randomised** initial state (a new key every reset, not a cached one).
+  * auto-reset to a **freshly randomised** initial state: every episode starts from its own
+    independent draw (not Brax's cached first state), taken from a pool of pre-drawn states that
+    is refilled, B at a time, only when it runs out.
 Observation normalisation is per seed and lives in the train state (it travels with each policy
 snapshot), not here.
 
@@ -148,6 +150,8 @@ class EnvState:
     inner: Any          # batched Brax `State`
     step_count: jax.Array      # [B] int32, steps since the last reset
     episode_return: jax.Array  # [B] undiscounted return of the running episode
+    pool: Any           # [B] fresh initial states, handed out in order to envs that end
+    pool_used: jax.Array       # int32: entries of `pool` already handed out (B = empty)
 
     @property
     def obs(self):
@@ -184,7 +188,9 @@ class VecEnv:
     def reset(self, key) -> EnvState:
         inner = jax.vmap(self.env.reset)(jax.random.split(key, self.num_envs))
         zeros = jnp.zeros((self.num_envs,))
-        return EnvState(inner, jnp.zeros((self.num_envs,), jnp.int32), zeros)
+        # The pool starts empty (`inner` only gives it its structure); the first env to end fills it.
+        return EnvState(inner, jnp.zeros((self.num_envs,), jnp.int32), zeros, inner,
+                        jnp.int32(self.num_envs))
 
     def step(self, state: EnvState, action, key) -> tuple[EnvState, StepResult]:
         """Step every env with `action [B, action_dim]` (clipped to [-1, 1]); reset those that ended."""
@@ -198,16 +204,28 @@ class VecEnv:
         result = StepResult(inner.obs, reward, terminated, truncated,
                             jnp.where(done, episode_return, 0.0))
 
-        def reset_done(operand):
-            done, key, inner = operand
-            fresh = jax.vmap(self.env.reset)(jax.random.split(key, self.num_envs))
-            fresh = fresh.replace(metrics=inner.metrics, info=inner.info)
-            return done, key, select_per_env(done, fresh, inner)
+        # Fresh resets come from a pool of B independently randomised initial states, refilled
+        # (one vmapped reset of B envs) only when the envs ending now would overdraw it. Resetting
+        # the whole batch whenever any env ends costs a physics forward pass per env on almost every
+        # step early in training; the pool pays it once per B episode ends, and each env that ends
+        # still starts from its own fresh draw of the initial-state distribution.
+        n_done = jnp.sum(done, dtype=jnp.int32)
 
-        # Resetting costs a physics forward pass per env; skip it on steps where no episode ended
-        # (also under a seed vmap, where a plain cond would always pay for it).
-        _, _, inner = cond_any(jnp.any(done), reset_done, (done, key, inner))
-        new_state = EnvState(inner, jnp.where(done, 0, step_count), jnp.where(done, 0.0, episode_return))
+        def refill(operand):
+            needed, key, pool, used = operand
+            fresh = jax.vmap(self.env.reset)(jax.random.split(key, self.num_envs))
+            fresh = fresh.replace(metrics=pool.metrics, info=pool.info)
+            pool = jax.tree.map(lambda f, p: jnp.where(needed, f, p), fresh, pool)
+            return needed, key, pool, jnp.where(needed, 0, used)
+
+        needed = state.pool_used + n_done > self.num_envs
+        # `refill` leaves a member whose `needed` is false unchanged, as `cond_any` requires.
+        _, _, pool, pool_used = cond_any(needed, refill, (needed, key, state.pool, state.pool_used))
+        slot = jnp.clip(pool_used + jnp.cumsum(done) - 1, 0, self.num_envs - 1)
+        fresh = jax.tree.map(lambda p: p[slot], pool).replace(metrics=inner.metrics, info=inner.info)
+        inner = select_per_env(done, fresh, inner)
+        new_state = EnvState(inner, jnp.where(done, 0, step_count), jnp.where(done, 0.0, episode_return),
+                             pool, pool_used + n_done)
         return new_state, result
 
 
@@ -219,7 +237,7 @@ def cond_any(pred, branch, operand):
     when `pred` holds for *any* member, and skips it when it holds for none (recursively, so
     nested vmaps — seeds × hyper-parameters — keep one branch). Exact only if `branch` returns
     its operand unchanged for a member whose `pred` is false, which the caller must guarantee
-    (here: `select_per_env(done, fresh, inner)` with no env done is `inner`).
+    (`VecEnv.step`'s refill selects the new pool only where it was needed).
     """
     @jax.custom_batching.custom_vmap
     def branch_if(pred, operand):
