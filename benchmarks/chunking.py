@@ -20,7 +20,6 @@ steadier measure of extra work. Results go to stdout and, as JSON, to `--out`.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import shutil
 import tempfile
@@ -31,7 +30,8 @@ import jax
 import numpy as np
 
 from vaco_jax import Config, Trainer, io, trainer as trainer_module
-from vaco_jax.train import Program, run, seed_keys
+from vaco_jax.options import Options
+from vaco_jax.train import build_program, init_state, run, seed_keys
 
 
 def main() -> None:
@@ -42,9 +42,9 @@ def main() -> None:
     parser.add_argument("--out", default="")
     args = parser.parse_args()
 
-    config = Config(env=args.env, num_seeds=args.num_seeds, progress=False, overwrite=True)
+    config = Config(env=args.env, num_seeds=args.num_seeds)
     keys = seed_keys(config)
-    program = Program.build(config)
+    program = build_program(config)
     whole = jax.jit(jax.vmap(Trainer(config).train)).lower(keys).compile()
     guard = trainer_module.guard_divergence
     trainer_module.guard_divergence = lambda old, new, metrics: new  # traced without the guard
@@ -59,7 +59,7 @@ def main() -> None:
         return time.perf_counter() - start, time.process_time() - cpu_start
 
     def time_chunked():
-        state = jax.block_until_ready(program.init_state(config))
+        state = jax.block_until_ready(init_state(program, config))
         start, cpu_start = time.perf_counter(), time.process_time()
         pending = chunk(state)
         for index in range(config.num_evals):
@@ -72,8 +72,9 @@ def main() -> None:
     def time_cli(checkpoint_every, checkpoint_budget=0.05):
         out = scratch / f"run{checkpoint_every}"
         shutil.rmtree(out, ignore_errors=True)
-        summary = run(dataclasses.replace(config, out=str(out), checkpoint_every=checkpoint_every,
-                                          checkpoint_budget=checkpoint_budget))
+        summary = run(config, Options(out=str(out), progress=False, overwrite=True,
+                                      checkpoint_every=checkpoint_every,
+                                      checkpoint_budget=checkpoint_budget))
         saves[(checkpoint_every, checkpoint_budget)] = len(summary["checkpoints_saved"])
         return summary["train_seconds"], summary["train_cpu_seconds"]
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import jax
 import tyro
 
+from vaco_jax import runtime
 from vaco_jax.llm.config import preset
 from vaco_jax.llm.experiment import Experiment, run
 
@@ -37,11 +38,16 @@ def presets():
 
 def main():
     experiment = tyro.extras.overridable_config_cli(presets())
+    runtime.initialize()   # multi-process when launched so by SLURM or Open MPI
+    runtime.announce()
     jax.config.update("jax_compilation_cache_dir", ".jax_cache")
     log_path = Path(experiment.out) / "log.txt"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
+    if runtime.is_primary():
+        log_path.parent.mkdir(parents=True, exist_ok=True)
 
-    def log(line):  # to the terminal and, with a timestamp, to out/log.txt
+    def log(line):  # to the terminal and, with a timestamp, to out/log.txt (process 0 only)
+        if not runtime.is_primary():
+            return
         print(line, flush=True)
         with open(log_path, "a") as f:
             f.write(f"{time.strftime('%H:%M:%S')} {line}\n")

@@ -5,9 +5,12 @@
     python -m experiments.mujoco_lag_sweep --preset paper --out results/paper  # an accelerator
     python -m experiments.mujoco_lag_sweep --preset smoke --out /tmp/smoke  # minutes: pipeline check
 
-Each (env, algorithm, variant) is one compiled program that vmaps every capacity × δ × seed.
-Results go to `--out` (default `results/<preset>`) as a tidy table, written cell by cell; running
-the same command again resumes (finished cells are skipped). `--dry-run` prints the plan.
+Each (env, algorithm, variant) is one compiled program that vmaps every capacity × δ × seed and
+spreads them over every device of every process (`vaco_jax.program`; multi-host with
+`--distributed`, see `vaco_jax.runtime`). Results go to `--out` (default `results/<preset>`) as a
+tidy table, written cell by cell by process 0; running the same command again resumes (finished
+cells are skipped). `--dry-run` compiles every program ahead of time and prints its per-device
+memory, choosing `--runs-per-call` when a cell does not fit the device (`--device-memory`).
 """
 
 from __future__ import annotations
@@ -15,11 +18,14 @@ from __future__ import annotations
 import dataclasses
 import sys
 from pathlib import Path
+from typing import Annotated
 
+import jax
 import tyro
 
-from vaco_jax import sweep
-from vaco_jax.config import ConfigError
+from vaco_jax import program, runtime, sweep
+from vaco_jax.errors import ConfigError
+from vaco_jax.runtime import Cluster
 
 
 @dataclasses.dataclass
@@ -45,8 +51,14 @@ class Args:
     max_cells: int | None = None
     """Stop after this many cells (resume later with the same command)."""
     dry_run: bool = False
-    """Print the plan and exit."""
+    """Compile every program ahead of time, print the plan with each program's per-device memory,
+    and exit without training or writing."""
+    device_memory: float = 0.0
+    """GB of memory per device to plan for in a dry run (0: what the device reports; the CPU
+    reports none). Cells that do not fit are split (--runs-per-call) until they do."""
     progress: bool = True
+    """Show a progress bar per cell."""
+    cluster: Annotated[Cluster, tyro.conf.OmitArgPrefixes] = Cluster()
 
 
 def preset_from(args) -> sweep.Preset:
@@ -58,9 +70,40 @@ def preset_from(args) -> sweep.Preset:
     return sweep.PRESETS[args.preset].with_overrides(**overrides)
 
 
+def dry_run(args, preset: sweep.Preset, out: Path) -> None:
+    """Compile every program (nothing runs) and print its placement and per-device memory. When
+    one does not fit the device memory, halve the runs per program (a multiple of the device count)
+    and plan again, until every program fits or holds one run per device."""
+    limit = args.device_memory * 1e9 if args.device_memory else program.device_memory_bytes()
+    print(f"planning for {limit / 1e9:.1f} GB per device" if limit else
+          "device memory unknown (the CPU reports none): pass --device-memory GB to plan for an "
+          "accelerator")
+    devices = jax.device_count()
+    while True:
+        cells = sweep.plan(preset, args.studies, args.algos)
+        reports = [sweep.dry_run_cell(cell, limit) for cell in cells]
+        largest = max(len(cell.runs) for cell in cells)
+        if all(r["fits"] is not False for r in reports) or largest <= devices:
+            break
+        per_call = max(devices, -(-largest // 2 // devices) * devices)
+        print(f"{largest} runs per program do not fit: trying --runs-per-call {per_call}")
+        preset = preset.with_overrides(runs_per_call=per_call)
+    fits = {None: "", True: ", fits", False: ", does NOT fit even at one run per device"}
+    for cell, report in zip(cells, reports):
+        print(f"{cell.cell_id}: {len(cell.runs)} runs × {cell.config.env_steps:,} steps "
+              f"({report['devices']}), compile {report['compile_seconds']:.0f} s, per device "
+              f"{program.describe_memory(report['memory_per_device'])}{fits[report['fits']]}")
+    total = sum(cell.config.env_steps * len(cell.runs) for cell in cells)
+    per_call = f", --runs-per-call {preset.runs_per_call}" if preset.runs_per_call else ""
+    print(f"{len(cells)} programs{per_call}, {total:,} env steps in all -> {out}")
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = tyro.cli(Args, args=argv, description=__doc__.split("\n\n")[0])
+    args = tyro.cli(Args, args=argv, description=__doc__.split("\n\n")[0],
+                    prog="python -m experiments.mujoco_lag_sweep")
     try:
+        runtime.initialize(args.cluster)
+        runtime.announce()
         preset = preset_from(args)
         cells = sweep.plan(preset, args.studies, args.algos)
     except ConfigError as error:
@@ -68,12 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = Path(args.out or f"results/{args.preset}")
     if args.dry_run:
-        total = 0
-        for cell in cells:
-            steps = cell.config.env_steps * len(cell.runs)
-            total += steps
-            print(f"{cell.cell_id}: {len(cell.runs)} runs × {cell.config.env_steps:,} steps = {steps:,}")
-        print(f"{len(cells)} cells, {total:,} env steps in all -> {out}")
+        dry_run(args, preset, out)
         return 0
     sweep.run_sweep(cells, out, preset=preset, max_cells=args.max_cells, progress=args.progress)
     return 0

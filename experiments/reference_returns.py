@@ -15,8 +15,8 @@ import sys
 import tyro
 
 from experiments.mujoco_lag_sweep import preset_from
-from vaco_jax import references
-from vaco_jax.config import ConfigError
+from vaco_jax import references, runtime
+from vaco_jax.errors import ConfigError
 
 
 @dataclasses.dataclass
@@ -33,6 +33,8 @@ class Args:
 def main(argv: list[str] | None = None) -> int:
     args = tyro.cli(Args, args=argv, description=__doc__.split("\n\n")[0])
     try:
+        runtime.initialize()   # multi-process when launched so by SLURM or Open MPI
+        runtime.announce()
         preset = preset_from(dataclasses.replace(args, num_seeds=None))
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
@@ -40,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     for env in preset.envs:
         entry = references.measure(preset, env, num_seeds=args.num_seeds,
                                    random_episodes=args.random_episodes)
-        references.update(args.out, entry)   # one env at a time: a crash keeps what is measured
+        if runtime.is_primary():
+            references.update(args.out, entry)   # one env at a time: a crash keeps what is measured
     print(f"-> {args.out}")
     return 0
 

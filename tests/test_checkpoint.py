@@ -16,9 +16,9 @@ import jax
 import numpy as np
 import pytest
 
-from vaco_jax import Config, ConfigError, io
+from vaco_jax import Config, ConfigError, Options, io
 from vaco_jax.checkpoint import CheckpointError, RunCheckpoints
-from vaco_jax.train import Program, checkpoint_due, main, run
+from vaco_jax.train import build_program, checkpoint_due, main, run
 
 from conftest import CACHE_DIR
 
@@ -27,7 +27,12 @@ ROOT = Path(__file__).resolve().parent.parent
 BASE = Config(env="toy_reach", algo="vaco", num_seeds=2, num_envs=8, unroll_length=8, num_epochs=2,
               num_minibatches=2, num_actors=2, episode_length=20, eval_envs=4,
               actor_hidden=(16, 16), critic_hidden=(16, 16), capacity=3, max_capacity=4,
-              num_evals=6, total_steps=8 * 8 * 20 * 6, progress=False, checkpoint_budget=1.0)
+              num_evals=6, total_steps=8 * 8 * 20 * 6)
+OPTIONS = Options(progress=False, checkpoint_budget=1.0)
+
+
+def options(**changes) -> Options:
+    return dataclasses.replace(OPTIONS, **changes)
 
 
 def cli_args(config: Config) -> list[str]:
@@ -35,16 +40,15 @@ def cli_args(config: Config) -> list[str]:
     args = []
     for name in ["env", "algo", "num_seeds", "num_envs", "unroll_length", "num_epochs",
                  "num_minibatches", "num_actors", "episode_length", "eval_envs", "capacity",
-                 "max_capacity", "num_evals", "total_steps", "learning_rate", "ent_coef",
-                 "checkpoint_budget"]:
+                 "max_capacity", "num_evals", "total_steps", "learning_rate", "ent_coef"]:
         args += ["--" + name.replace("_", "-"), str(getattr(config, name))]
-    return args + ["--actor-hidden", "16", "16", "--critic-hidden", "16", "16", "--no-progress"]
+    return args + ["--checkpoint-budget", str(OPTIONS.checkpoint_budget), "--actor-hidden", "16", "16", "--critic-hidden", "16", "16", "--no-progress"]
 
 
 def final_state(run_dir, config=BASE):
     """The train state of a run's newest checkpoint, and that checkpoint's metadata."""
     checkpoints = RunCheckpoints(run_dir, create=False)
-    restored = checkpoints.restore_latest(Program.build(config).abstract_state, config)
+    restored = checkpoints.restore_latest(build_program(config).abstract_state, config)
     checkpoints.close()
     return restored
 
@@ -57,17 +61,17 @@ def assert_same_state(a, b):
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
     out = tmp_path_factory.mktemp("ckpt") / "uninterrupted"
-    summary = run(dataclasses.replace(BASE, out=str(out)))
+    summary = run(BASE, options(out=str(out)))
     assert summary["finished"] and summary["chunks_done"] == BASE.num_evals
     return out
 
 
 def test_resumed_run_is_bit_identical_to_an_uninterrupted_one(uninterrupted, tmp_path):
     out = tmp_path / "resumed"
-    partial = run(dataclasses.replace(BASE, out=str(out)), stop_after=2)
+    partial = run(BASE, options(out=str(out)), stop_after=2)
     assert not partial["finished"] and not (out / "summary.json").exists()
     assert len(io.read_jsonl(out / "metrics.jsonl")) == 2
-    summary = run(dataclasses.replace(BASE, resume=str(out)))
+    summary = run(BASE, options(resume=str(out)))
     assert summary["resumed_from_chunk"] == 2 and summary["finished"]
 
     # Every metric of every chunk, and the whole final state (params, optimiser, buffer, keys, ...).
@@ -118,7 +122,7 @@ def test_sigkilled_run_resumes_at_most_one_chunk_back(uninterrupted, tmp_path):
 def partial_run(uninterrupted, tmp_path):
     """A run stopped after 3 of 6 chunks (checkpoints 2 and 3 on disk)."""
     out = tmp_path / "partial"
-    run(dataclasses.replace(BASE, out=str(out)), stop_after=3)
+    run(BASE, options(out=str(out)), stop_after=3)
     return out
 
 
@@ -144,7 +148,7 @@ def test_checkpoint_from_other_library_versions_is_refused(partial_run):
     before = snapshot_files(partial_run)
     with pytest.raises(CheckpointError, match=r"different library versions \(jax 0\.0\.1 in the "
                                               rf"checkpoint, {jax.__version__} here\)"):
-        run(dataclasses.replace(BASE, resume=str(partial_run)))
+        run(BASE, options(resume=str(partial_run)))
     assert snapshot_files(partial_run) == before
 
 
@@ -159,12 +163,12 @@ def test_corrupt_checkpoint_is_refused(partial_run):
     before = snapshot_files(partial_run)
     with pytest.raises(CheckpointError, match=r"checkpoints/3' (is corrupt|cannot be read).*"
                                               r"other checkpoints: \[2\]"):
-        run(dataclasses.replace(BASE, resume=str(partial_run)))
+        run(BASE, options(resume=str(partial_run)))
     assert snapshot_files(partial_run) == before
 
     data.unlink()  # a missing file is refused as well
     with pytest.raises(CheckpointError, match="cannot be read|is corrupt"):
-        run(dataclasses.replace(BASE, resume=str(partial_run)))
+        run(BASE, options(resume=str(partial_run)))
 
 
 def test_a_half_written_checkpoint_is_ignored(uninterrupted, partial_run):
@@ -172,7 +176,7 @@ def test_a_half_written_checkpoint_is_ignored(uninterrupted, partial_run):
     torn = partial_run / "checkpoints" / "4.orbax-checkpoint-tmp-1700000000"
     shutil.copytree(partial_run / "checkpoints" / "3", torn)
     next(p for p in torn.rglob("*") if p.is_file()).unlink()
-    summary = run(dataclasses.replace(BASE, resume=str(partial_run)))
+    summary = run(BASE, options(resume=str(partial_run)))
     assert summary["resumed_from_chunk"] == 3 and not torn.exists()
     assert io.read_jsonl(partial_run / "metrics.jsonl") == io.read_jsonl(uninterrupted / "metrics.jsonl")
 
@@ -181,15 +185,15 @@ def test_a_new_run_does_not_clobber_an_unfinished_one(partial_run, tmp_path):
     before = snapshot_files(partial_run)
     with pytest.raises(ConfigError, match=r"holds checkpoints of an unfinished run; continue it with "
                                           r"--resume"):
-        run(dataclasses.replace(BASE, out=str(partial_run)))
+        run(BASE, options(out=str(partial_run)))
     assert snapshot_files(partial_run) == before
     (tmp_path / "empty").mkdir()
     with pytest.raises(CheckpointError, match="has no checkpoints"):
-        run(dataclasses.replace(BASE, resume=str(tmp_path / "empty")))
+        run(BASE, options(resume=str(tmp_path / "empty")))
 
 
 def test_checkpoint_cadence_keeps_writing_within_its_budget():
-    config = dataclasses.replace(BASE, checkpoint_budget=0.05, checkpoint_every=1)
+    config = options(checkpoint_budget=0.05, checkpoint_every=1)
     # A write of 0.1 s is due once 0.1 · 0.95 / 0.05 = 1.9 s have passed since the last one.
     assert not checkpoint_due(config, 2, last_save_seconds=0.1, seconds_since_save=1.0)
     assert checkpoint_due(config, 2, last_save_seconds=0.1, seconds_since_save=2.0)
@@ -203,6 +207,6 @@ def test_checkpoint_cadence_keeps_writing_within_its_budget():
 
 def test_resuming_a_finished_run_changes_nothing(uninterrupted):
     before = snapshot_files(uninterrupted)
-    summary = run(dataclasses.replace(BASE, resume=str(uninterrupted)))
+    summary = run(BASE, options(resume=str(uninterrupted)))
     assert summary == json.loads((uninterrupted / "summary.json").read_text())
     assert snapshot_files(uninterrupted) == before

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from vaco_jax import ConfigError
-from vaco_jax.train import main
+from vaco_jax.train import main, parse, run
 
 ARGS = ["--env", "toy_reach", "--algo", "vaco", "--capacity", "2", "--num-seeds", "2",
         "--total-steps", "768", "--num-envs", "8", "--unroll-length", "16", "--num-evals", "3",
@@ -25,6 +25,7 @@ def test_cli_writes_config_metrics_and_summary(run_dir):
     config = json.loads((run_dir / "config.json").read_text())
     assert config["config"]["capacity"] == 2 and config["config"]["num_seeds"] == 2
     assert config["versions"]["jax"] and config["device"]["platform"] == "cpu"
+    assert config["options"]["out"] == str(run_dir) and "out" not in config["config"]
 
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows] == [256, 512, 768]
@@ -52,10 +53,8 @@ def test_cli_seeds_match_single_seed_runs(run_dir, tmp_path):
 def test_cli_refuses_to_overwrite_a_finished_run(run_dir):
     before = (run_dir / "metrics.jsonl").read_text()
     with pytest.raises(ConfigError, match="already holds a finished run"):
-        from vaco_jax.train import run
-        import tyro
-        from vaco_jax import Config
-        run(tyro.cli(Config, args=ARGS + ["--out", str(run_dir)]))
+        command = parse(ARGS + ["--out", str(run_dir)])
+        run(command.config, command.options)
     assert (run_dir / "metrics.jsonl").read_text() == before
 
 
@@ -71,3 +70,13 @@ def test_plot_runs_reads_the_cli_output_and_reports_final_returns_per_seed(run_d
         "toy_reach", "vaco", 2, 768, 2)
     np.testing.assert_allclose(row["per_seed"], final, atol=0.05)
     assert row["mean"] == pytest.approx(np.mean(final), rel=1e-6)
+
+
+def test_dry_run_compiles_reports_memory_and_writes_nothing(run_dir, tmp_path, capsys):
+    out = tmp_path / "dry"
+    assert main(ARGS + ["--out", str(out), "--dry-run"]) == 0
+    err = capsys.readouterr().err
+    assert "JAX 0.9.2 on cpu: 1 device (cpu)" in err
+    assert "dry run: 1 program of 2 runs (2 runs on 1 device)" in err
+    peak = float(err.split("per device: peak ")[1].split(" GB")[0])
+    assert 0 < peak < 1 and not out.exists()

@@ -1,5 +1,6 @@
 """Bad input is refused before compilation with a message naming the field and what is allowed."""
 
+import dataclasses
 import math
 import subprocess
 import sys
@@ -49,8 +50,9 @@ def test_cli_help_lists_every_field_with_defaults():
     result = subprocess.run([sys.executable, "-m", "vaco_jax.train", "--help"], capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 0
-    import dataclasses
-    for field in dataclasses.fields(Config):
+    from vaco_jax import Options
+    from vaco_jax.runtime import Cluster
+    for field in [*dataclasses.fields(Config), *dataclasses.fields(Options), *dataclasses.fields(Cluster)]:
         assert "--" + field.name.replace("_", "-") in result.stdout, field.name
     assert "default: inverted_pendulum" in result.stdout
 
@@ -73,10 +75,6 @@ def test_every_field_refuses_a_value_of_the_wrong_type(field):
     (dict(num_envs=True), "num_envs", "must be an integer"),
     (dict(actor_hidden=()), "actor_hidden", "non-empty tuple of positive layer widths"),
     (dict(critic_hidden=(64, 0)), "critic_hidden", "non-empty tuple of positive layer widths"),
-    (dict(checkpoint_every=-1), "checkpoint_every", ">= 0"),
-    (dict(keep_checkpoints=0), "keep_checkpoints", ">= 1"),
-    (dict(checkpoint_budget=0.0), "checkpoint_budget", "(0, 1]"),
-    (dict(on_nan="ignore"), "on_nan", "'skip-seed'"),
 ])
 def test_out_of_range_values_are_refused_naming_field_value_and_allowed(changes, field, allowed):
     with pytest.raises(ConfigError) as error:
@@ -85,9 +83,37 @@ def test_out_of_range_values_are_refused_naming_field_value_and_allowed(changes,
     assert f"`{field}` = {value!r} is invalid" in str(error.value) and allowed in str(error.value)
 
 
+@pytest.mark.parametrize("changes,field,allowed", [
+    (dict(checkpoint_every=-1), "checkpoint_every", ">= 0"),
+    (dict(keep_checkpoints=0), "keep_checkpoints", ">= 1"),
+    (dict(checkpoint_budget=0.0), "checkpoint_budget", "(0, 1]"),
+    (dict(on_nan="ignore"), "on_nan", "'skip-seed'"),
+    (dict(progress="yes"), "progress", "True or False"),
+])
+def test_bad_options_are_refused_before_anything_runs(changes, field, allowed, tmp_path):
+    from vaco_jax import Options
+    from vaco_jax.train import run
+    with pytest.raises(ConfigError) as error:
+        run(Config(env="toy_reach"), Options(out=str(tmp_path / "run"), **changes))
+    (name, value), = changes.items()
+    assert f"`{field}` = {value!r} is invalid" in str(error.value) and allowed in str(error.value)
+    assert not (tmp_path / "run").exists()
+
+
+def test_options_are_not_part_of_the_run_config():
+    from vaco_jax import Options
+    from vaco_jax.config import LEGACY_OPTION_FIELDS, from_json_dict, to_json_dict
+    run_fields = {f.name for f in dataclasses.fields(Config)}
+    option_fields = {f.name for f in dataclasses.fields(Options)}
+    assert not run_fields & option_fields
+    assert set(LEGACY_OPTION_FIELDS) <= option_fields
+    # A config stored by an older version (with its options inside) still loads.
+    assert from_json_dict({**to_json_dict(Config()), "out": "runs/x", "on_nan": "stop"}) == Config()
+
+
 def test_config_survives_its_json_form_with_infinities():
     from vaco_jax.config import from_json_dict, to_json_dict
-    config = Config(delta=math.inf, actor_hidden=(8, 4), on_nan="skip-seed")
+    config = Config(delta=math.inf, actor_hidden=(8, 4))
     assert from_json_dict(to_json_dict(config)) == config
     with pytest.raises(ConfigError, match="unknown to this version"):
         from_json_dict({**to_json_dict(config), "warp_speed": 9})

@@ -18,20 +18,20 @@ import pytest
 
 from vaco_jax import io, stack_hparams
 from vaco_jax.checkpoint import RunCheckpoints
-from vaco_jax.train import DivergenceError, Program, main, run
+from vaco_jax.program import seed_keys
+from vaco_jax.train import DivergenceError, build_program, main, run
 from vaco_jax.trainer import NONFINITE_GRADIENT
 
-from test_checkpoint import BASE
+from test_checkpoint import BASE, options
 
 ENTROPY_BLOWUP = dict(learning_rate=1.0, ent_coef=1000.0)
 
 
 def run_chunks(hparams_per_seed):
     """All chunks of BASE's program for seeds 0 and 1 with the given per-seed hyper-parameters."""
-    program = Program.build(BASE)
+    program = build_program(BASE)
     chunk, _ = program.compiled_chunk()
-    keys = jnp.stack([jax.random.PRNGKey(0), jax.random.PRNGKey(1)])
-    state = program.init(keys, stack_hparams(hparams_per_seed))
+    state = program.init_state(seed_keys(range(2)), stack_hparams(hparams_per_seed))
     initial_params = jax.device_get(state.params)
     metrics = []
     for _ in range(BASE.num_evals):
@@ -75,9 +75,9 @@ def test_entropy_blowup_is_caught_at_the_predicted_iteration():
 
 def test_cli_stops_with_a_clear_message_and_keeps_the_last_good_checkpoint(tmp_path, capsys):
     out = tmp_path / "diverges"
-    config = dataclasses.replace(BASE, out=str(out), **ENTROPY_BLOWUP)
+    config = dataclasses.replace(BASE, **ENTROPY_BLOWUP)
     with pytest.raises(DivergenceError) as error:
-        run(config)
+        run(config, options(out=str(out)))
     message = str(error.value)
     for seed in (0, 1):
         assert f"seed {seed} (index {seed} of 2) produced a non-finite " in message
@@ -98,9 +98,9 @@ def seed_one_made_unstable(tmp_path):
     """A run checkpointed after 2 chunks, then seed 1's learning rate set to 1e6 in the checkpoint
     (a per-seed hyper-parameter the CLI cannot express): it diverges in its next iteration."""
     first = tmp_path / "first"
-    run(dataclasses.replace(BASE, out=str(first)), stop_after=2)
+    run(BASE, options(out=str(first)), stop_after=2)
     checkpoints = RunCheckpoints(first, create=False)
-    restored = checkpoints.restore_latest(Program.build(BASE).abstract_state, BASE)
+    restored = checkpoints.restore_latest(build_program(BASE).abstract_state, BASE)
     checkpoints.close()
     state = restored.state.replace(hparams=restored.state.hparams.replace(
         learning_rate=restored.state.hparams.learning_rate.at[1].set(1e6)))
@@ -113,8 +113,8 @@ def seed_one_made_unstable(tmp_path):
 
 def test_skip_seed_freezes_one_seed_and_continues_the_other(seed_one_made_unstable, tmp_path):
     reference = tmp_path / "reference"
-    run(dataclasses.replace(BASE, out=str(reference)))
-    summary = run(dataclasses.replace(BASE, resume=str(seed_one_made_unstable), on_nan="skip-seed"))
+    run(BASE, options(out=str(reference)))
+    summary = run(BASE, options(resume=str(seed_one_made_unstable), on_nan="skip-seed"))
     assert summary["finished"]
     assert summary["diverged_seeds"] == [
         {"seed": 1, "index": 1, "iteration": 41, "nonfinite": ["loss", "gradient", "parameters"]}]
@@ -136,4 +136,4 @@ def test_stop_names_the_seed_and_iteration(seed_one_made_unstable):
                                               r".*the last good checkpoint is .*checkpoints/2 \(chunk 2 "
                                               r"of 6\); to continue the other seeds from there, run "
                                               r"--resume .* --on-nan skip-seed"):
-        run(dataclasses.replace(BASE, resume=str(seed_one_made_unstable)))
+        run(BASE, options(resume=str(seed_one_made_unstable)))

@@ -170,3 +170,23 @@ def test_cli_dry_run_lists_the_cpu_preset(capsys):
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 11 and lines[-1].startswith("10 cells")
     assert mujoco_lag_sweep.main(["--preset", "nope", "--dry-run"]) == 2
+
+
+def test_dry_run_plans_memory_and_splits_a_cell_that_does_not_fit(full_sweep, cells, capsys, tmp_path):
+    from experiments import mujoco_lag_sweep
+
+    vaco = next(c for c in cells if c.algo == "vaco")
+    report = sweep.dry_run_cell(vaco, device_memory=None)
+    assert report["runs"] == 6 and report["fits"] is None and report["devices"] == "6 runs on 1 device"
+    peak = report["memory_per_device"]["peak"]
+    assert peak > 0 and report["memory_per_device"]["temp"] > 0
+    # A device 1 byte too small for the 6 runs: the dry run halves the runs per program, and the
+    # program of 3 runs (the same static config) needs less.
+    args = ["--preset", "tiny", "--algos", "vaco", "--dry-run", "--device-memory", str((peak - 1) / 1e9),
+            "--out", str(tmp_path / "dry")]
+    assert mujoco_lag_sweep.main(args) == 0
+    printed = capsys.readouterr().out
+    assert "6 runs per program do not fit: trying --runs-per-call 3" in printed
+    assert "main/toy_reach/vaco/default#0: 3 runs" in printed and "fits" in printed
+    assert "2 programs, --runs-per-call 3" in printed
+    assert not (tmp_path / "dry").exists()   # a dry run writes nothing

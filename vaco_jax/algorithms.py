@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from vaco_jax.config import ConfigError
+from vaco_jax.errors import ConfigError
 
 # When the advantages and value targets are computed:
 #   gae           — GAE(λ) once per iteration with the start-of-iteration critic, no correction;

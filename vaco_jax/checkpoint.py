@@ -31,16 +31,15 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from vaco_jax import io
-from vaco_jax.config import CLI_ONLY_FIELDS, Config, ConfigError, from_json_dict, to_json_dict
+from vaco_jax.config import LEGACY_OPTION_FIELDS, Config, from_json_dict, to_json_dict
+from vaco_jax.errors import CheckpointError, ConfigError
+from vaco_jax.options import RESUME_MAY_CHANGE
+from vaco_jax.runtime import to_host
 
 FORMAT = 1
 # A different version of any of these can change results, so resuming across them is refused.
 CHECKED_LIBRARIES = ("vaco_jax", "jax", "jaxlib", "flax", "optax", "distrax", "brax", "mujoco",
                      "mujoco-mjx", "numpy", "orbax-checkpoint")
-
-
-class CheckpointError(ValueError):
-    """A checkpoint cannot be used (missing, corrupt, or from another config or library versions)."""
 
 
 @dataclasses.dataclass
@@ -80,7 +79,7 @@ class RunCheckpoints:
     def save(self, chunk: int, state, history: dict, config: Config, *, wait: bool = True) -> None:
         paths, leaves, treedef = _flatten(state)
         # Copies: the caller goes on filling `history` while orbax may still be writing.
-        host_leaves, host_history = _to_host(leaves), {k: np.array(v) for k, v in history.items()}
+        host_leaves, host_history = to_host(leaves), {k: np.array(v) for k, v in history.items()}
         meta = {
             "format": FORMAT,
             "chunk": chunk,
@@ -134,6 +133,12 @@ class RunCheckpoints:
         paths, abstract_leaves, treedef = _flatten(abstract_state)
         expected = [[p, list(x.shape), str(np.dtype(x.dtype))] for p, x in zip(paths, abstract_leaves)]
         if meta["leaves"] != expected:
+            saved_on, here = meta.get("devices", {}).get("count"), jax.device_count()
+            if saved_on != here:
+                raise CheckpointError(
+                    f"checkpoint {str(self.path(chunk))!r} was written on {saved_on} devices and this "
+                    f"process sees {here}: runs are padded to a multiple of the device count, so "
+                    f"resume on {saved_on} devices (the same number of processes and devices each)")
             stored = {p: (s, d) for p, s, d in meta["leaves"]}
             built = {p: (s, d) for p, s, d in expected}
             differences = [f"{p}: {stored.get(p, 'absent')} in the checkpoint, "
@@ -160,7 +165,7 @@ class RunCheckpoints:
                   jax.device_put(np.zeros(x.shape, x.dtype), x.sharding)
                   for i, x in enumerate(abstract_leaves)]
         history = {name: np.asarray(v) for name, v in arrays["history"].items()}
-        if _digest(_to_host(leaves), history) != meta["sha256"]:
+        if _digest(to_host(leaves), history) != meta["sha256"]:
             raise CheckpointError(
                 f"checkpoint {str(self.path(chunk))!r} is corrupt: its bytes do not match the SHA-256 "
                 f"recorded when it was saved. Delete it to resume from an older checkpoint "
@@ -222,9 +227,9 @@ def check_compatible(meta: dict, config: Config, where) -> None:
     ours_config = to_json_dict(config)
     differences = [f"`{name}` = {ours_config[name]!r} here but {stored.get(name, '(absent)')!r} in the "
                    f"checkpoint" for name in ours_config
-                   if name not in CLI_ONLY_FIELDS and stored.get(name) != ours_config[name]]
+                   if stored.get(name) != ours_config[name]]
     differences += [f"`{name}` is in the checkpoint but unknown here" for name in stored
-                    if name not in ours_config]
+                    if name not in ours_config and name not in LEGACY_OPTION_FIELDS]
     if differences:
         raise CheckpointError(
             f"checkpoint {str(where)!r} was written by a run with a different config: "
@@ -234,9 +239,6 @@ def check_compatible(meta: dict, config: Config, where) -> None:
 
 
 # --- helpers ---------------------------------------------------------------------------------------
-
-RESUME_MAY_CHANGE = [f for f in CLI_ONLY_FIELDS if f not in ("out", "resume", "overwrite")]
-
 
 def _flag(field: str) -> str:
     return "--" + field.replace("_", "-")
@@ -249,14 +251,6 @@ def _key(index: int) -> str:
 def _flatten(tree):
     with_paths, treedef = jax.tree_util.tree_flatten_with_path(tree)
     return [jax.tree_util.keystr(p) for p, _ in with_paths], [x for _, x in with_paths], treedef
-
-
-def _to_host(leaves) -> list[np.ndarray]:
-    """Every leaf as a host array (gathered from every process on a multi-host run)."""
-    if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
-        leaves = multihost_utils.process_allgather(leaves, tiled=True)
-    return [np.asarray(x) for x in jax.device_get(leaves)]
 
 
 def _digest(leaves, history: dict) -> str:

@@ -16,9 +16,10 @@ from typing import Literal
 import jax.numpy as jnp
 from flax import struct
 
+from vaco_jax import algorithms, envs
+from vaco_jax.errors import ConfigError, check_types, invalid
 
-class ConfigError(ValueError):
-    """A config field has a value the trainer cannot run with (raised before compilation)."""
+__all__ = ["Config", "ConfigError", "HParams", "validate", "to_json_dict", "from_json_dict"]
 
 
 SnapshotSampling = Literal["uniform", "oldest", "newest"]
@@ -117,34 +118,11 @@ class Config:
     max_grad_norm: float = 0.5
     adam_eps: float = 1e-5
 
-    # --- evaluation and output --------------------------------------------------------------
+    # --- evaluation ---------------------------------------------------------------------------
     num_evals: int = 20
     """Deterministic evaluations over the run (the run is split into this many equal chunks)."""
     eval_envs: int = 16
     """Episodes per evaluation (one per environment, run to the time limit)."""
-    out: str = ""
-    """Output directory for config.json, metrics.jsonl and summary.json (CLI only)."""
-    progress: bool = True
-    """Show a progress bar (CLI only)."""
-    overwrite: bool = False
-    """Allow writing into an output directory that already holds a finished run (CLI only)."""
-
-    # --- checkpoints and divergence (CLI only: they never change what is computed) ----------
-    resume: str = ""
-    """Continue the run in this directory from its newest checkpoint. Other flags may be left out
-    (the run's own config is used); any flag given must agree with it."""
-    checkpoint_every: int = 1
-    """Save the whole train state after every this many evaluation chunks (0 = never)."""
-    checkpoint_budget: float = 0.05
-    """Most of the run's time that writing checkpoints may take: a due checkpoint is skipped while
-    the last write took more than this share of the time since it (1 = save every due chunk; the
-    last chunk is always saved)."""
-    keep_checkpoints: int = 2
-    """Keep the newest this many checkpoints."""
-    on_nan: Literal["stop", "skip-seed"] = "stop"
-    """When a seed's loss, gradient or parameters become non-finite: `stop` the run (the last good
-    checkpoint is kept) or `skip-seed` (freeze that seed, report it, continue the others)."""
-
     # ------------------------------------------------------------------------------------------
     @property
     def slots(self) -> int:
@@ -171,25 +149,9 @@ class Config:
         return self.num_iterations * self.batch_size
 
     def hparams(self) -> "HParams":
-        """The vmappable hyper-parameters of this config."""
-        return HParams(
-            learning_rate=jnp.float32(self.learning_rate),
-            gamma=jnp.float32(self.gamma),
-            gae_lambda=jnp.float32(self.gae_lambda),
-            delta=jnp.float32(self.delta),
-            clip_eps=jnp.float32(self.clip_eps),
-            kl_coef=jnp.float32(self.kl_coef),
-            kl_target=jnp.float32(self.kl_target),
-            rho_bar=jnp.float32(self.rho_bar),
-            c_bar=jnp.float32(self.c_bar),
-            is_max=jnp.float32(self.is_max),
-            reward_scale=jnp.float32(self.reward_scale),
-            vf_coef=jnp.float32(self.vf_coef),
-            ent_coef=jnp.float32(self.ent_coef),
-            max_grad_norm=jnp.float32(self.max_grad_norm),
-            adam_eps=jnp.float32(self.adam_eps),
-            capacity=jnp.int32(self.capacity),
-        )
+        """The vmappable hyper-parameters of this config (every `HParams` field, by name)."""
+        return HParams(**{f.name: jnp.asarray(getattr(self, f.name), f.metadata.get("dtype", jnp.float32))
+                          for f in dataclasses.fields(HParams)})
 
 
 @struct.dataclass
@@ -211,61 +173,28 @@ class HParams:
     ent_coef: jnp.ndarray
     max_grad_norm: jnp.ndarray
     adam_eps: jnp.ndarray
-    capacity: jnp.ndarray
+    capacity: jnp.ndarray = struct.field(metadata={"dtype": jnp.int32})
 
 
-# Fields that only steer the command line (where results go, checkpoint cadence, what to do on
-# divergence): they never change what is computed, so a run may be resumed with other values.
-CLI_ONLY_FIELDS = ("out", "progress", "overwrite", "resume", "checkpoint_every", "checkpoint_budget",
-                   "keep_checkpoints", "on_nan")
 # Floats that may be infinite (inf disables the mechanism); every other float must be finite.
 INFINITE_ALLOWED = ("delta", "is_max")
 
 
 def _fail(field: str, value, allowed: str) -> None:
-    raise ConfigError(f"config field `{field}` = {value!r} is invalid: {allowed}")
-
-
-def _check_type(name: str, value, hint) -> None:
-    """Refuse a value of the wrong type (the Python API does not go through tyro's parsing)."""
-    origin = typing.get_origin(hint)
-    if hint is bool:
-        ok, allowed = isinstance(value, bool), "must be True or False"
-    elif hint is int:
-        ok, allowed = isinstance(value, int) and not isinstance(value, bool), "must be an integer"
-    elif hint is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        allowed = "must be a number"
-    elif hint is str:
-        ok, allowed = isinstance(value, str), "must be a string"
-    elif origin is Literal:
-        ok, allowed = value in typing.get_args(hint), f"allowed values are {typing.get_args(hint)}"
-    elif origin is tuple:
-        ok = isinstance(value, tuple) and all(
-            isinstance(v, int) and not isinstance(v, bool) for v in value)
-        allowed = "must be a tuple of integers"
-    else:  # a type this check does not know: the specific checks below must cover it
-        return
-    if not ok:
-        _fail(name, value, allowed)
+    raise invalid(field, value, allowed)
 
 
 def validate(config: Config) -> None:
     """Check every field before anything is compiled; raise `ConfigError` naming the field, the
     value and what is allowed."""
-    from vaco_jax import algorithms, envs  # local: registries import this module
-
+    check_types(config)
     hints = typing.get_type_hints(Config)
-    for field in dataclasses.fields(Config):
-        _check_type(field.name, getattr(config, field.name), hints[field.name])
-
     if config.env not in envs.ENV_NAMES:
         _fail("env", config.env, f"allowed values are {sorted(envs.ENV_NAMES)}")
     algorithms.parse(config.algo)  # raises ConfigError naming `algo`
 
     positive_ints = ["num_seeds", "total_steps", "num_envs", "unroll_length", "num_epochs",
-                     "num_minibatches", "num_actors", "episode_length", "num_evals", "eval_envs",
-                     "keep_checkpoints"]
+                     "num_minibatches", "num_actors", "episode_length", "num_evals", "eval_envs"]
     for name in positive_ints:
         if getattr(config, name) < 1:
             _fail(name, getattr(config, name), "must be an integer >= 1")
@@ -273,12 +202,6 @@ def validate(config: Config) -> None:
     if not 0 <= config.seed <= 2**32 - config.num_seeds:
         _fail("seed", config.seed, f"must be an integer in [0, 2**32 - num_seeds] = "
                                    f"[0, {2**32 - config.num_seeds}]")
-    if not 0 < config.checkpoint_budget <= 1:
-        _fail("checkpoint_budget", config.checkpoint_budget,
-              "must be in (0, 1]: the share of run time checkpoint writing may take (1 = no limit)")
-    if config.checkpoint_every < 0:
-        _fail("checkpoint_every", config.checkpoint_every,
-              "must be an integer >= 0 (evaluation chunks between checkpoints; 0 = never)")
     if config.capacity < 1:
         _fail("capacity", config.capacity, "must be an integer >= 1 (1 = synchronous on-policy)")
     if config.max_capacity < 0 or (config.max_capacity and config.max_capacity < config.capacity):
@@ -323,6 +246,11 @@ def validate(config: Config) -> None:
             _fail(name, widths, "must be a non-empty tuple of positive layer widths")
 
 
+# Options of the command line that versions before 0.2 kept in `Config` (now `vaco_jax.options`).
+LEGACY_OPTION_FIELDS = ("out", "progress", "overwrite", "resume", "checkpoint_every",
+                        "checkpoint_budget", "keep_checkpoints", "on_nan")
+
+
 # --- a lossless JSON form (checkpoints store the config; inf is not valid JSON) -------------------
 
 def to_json_dict(config: Config) -> dict:
@@ -335,8 +263,11 @@ def to_json_dict(config: Config) -> dict:
 
 
 def from_json_dict(data: dict) -> Config:
-    """The inverse of `to_json_dict`; unknown fields raise `ConfigError`, missing ones keep defaults."""
+    """The inverse of `to_json_dict`; unknown fields raise `ConfigError`, missing ones keep defaults.
+
+    Process options that older versions stored with the config (`out`, `resume`, ...) are ignored."""
     hints = typing.get_type_hints(Config)
+    data = {k: v for k, v in data.items() if k not in LEGACY_OPTION_FIELDS}
     unknown = sorted(set(data) - set(hints))
     if unknown:
         raise ConfigError(f"config fields {unknown} are unknown to this version of vaco_jax")

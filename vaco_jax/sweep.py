@@ -33,18 +33,16 @@ import numpy as np
 import pandas as pd
 from brax import envs as brax_envs
 
-from vaco_jax import io
-from vaco_jax.config import Config, ConfigError, validate
-from vaco_jax.trainer import Trainer, stack_hparams
+from vaco_jax import io, program as program_lib, runtime
+from vaco_jax.config import Config, validate
+from vaco_jax.errors import ConfigError, SweepError
+from vaco_jax.trainer import stack_hparams
 
 MAIN_ALGOS = ("vaco", "ppo_clip", "ppo_kl", "spo", "impala")
 DELTAS = (0.05, 0.1, 0.2, 0.4)
 RESULTS, CELLS, PLAN = "results.jsonl", "cells.jsonl", "sweep.json"
-CLI_ONLY_FIELDS = ("out", "progress", "overwrite", "seed", "num_seeds")
-
-
-class SweepError(RuntimeError):
-    """A sweep directory holds results that do not match the requested sweep."""
+# Set per run by the cell (each run's seed), so left out of the cell's config fingerprint.
+PER_RUN_FIELDS = ("seed", "num_seeds")
 
 
 # --- what to run --------------------------------------------------------------------------------
@@ -216,7 +214,7 @@ def _split(runs, per_call: int):
 
 
 def _config_dict(config: Config) -> dict:
-    return {k: v for k, v in dataclasses.asdict(config).items() if k not in CLI_ONLY_FIELDS}
+    return {k: v for k, v in dataclasses.asdict(config).items() if k not in PER_RUN_FIELDS}
 
 
 # --- running one cell ---------------------------------------------------------------------------
@@ -235,28 +233,31 @@ class AbsorbingAfterDone(brax_envs.Wrapper):
         return jax.tree.map(lambda old, new: jnp.where(done, old, new), frozen, next_state)
 
 
+def build_cell_program(cell: Cell, log=None) -> program_lib.TrainProgram:
+    """The cell's program: every run vmapped, placed on every device, donating its state."""
+    return program_lib.TrainProgram.build(cell.config, len(cell.runs), donate=True, log=log)
+
+
 def run_cell(cell: Cell, progress: Callable[[int, int], None] | None = None) -> tuple[list[dict], dict]:
     """Train every run of `cell` in one vmapped program; returns (tidy rows, timing record).
 
     Run i uses `PRNGKey(run.seed)`, so a seed sees the same key at every capacity, δ and algorithm
     (common random numbers) and equals a single `python -m vaco_jax.train --seed <seed>` run.
+    The runs are spread over every device (`vaco_jax.program`); padding runs are never reported.
     """
     start = time.perf_counter()
     config = cell.config
-    trainer = Trainer(config)
+    program = build_cell_program(cell)
     hparams = stack_hparams([dataclasses.replace(config, capacity=r.capacity, delta=r.delta).hparams()
                              for r in cell.runs])
-    keys = jnp.stack([jax.random.PRNGKey(r.seed) for r in cell.runs])
-    state = jax.jit(jax.vmap(trainer.init))(keys, hparams)
-    compile_start = time.perf_counter()
-    chunk = jax.jit(jax.vmap(trainer.run_chunk), donate_argnums=0).lower(state).compile()
-    compile_seconds = time.perf_counter() - compile_start
+    state = program.init_state(program_lib.seed_keys([r.seed for r in cell.runs]), hparams)
+    chunk, compile_seconds = program.compiled_chunk()
 
     rows, train_seconds = [], 0.0
     for eval_index in range(config.num_evals):
         chunk_start = time.perf_counter()
         state, metrics = chunk(state)
-        metrics = jax.device_get(metrics)
+        metrics = program.layout.unpad(metrics)
         train_seconds += time.perf_counter() - chunk_start
         rows.extend(_rows(cell, eval_index, metrics))
         if progress is not None:
@@ -267,9 +268,22 @@ def run_cell(cell: Cell, progress: Callable[[int, int], None] | None = None) -> 
         "env_steps_per_run": config.env_steps, "compile_seconds": compile_seconds,
         "train_seconds": train_seconds, "wall_seconds": time.perf_counter() - start,
         "sps": steps / train_seconds, "diverged_runs": _diverged(rows),
+        "devices": program.layout.describe(), "processes": jax.process_count(),
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"), **io.provenance(),
     }
     return rows, record
+
+
+def dry_run_cell(cell: Cell, device_memory: float | None = None) -> dict:
+    """Compile `cell`'s program ahead of time (nothing runs): its placement, compile seconds and
+    per-device memory, and whether it fits in `device_memory` bytes (None: unknown)."""
+    program = build_cell_program(cell)
+    _, compile_seconds = program.compiled_chunk()
+    memory = program.memory()
+    fits = None if device_memory is None or not memory else memory["peak"] <= device_memory
+    return {"cell": cell.cell_id, "runs": len(cell.runs), "devices": program.layout.describe(),
+            "padded_runs": program.layout.padded_runs, "compile_seconds": compile_seconds,
+            "memory_per_device": memory, "fits": fits}
 
 
 def _rows(cell: Cell, eval_index: int, metrics: dict) -> list[dict]:
@@ -300,29 +314,36 @@ def run_sweep(cells: Sequence[Cell], out: str | Path, *, preset: Preset | None =
     command). A finished cell whose fingerprint differs from the requested one raises `SweepError`.
     """
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    primary = runtime.is_primary()   # process 0 writes; every process computes every cell
+    if primary:
+        out.mkdir(parents=True, exist_ok=True)
+    runtime.barrier("sweep directory ready")
     finished = _finished_cells(out)
+    runtime.barrier("finished cells read")
     for cell in cells:
         if cell.cell_id in finished and finished[cell.cell_id]["fingerprint"] != cell.fingerprint():
             raise SweepError(
                 f"{out} already holds cell {cell.cell_id!r} run with a different config or runs "
                 f"(fingerprint {finished[cell.cell_id]['fingerprint']} != {cell.fingerprint()}); "
                 f"use another --out directory")
-    _discard_unfinished_rows(out, finished)
-    _write_plan(out, cells, preset)
+    if primary:
+        _discard_unfinished_rows(out, finished)
+        _write_plan(out, cells, preset)
 
     todo_all = [c for c in cells if c.cell_id not in finished]
     todo = todo_all if max_cells is None else todo_all[:max_cells]
+    log = log if primary else (lambda message: None)
     log(f"sweep {out}: {len(cells)} cells, {len(cells) - len(todo_all)} already finished, "
         f"running {len(todo)}")
     ran = []
     for n, cell in enumerate(todo, 1):
-        bar = _progress_bar(cell, n, len(todo)) if progress else None
+        bar = _progress_bar(cell, n, len(todo)) if progress and primary else None
         rows, record = run_cell(cell, (lambda i, total: bar.update(1)) if bar else None)
         if bar is not None:
             bar.close()
-        io.append_jsonl(out / RESULTS, rows)      # rows first: a cell counts only once recorded
-        io.append_jsonl(out / CELLS, [record])
+        if primary:
+            io.append_jsonl(out / RESULTS, rows)      # rows first: a cell counts only once recorded
+            io.append_jsonl(out / CELLS, [record])
         ran.append(cell.cell_id)
         final = np.mean([r["eval_return"] for r in rows if r["eval_index"] == cell.config.num_evals - 1])
         log(f"[{n}/{len(todo)}] {cell.cell_id}: {len(cell.runs)} runs, compile "

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from vaco_jax.config import ConfigError
+from vaco_jax.errors import ConfigError, invalid
 from vaco_jax.llm.model import ModelConfig
 from vaco_jax.llm.problems import Difficulty
 
@@ -130,7 +130,7 @@ def stack_hparams(items: list[GRPOHParams]) -> GRPOHParams:
 
 
 def _bad(field, value, why):
-    raise ConfigError(f"config field '{field}' = {value!r} is invalid: {why}")
+    raise invalid(field, value, why)
 
 
 def validate(config: LLMConfig) -> LLMConfig:
@@ -217,5 +217,5 @@ PRESETS = {
 
 def preset(name: str) -> LLMConfig:
     if name not in PRESETS:
-        raise ConfigError(f"config field 'preset' = {name!r} is invalid: one of {tuple(PRESETS)}")
+        raise invalid("preset", name, f"one of {tuple(PRESETS)}")
     return PRESETS[name]

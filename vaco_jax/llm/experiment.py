@@ -15,11 +15,10 @@ import time
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from vaco_jax import io
-from vaco_jax.config import ConfigError
+from vaco_jax import io, program as program_lib, runtime
+from vaco_jax.errors import invalid
 from vaco_jax.llm import benchmark, dataset, problems, sft
 from vaco_jax.llm.config import OBJECTIVES, LLMConfig, hparams, replace, stack_hparams, validate
 from vaco_jax.llm.grpo import GRPO
@@ -60,8 +59,8 @@ def load_problems(config: LLMConfig):
         test = problems.load_gsm8k_jsonl(t.gsm8k_test)[:t.num_test]
         overlap = {p.question for p in train} & {p.question for p in test}
         if overlap:
-            raise ConfigError(f"config field 'task.gsm8k_test' = {t.gsm8k_test!r} is invalid: "
-                              f"{len(overlap)} of its questions are also in task.gsm8k_train")
+            raise invalid("task.gsm8k_test", t.gsm8k_test,
+                          f"{len(overlap)} of its questions are also in task.gsm8k_train")
     else:
         train = problems.generate("train", t.num_train, t.seed, t.difficulty)
         test = problems.generate("test", t.num_test, t.seed, t.difficulty)
@@ -76,7 +75,7 @@ def sweep_keys(config: LLMConfig, objectives):
     batch of every objective is the same draw)."""
     g = config.grpo
     pairs = [(o, s) for o in objectives for s in range(g.num_seeds)]
-    keys = jnp.stack([jax.random.PRNGKey(g.seed + s) for _, s in pairs])
+    keys = program_lib.seed_keys([g.seed + s for _, s in pairs])
     hps = stack_hparams([hparams(dataclasses.replace(g, objective=o)) for o, _ in pairs])
     return pairs, keys, hps
 
@@ -88,15 +87,21 @@ def train_one_n(config: LLMConfig, n: int, objectives, params, train_set, test_s
     validate(cfg)
     pairs, keys, hps = sweep_keys(cfg, objectives)
     trainer = GRPO(cfg, train_set, test_set)
-    train = jax.jit(jax.vmap(trainer.train, in_axes=(0, None, 0, None)),
-                    compiler_options=compiler_options)
+    # Every (objective, seed) pair is a run: spread over every device (vaco_jax.program).
+    placed = program_lib.layout(len(pairs))
+    train = program_lib.jit_runs(trainer.train, placed, in_run_axes=(True, False, True, False))
+    keys, hps = placed.put((keys, hps))
+    shared_params, data = placed.replicate((params, trainer.data))
+    args = (keys, shared_params, hps, data)
     start = time.perf_counter()
-    compiled = train.lower(keys, params, hps, trainer.data).compile()
+    compiled = train.lower(*args).compile(compiler_options)
     compile_s = time.perf_counter() - start
     start = time.perf_counter()
-    _, metrics = jax.device_get(compiled(keys, params, hps, trainer.data))
+    _, metrics = compiled(*args)
+    metrics = placed.unpad(metrics)
     run_s = time.perf_counter() - start
-    log(f"N={n:>2}: {len(pairs)} runs in {run_s:.0f} s (+{compile_s:.0f} s compile)")
+    log(f"N={n:>2}: {len(pairs)} runs ({placed.describe()}) in {run_s:.0f} s "
+        f"(+{compile_s:.0f} s compile)")
     rows = []
     for i, (objective, seed) in enumerate(pairs):
         m = jax.tree.map(lambda x: np.asarray(x[i]), metrics)
@@ -201,17 +206,21 @@ def run(experiment: Experiment, log=print) -> dict:
         validate(replace(config, grpo=dict(num_minibatches=n)))
     for o in experiment.objectives:
         if o not in OBJECTIVES:
-            raise ConfigError(f"config field 'objectives' = {o!r} is invalid: one of {OBJECTIVES}")
+            raise invalid("objectives", o, f"one of {OBJECTIVES}")
     out = Path(experiment.out)
     results_path = out / "results.jsonl"
     spec = io.to_jsonable(config)
-    if experiment.overwrite:
-        results_path.unlink(missing_ok=True)
-    elif (out / "config.json").exists():
+    primary = runtime.is_primary()   # process 0 writes; every process computes
+    if not experiment.overwrite and (out / "config.json").exists():
         if json.loads((out / "config.json").read_text()).get("config") != spec:
-            raise ConfigError(f"config field 'out' = {str(out)!r} is invalid: it holds results of "
-                              f"another configuration; choose another directory or --overwrite")
-    io.write_json_atomic(out / "config.json", {"config": spec, **io.provenance()})
+            raise invalid("out", str(out), "it holds results of another configuration; choose "
+                                           "another directory or --overwrite")
+    rows = [] if experiment.overwrite or not results_path.exists() else io.read_jsonl(results_path)
+    runtime.barrier("llm results read")
+    if primary:
+        if experiment.overwrite:
+            results_path.unlink(missing_ok=True)
+        io.write_json_atomic(out / "config.json", {"config": spec, **io.provenance()})
     wall_start = time.perf_counter()
 
     train_set, test_set = load_problems(config)
@@ -221,7 +230,6 @@ def run(experiment: Experiment, log=print) -> dict:
     log(f"model: {num_params(params):,} parameters; {len(train_set)} train / {len(test_set)} test "
         f"problems; warm-start held-out accuracy {warm['base_accuracy']:.3f}")
 
-    rows = io.read_jsonl(results_path) if results_path.exists() else []
     for n in experiment.ns:
         todo = [o for o in experiment.objectives
                 if not any(r["n"] == n and r["objective"] == o for r in rows)]
@@ -229,7 +237,8 @@ def run(experiment: Experiment, log=print) -> dict:
             log(f"N={n:>2}: already in {results_path}, skipped")
             continue
         new_rows = train_one_n(config, n, todo, params, train_set, test_set, log, options)
-        io.append_jsonl(results_path, new_rows)
+        if primary:
+            io.append_jsonl(results_path, new_rows)
         rows += io.to_jsonable(new_rows)
         for o in todo:
             acc = [r["final_accuracy"] for r in new_rows if r["objective"] == o]
@@ -249,6 +258,8 @@ def run(experiment: Experiment, log=print) -> dict:
         if "throughput" in previous:
             summary["throughput"] = previous["throughput"]
     summary["wall_seconds"] = time.perf_counter() - wall_start   # this call (not resumed parts)
+    if not primary:
+        return summary
     io.write_json_atomic(out / "summary.json", summary)
     if experiment.plot:
         g = config.grpo

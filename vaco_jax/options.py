@@ -1,0 +1,60 @@
+"""Options of the training command: how the process runs, never what it computes.
+
+`Config` describes a run; `Options` say where it writes, whether it resumes, how often it saves and
+what it does when a seed diverges. A run may be resumed with other options, never another config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from vaco_jax.errors import check_types, invalid
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """The command's process options (flags of `python -m vaco_jax.train`)."""
+
+    out: str = ""
+    """Output directory for config.json, metrics.jsonl, checkpoints/ and summary.json (default
+    runs/<env>_<algo>_C<capacity>_<time>)."""
+    progress: bool = True
+    """Show a progress bar."""
+    overwrite: bool = False
+    """Allow writing into an output directory that already holds a finished or unfinished run."""
+    resume: str = ""
+    """Continue the run in this directory from its newest checkpoint. Other flags may be left out
+    (the run's own config is used); any config flag given must agree with it."""
+    checkpoint_every: int = 1
+    """Save the whole train state after every this many evaluation chunks (0 = never)."""
+    checkpoint_budget: float = 0.05
+    """Most of the run's time that writing checkpoints may take: a due checkpoint is skipped while
+    the last write took more than this share of the time since it (1 = save every due chunk; the
+    last chunk is always saved)."""
+    keep_checkpoints: int = 2
+    """Keep the newest this many checkpoints."""
+    on_nan: Literal["stop", "skip-seed"] = "stop"
+    """When a seed's loss, gradient or parameters become non-finite: `stop` the run (the last good
+    checkpoint is kept) or `skip-seed` (freeze that seed, report it, continue the others)."""
+    dry_run: bool = False
+    """Compile the run's program ahead of time, print its per-device memory and placement, and
+    exit without training or writing anything."""
+
+
+# Options that a resumed run may set anew (the others name the run or are implied by resuming).
+RESUME_MAY_CHANGE = ("progress", "checkpoint_every", "checkpoint_budget", "keep_checkpoints",
+                     "on_nan")
+
+
+def validate_options(options: Options) -> None:
+    """Raise `ConfigError` naming the first bad option (before anything compiles)."""
+    check_types(options)
+    if options.keep_checkpoints < 1:
+        raise invalid("keep_checkpoints", options.keep_checkpoints, "must be an integer >= 1")
+    if not 0 < options.checkpoint_budget <= 1:
+        raise invalid("checkpoint_budget", options.checkpoint_budget,
+                      "must be in (0, 1]: the share of run time checkpoint writing may take (1 = no limit)")
+    if options.checkpoint_every < 0:
+        raise invalid("checkpoint_every", options.checkpoint_every,
+                      "must be an integer >= 0 (evaluation chunks between checkpoints; 0 = never)")

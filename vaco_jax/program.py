@@ -1,0 +1,232 @@
+"""One program builder for every entry point: many runs in one `jit(vmap(...))`, on every device.
+
+A *run* is one seed at one hyper-parameter setting. The CLI (its seeds), a sweep cell (capacities ×
+δ × seeds), the reference returns (PPO-Clip seeds) and the LLM experiment (objectives × seeds) all
+hand their runs' keys and hyper-parameters to this module and get their per-run results back.
+
+Placement (`Layout`): a 1-D mesh over every device of every process (`jax.devices()`; after
+`jax.distributed.initialize` that spans all hosts):
+* several runs: the run axis is split over the devices. When the number of runs is not a multiple
+  of the device count, the program carries copies of the last run as padding (every device gets the
+  same share) and every result drops them: no device is left out and nothing padded is reported;
+* one run with an env axis (MuJoCo): its environments are split instead, so the rollout (the
+  expensive part) runs on every device and XLA's partitioner inserts what the update gathers.
+
+`TrainProgram` is the MuJoCo trainer's program (init + one chunk of iterations and an evaluation),
+compiled ahead of time, with its per-device memory (`memory()`) known before it runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import sys
+import time
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from vaco_jax.config import Config, HParams
+from vaco_jax.runtime import to_host
+from vaco_jax.trainer import Trainer, stack_hparams
+
+AXIS = "devices"
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """Where the arrays of `num_runs` vmapped runs live; `axis` is "runs", "envs" or "none"."""
+
+    mesh: Mesh
+    axis: str
+    num_runs: int          # the caller's runs
+    padded_runs: int       # runs in the program: num_runs plus copies of the last one
+    num_envs: int = 0      # the env axis split when axis == "envs"
+
+    @property
+    def num_devices(self) -> int:
+        return self.mesh.devices.size
+
+    def replicated(self) -> NamedSharding:
+        return NamedSharding(self.mesh, P())
+
+    def runs(self) -> NamedSharding:
+        """For arrays with a leading run axis."""
+        return NamedSharding(self.mesh, P(AXIS)) if self.axis == "runs" else self.replicated()
+
+    def shardings(self, abstract_tree, env_state=lambda tree: None):
+        """Shardings for a tree of per-run arrays `[padded_runs, ...]`: split over runs, or, when
+        the envs are split, the leaves of `env_state(tree)` with an env axis `[runs, num_envs, ...]`."""
+        shardings = jax.tree.map(lambda _: self.runs(), abstract_tree)
+        if self.axis == "envs":
+            split_envs = NamedSharding(self.mesh, P(None, AXIS))
+            envs = jax.tree.map(lambda x: split_envs if len(x.shape) > 1 and x.shape[1] == self.num_envs
+                                else self.replicated(), env_state(abstract_tree))
+            shardings = shardings.replace(env_state=envs)
+        return shardings
+
+    def pad(self, tree):
+        """Host arrays `[num_runs, ...]` → `[padded_runs, ...]`, the padding a copy of the last run."""
+        extra = self.padded_runs - self.num_runs
+        return jax.tree.map(lambda x: np.concatenate([x, np.repeat(x[-1:], extra, axis=0)])
+                            if extra else np.asarray(x), tree)
+
+    def put(self, tree):
+        """Host arrays `[num_runs, ...]` → global arrays `[padded_runs, ...]` split like the runs
+        (every process passes the same values and keeps its own devices' shards)."""
+        sharding = self.runs()
+        return jax.tree.map(lambda x: jax.make_array_from_callback(x.shape, sharding, lambda i: x[i]),
+                            self.pad(jax.tree.map(np.asarray, tree)))
+
+    def replicate(self, tree):
+        """Host (or single-device) arrays shared by every run → global arrays on every device."""
+        sharding = self.replicated()
+        return jax.tree.map(lambda x: jax.make_array_from_callback(x.shape, sharding, lambda i: x[i]),
+                            to_host(tree))
+
+    def unpad(self, tree):
+        """Per-run results `[padded_runs, ...]` → host numpy `[num_runs, ...]` (padding dropped)."""
+        return jax.tree.map(lambda x: x[:self.num_runs], to_host(tree))
+
+    def describe(self) -> str:
+        """One line for logs: how the runs are spread."""
+        runs = f"{self.num_runs} run{'s' if self.num_runs > 1 else ''}"
+        if self.axis == "none":
+            return f"{runs} on 1 device"
+        padding = (f" (+{self.padded_runs - self.num_runs} padding)"
+                   if self.padded_runs > self.num_runs else "")
+        if self.axis == "runs":
+            return f"{runs}{padding} split over {self.num_devices} devices"
+        return f"{runs}, its {self.num_envs} envs split over {self.num_devices} devices"
+
+
+def layout(num_runs: int, *, num_envs: int = 0, devices=None, log=None) -> Layout:
+    """Runs over every device (padded to a multiple of the device count); one run with an env
+    axis splits its envs (over the most devices that divide `num_envs`, said in `log`)."""
+    devices = list(jax.devices() if devices is None else devices)
+    count = len(devices)
+    if count == 1:
+        return Layout(Mesh(np.asarray(devices), (AXIS,)), "none", num_runs, num_runs, num_envs)
+    if num_runs == 1 and num_envs:
+        used = max(d for d in range(1, count + 1) if num_envs % d == 0)
+        if used < count and log is not None:
+            log(f"warning: the one run's {num_envs} envs split evenly over {used} of the {count} "
+                f"devices only; use a num_envs divisible by {count} to use them all")
+        if used > 1:
+            return Layout(Mesh(np.asarray(devices[:used]), (AXIS,)), "envs", 1, 1, num_envs)
+    padded = -(-num_runs // count) * count
+    return Layout(Mesh(np.asarray(devices), (AXIS,)), "runs", num_runs, padded, num_envs)
+
+
+def jit_runs(fn, layout_: Layout, *, in_run_axes, out_shardings=None, donate_argnums=()):
+    """`jit(vmap(fn))` over the run axis of the arguments marked in `in_run_axes` (True: split like
+    the runs; False: shared by every run, replicated), placed on `layout_`'s devices."""
+    in_axes = tuple(0 if per_run else None for per_run in in_run_axes)
+    in_shardings = tuple(layout_.runs() if per_run else layout_.replicated()
+                         for per_run in in_run_axes)
+    return jax.jit(jax.vmap(fn, in_axes=in_axes), in_shardings=in_shardings,
+                   out_shardings=layout_.runs() if out_shardings is None else out_shardings,
+                   donate_argnums=donate_argnums)
+
+
+def memory_report(compiled) -> dict:
+    """Per-device bytes of a compiled program: arguments, outputs, temporaries, and the peak."""
+    stats = compiled.memory_analysis()
+    if stats is None:
+        return {}
+    report = {name: int(getattr(stats, f"{name}_size_in_bytes", 0)) for name in
+              ("argument", "output", "temp", "alias", "generated_code")}
+    report["peak"] = report["argument"] + report["output"] + report["temp"] - report["alias"]
+    return report
+
+
+def describe_memory(report: dict) -> str:
+    """`memory_report` in one line (GB)."""
+    if not report:
+        return "memory not reported by this backend"
+    gb = {k: v / 1e9 for k, v in report.items()}
+    return (f"peak {gb['peak']:.3f} GB (arguments {gb['argument']:.3f}, outputs {gb['output']:.3f}, "
+            f"temporaries {gb['temp']:.3f}, aliased {gb['alias']:.3f})")
+
+
+def device_memory_bytes() -> int | None:
+    """Memory of one device as the backend reports it (None on the CPU, which reports none)."""
+    stats = jax.devices()[0].memory_stats() or {}
+    return stats.get("bytes_limit")
+
+
+# --- the MuJoCo trainer's program ----------------------------------------------------------------
+
+def seed_keys(seeds) -> np.ndarray:
+    """One raw key per run: run i uses `PRNGKey(seeds[i])`, as a single run with that seed."""
+    return np.stack([np.asarray(jax.random.PRNGKey(s)) for s in seeds])
+
+
+@dataclasses.dataclass
+class TrainProgram:
+    """`init(keys, hparams)` and one chunk `state -> (state, metrics)` of `Trainer`, vmapped over
+    `layout.num_runs` runs and placed on every device."""
+
+    trainer: Trainer      # built from the shared static config: every run's values are in HParams
+    layout: Layout
+    abstract_state: object  # ShapeDtypeStructs with shardings, padded runs (also the restore target)
+    init: object
+    chunk: object
+    compiled: object = None
+    compile_seconds: float = 0.0
+
+    @classmethod
+    def build(cls, config: Config, num_runs: int, *, donate: bool = False, log=None) -> "TrainProgram":
+        """The program of `num_runs` runs of `config`'s static fields. `donate`: the chunk reuses
+        the input state's memory (the caller must not keep the state it passes in)."""
+        # The program depends on neither the seed nor the hyper-parameters (arguments of `init`,
+        # then state leaves): normalise them so configs that differ only there share one program.
+        shared = {f.name: f.default for f in dataclasses.fields(Config)
+                  if f.name in _HPARAM_FIELDS or f.name in ("seed", "num_seeds")}
+        shared.update(capacity=1, max_capacity=config.slots)
+        placed = layout(num_runs, num_envs=config.num_envs, log=log)
+        return _build(dataclasses.replace(config, **shared), placed, donate)
+
+    def init_state(self, keys, hparams: HParams):
+        """The initial state of the runs: `keys` `[num_runs, 2]`, `hparams` stacked `[num_runs]`."""
+        return self.init(*self.layout.put((keys, hparams)))
+
+    def compiled_chunk(self):
+        """The chunk compiled ahead of time, and the seconds that took (0 when compiled before)."""
+        if self.compiled is not None:
+            return self.compiled, 0.0
+        start = time.perf_counter()
+        self.compiled = self.chunk.lower(self.abstract_state).compile()
+        self.compile_seconds = time.perf_counter() - start
+        return self.compiled, self.compile_seconds
+
+    def memory(self) -> dict:
+        """Per-device bytes of the compiled chunk (compiling it if needed)."""
+        return memory_report(self.compiled_chunk()[0])
+
+
+_HPARAM_FIELDS = {f.name for f in dataclasses.fields(HParams)}
+
+
+@functools.lru_cache(maxsize=8)
+def _build(config: Config, placed: Layout, donate: bool) -> TrainProgram:
+    """Built once per (static config, layout), so repeated runs in one process reuse the traced and
+    compiled program."""
+    trainer = Trainer(config)
+    batched_init = jax.vmap(trainer.init)
+    abstract = jax.eval_shape(batched_init, seed_keys(range(placed.padded_runs)),
+                              stack_hparams([config.hparams()] * placed.padded_runs))
+    state_shardings = placed.shardings(abstract, env_state=lambda state: state.env_state)
+    init = jax.jit(batched_init, in_shardings=(placed.runs(), placed.runs()),
+                   out_shardings=state_shardings)
+    chunk = jax.jit(jax.vmap(trainer.run_chunk), in_shardings=(state_shardings,),
+                    out_shardings=(state_shardings, placed.runs()),
+                    donate_argnums=(0,) if donate else ())
+    abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                            abstract, state_shardings)
+    return TrainProgram(trainer, placed, abstract, init, chunk)
+
+
+def log_to_stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
