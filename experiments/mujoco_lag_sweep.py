@@ -9,7 +9,7 @@ Each (env, algorithm, variant) is one compiled program that vmaps every capacity
 spreads them over every device of every process (`vaco_jax.program`; multi-host with
 `--distributed`, see `vaco_jax.runtime`). Results go to `--out` (default `results/<preset>`) as a
 tidy table, written cell by cell by process 0; running the same command again resumes (finished
-cells are skipped). `--dry-run` compiles every program ahead of time and prints its per-device
+cells are skipped). `--plan` prints the plan; `--dry-run` compiles every program ahead of time and prints its per-device
 memory, choosing `--runs-per-call` when a cell does not fit the device (`--device-memory`).
 """
 
@@ -50,6 +50,8 @@ class Args:
     """Split each cell into programs of at most this many runs (memory)."""
     max_cells: int | None = None
     """Stop after this many cells (resume later with the same command)."""
+    plan: bool = False
+    """Print the plan (cells, runs, env steps) and exit; instant, nothing is compiled."""
     dry_run: bool = False
     """Compile every program ahead of time, print the plan with each program's per-device memory,
     and exit without training or writing."""
@@ -110,6 +112,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     out = Path(args.out or f"results/{args.preset}")
+    if args.plan:
+        total = 0
+        for cell in cells:
+            steps = cell.config.env_steps * len(cell.runs)
+            total += steps
+            print(f"{cell.cell_id}: {len(cell.runs)} runs × {cell.config.env_steps:,} steps = {steps:,}")
+        print(f"{len(cells)} cells, {total:,} env steps in all -> {out}")
+        return 0
     if args.dry_run:
         dry_run(args, preset, out)
         return 0

@@ -163,13 +163,13 @@ def test_reference_entry_normalises_the_sweep(full_sweep, tmp_path):
     np.testing.assert_allclose(scored["score"], expected)
 
 
-def test_cli_dry_run_lists_the_cpu_preset(capsys):
+def test_cli_plan_lists_the_cpu_preset(capsys):
     from experiments import mujoco_lag_sweep
 
-    assert mujoco_lag_sweep.main(["--preset", "cpu", "--dry-run"]) == 0
+    assert mujoco_lag_sweep.main(["--preset", "cpu", "--plan"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 11 and lines[-1].startswith("10 cells")
-    assert mujoco_lag_sweep.main(["--preset", "nope", "--dry-run"]) == 2
+    assert mujoco_lag_sweep.main(["--preset", "nope", "--plan"]) == 2
 
 
 def test_dry_run_plans_memory_and_splits_a_cell_that_does_not_fit(full_sweep, cells, capsys, tmp_path):

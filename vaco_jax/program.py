@@ -103,17 +103,18 @@ class Layout:
 
 def layout(num_runs: int, *, num_envs: int = 0, devices=None, log=None) -> Layout:
     """Runs over every device (padded to a multiple of the device count); one run with an env
-    axis splits its envs (over the most devices that divide `num_envs`, said in `log`)."""
+    axis splits its envs (over the most devices that divide `num_envs`, said in `log`; when only
+    one does, the run is padded like several)."""
     devices = list(jax.devices() if devices is None else devices)
     count = len(devices)
     if count == 1:
         return Layout(Mesh(np.asarray(devices), (AXIS,)), "none", num_runs, num_runs, num_envs)
     if num_runs == 1 and num_envs:
         used = max(d for d in range(1, count + 1) if num_envs % d == 0)
-        if used < count and log is not None:
-            log(f"warning: the one run's {num_envs} envs split evenly over {used} of the {count} "
-                f"devices only; use a num_envs divisible by {count} to use them all")
         if used > 1:
+            if used < count and log is not None:
+                log(f"warning: the one run's {num_envs} envs split evenly over {used} of the {count} "
+                    f"devices only; use a num_envs divisible by {count} to use them all")
             return Layout(Mesh(np.asarray(devices[:used]), (AXIS,)), "envs", 1, 1, num_envs)
     padded = -(-num_runs // count) * count
     return Layout(Mesh(np.asarray(devices), (AXIS,)), "runs", num_runs, padded, num_envs)
