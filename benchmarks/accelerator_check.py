@@ -66,9 +66,9 @@ def paper_cell(scratch: Path, total_steps: int) -> dict:
     planned, plan_wall = run([*sweep_args, "--dry-run"], timeout=1800)
     _, wall = run(sweep_args, timeout=3600)
     (record,) = io.read_jsonl(scratch / "paper_cell" / "cells.jsonl")
-    memory = re.search(r"per device peak ([0-9.]+) GB", planned)
+    memory = re.search(r"per device (peak [0-9.]+ [kMG]?B)", planned)
     return {"dry_run": planned.strip().splitlines()[-3:], "dry_run_seconds": plan_wall,
-            "peak_memory_gb": float(memory.group(1)) if memory else None,
+            "peak_memory": memory.group(1) if memory else None,
             "runs": record["runs"], "env_steps_per_run": record["env_steps_per_run"],
             "sps": record["sps"], "compile_seconds": record["compile_seconds"],
             "train_seconds": record["train_seconds"], "devices": record["devices"],
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> dict:
             c = result["paper_cell"]
             print(f"paper-shaped cell (ant, vaco, {c['runs']} runs × {c['env_steps_per_run']:,} steps, "
                   f"{c['devices']}): {c['sps']:,.0f} env steps/s, compile {c['compile_seconds']:.0f} s, "
-                  f"peak memory {c['peak_memory_gb']} GB per device", flush=True)
+                  f"{c['peak_memory']} memory per device", flush=True)
     if args.out:
         io.write_json_atomic(args.out, result)
     return result

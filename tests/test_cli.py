@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from vaco_jax import ConfigError
+from vaco_jax import ConfigError, program
 from vaco_jax.train import main, parse, run
 
 ARGS = ["--env", "toy_reach", "--algo", "vaco", "--capacity", "2", "--num-seeds", "2",
@@ -77,6 +77,10 @@ def test_dry_run_compiles_reports_memory_and_writes_nothing(run_dir, tmp_path, c
     assert main(ARGS + ["--out", str(out), "--dry-run"]) == 0
     err = capsys.readouterr().err
     assert "JAX 0.9.2 on cpu: 1 device (cpu)" in err
-    assert "dry run: 1 program of 2 runs (2 runs on 1 device)" in err
-    peak = float(err.split("per device: peak ")[1].split(" GB")[0])
-    assert 0 < peak < 1 and not out.exists()
+    assert "dry run: 1 program of 2 runs (2 runs on 1 device)" in err and "per device: peak " in err
+    assert not out.exists()
+    command = parse(ARGS + ["--dry-run"])
+    report = run(command.config, command.options)
+    memory = report["memory_per_device"]
+    assert 0 < memory["argument"] < memory["peak"] < 1e9 and memory["temp"] > 0
+    assert f"per device: peak {program.size(memory['peak'])} " in err

@@ -143,12 +143,20 @@ def memory_report(compiled) -> dict:
 
 
 def describe_memory(report: dict) -> str:
-    """`memory_report` in one line (GB)."""
+    """`memory_report` in one line."""
     if not report:
         return "memory not reported by this backend"
-    gb = {k: v / 1e9 for k, v in report.items()}
-    return (f"peak {gb['peak']:.3f} GB (arguments {gb['argument']:.3f}, outputs {gb['output']:.3f}, "
-            f"temporaries {gb['temp']:.3f}, aliased {gb['alias']:.3f})")
+    return (f"peak {size(report['peak'])} (arguments {size(report['argument'])}, outputs "
+            f"{size(report['output'])}, temporaries {size(report['temp'])}, aliased "
+            f"{size(report['alias'])})")
+
+
+def size(num_bytes: float) -> str:
+    """Bytes in the largest decimal unit that keeps the number ≥ 1 (e.g. `12.3 MB`)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if num_bytes >= scale:
+            return f"{num_bytes / scale:.3g} {unit}"
+    return f"{num_bytes:.0f} B"
 
 
 def device_memory_bytes() -> int | None:

@@ -107,8 +107,10 @@ def gpu_warning() -> str | None:
             "CUDA build with `pip install -c requirements-lock.txt -e \".[cuda12]\"`")
 
 
-def announce(file=sys.stderr) -> None:
-    """Print the backend line (process 0 only) and, on any process, the GPU warning."""
+def announce(file=None) -> None:
+    """Print the backend line (process 0 only) and, on any process, the GPU warning (to `file`,
+    default stderr)."""
+    file = sys.stderr if file is None else file
     warning = gpu_warning()
     if is_primary():
         print(describe(), file=file, flush=True)
