@@ -12,7 +12,6 @@ Configs made to diverge, both on toy_reach with K × M = 2 × 2 Adam steps per i
 import dataclasses
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
