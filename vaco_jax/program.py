@@ -75,15 +75,11 @@ class Layout:
     def put(self, tree):
         """Host arrays `[num_runs, ...]` → global arrays `[padded_runs, ...]` split like the runs
         (every process passes the same values and keeps its own devices' shards)."""
-        sharding = self.runs()
-        return jax.tree.map(lambda x: jax.make_array_from_callback(x.shape, sharding, lambda i: x[i]),
-                            self.pad(jax.tree.map(np.asarray, tree)))
+        return _global(self.pad(jax.tree.map(np.asarray, tree)), self.runs())
 
     def replicate(self, tree):
         """Host (or single-device) arrays shared by every run → global arrays on every device."""
-        sharding = self.replicated()
-        return jax.tree.map(lambda x: jax.make_array_from_callback(x.shape, sharding, lambda i: x[i]),
-                            to_host(tree))
+        return _global(to_host(tree), self.replicated())
 
     def unpad(self, tree):
         """Per-run results `[padded_runs, ...]` → host numpy `[num_runs, ...]` (padding dropped)."""
@@ -99,6 +95,12 @@ class Layout:
         if self.axis == "runs":
             return f"{runs}{padding} split over {self.num_devices} devices"
         return f"{runs}, its {self.num_envs} envs split over {self.num_devices} devices"
+
+
+def _global(host_tree, sharding: NamedSharding):
+    """Host arrays → global arrays with `sharding`, each process filling its own devices' shards."""
+    return jax.tree.map(lambda x: jax.make_array_from_callback(x.shape, sharding, lambda i: x[i]),
+                        host_tree)
 
 
 def layout(num_runs: int, *, num_envs: int = 0, devices=None, log=None) -> Layout:
@@ -120,15 +122,15 @@ def layout(num_runs: int, *, num_envs: int = 0, devices=None, log=None) -> Layou
     return Layout(Mesh(np.asarray(devices), (AXIS,)), "runs", num_runs, padded, num_envs)
 
 
-def jit_runs(fn, layout_: Layout, *, in_run_axes, out_shardings=None, donate_argnums=()):
+def jit_runs(fn, layout_: Layout, *, in_run_axes):
     """`jit(vmap(fn))` over the run axis of the arguments marked in `in_run_axes` (True: split like
-    the runs; False: shared by every run, replicated), placed on `layout_`'s devices."""
+    the runs; False: shared by every run, replicated), placed on `layout_`'s devices; every output
+    has a leading run axis."""
     in_axes = tuple(0 if per_run else None for per_run in in_run_axes)
     in_shardings = tuple(layout_.runs() if per_run else layout_.replicated()
                          for per_run in in_run_axes)
     return jax.jit(jax.vmap(fn, in_axes=in_axes), in_shardings=in_shardings,
-                   out_shardings=layout_.runs() if out_shardings is None else out_shardings,
-                   donate_argnums=donate_argnums)
+                   out_shardings=layout_.runs())
 
 
 def memory_report(compiled) -> dict:
@@ -213,6 +215,13 @@ class TrainProgram:
     def memory(self) -> dict:
         """Per-device bytes of the compiled chunk (compiling it if needed)."""
         return memory_report(self.compiled_chunk()[0])
+
+    def dry_run(self) -> dict:
+        """Compile the chunk (nothing runs) and report the placement, the compile seconds and the
+        per-device memory."""
+        _, compile_seconds = self.compiled_chunk()
+        return {"devices": self.layout.describe(), "padded_runs": self.layout.padded_runs,
+                "compile_seconds": compile_seconds, "memory_per_device": self.memory()}
 
 
 _HPARAM_FIELDS = {f.name for f in dataclasses.fields(HParams)}

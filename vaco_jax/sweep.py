@@ -277,13 +277,10 @@ def run_cell(cell: Cell, progress: Callable[[int, int], None] | None = None) -> 
 def dry_run_cell(cell: Cell, device_memory: float | None = None) -> dict:
     """Compile `cell`'s program ahead of time (nothing runs): its placement, compile seconds and
     per-device memory, and whether it fits in `device_memory` bytes (None: unknown)."""
-    program = build_cell_program(cell)
-    _, compile_seconds = program.compiled_chunk()
-    memory = program.memory()
+    report = build_cell_program(cell).dry_run()
+    memory = report["memory_per_device"]
     fits = None if device_memory is None or not memory else memory["peak"] <= device_memory
-    return {"cell": cell.cell_id, "runs": len(cell.runs), "devices": program.layout.describe(),
-            "padded_runs": program.layout.padded_runs, "compile_seconds": compile_seconds,
-            "memory_per_device": memory, "fits": fits}
+    return {"cell": cell.cell_id, "runs": len(cell.runs), **report, "fits": fits}
 
 
 def _rows(cell: Cell, eval_index: int, metrics: dict) -> list[dict]:

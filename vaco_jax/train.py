@@ -89,16 +89,12 @@ def run(config: Config, options: Options = Options(), *, stop_after: int | None 
 def dry_run(config: Config) -> dict:
     """Compile the run's program ahead of time and report its placement and per-device memory."""
     validate(config)
-    program = build_program(config)
-    _, compile_seconds = program.compiled_chunk()
-    report = {"programs": 1, "runs_per_program": config.num_seeds,
-              "devices": program.layout.describe(), "compile_seconds": compile_seconds,
-              "memory_per_device": program.memory(),
+    report = {"programs": 1, "runs_per_program": config.num_seeds, **build_program(config).dry_run(),
               "device_memory": program_lib.device_memory_bytes()}
     if runtime.is_primary():
         print(f"dry run: 1 program of {config.num_seeds} runs ({report['devices']}), compiled in "
-              f"{compile_seconds:.1f} s; per device: {program_lib.describe_memory(report['memory_per_device'])}",
-              file=sys.stderr)
+              f"{report['compile_seconds']:.1f} s; per device: "
+              f"{program_lib.describe_memory(report['memory_per_device'])}", file=sys.stderr)
     return report
 
 
