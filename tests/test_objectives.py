@@ -155,3 +155,39 @@ def test_mask_excludes_entries_from_every_mean():
         np.testing.assert_allclose(masked[0], direct[0], rtol=1e-5)
         for key in masked[1]:
             np.testing.assert_allclose(masked[1][key], direct[1][key], rtol=1e-5)
+
+
+OBJECTIVES = {
+    "ppo_clip": lambda lp, lb, adv: objectives.ppo_clip(lp, lb, adv, clip_eps=0.2),
+    "ppo_kl": lambda lp, lb, adv: objectives.ppo_kl(lp, lb, adv, kl=lp - lb, kl_coef=0.1),
+    "spo": lambda lp, lb, adv: objectives.spo(lp, lb, adv, eps=0.2),
+    "impala_pg": lambda lp, lb, adv: objectives.impala_pg(lp, lb, adv, rho_bar=1.0),
+    "tv_filter": lambda lp, lb, adv: objectives.tv_filter(lp, lb, adv, delta=0.2),
+    "tv_filter/learner": lambda lp, lb, adv: objectives.tv_filter(lp, lb, adv, delta=0.2,
+                                                                  log_reference=lp + 3.0),
+    "diagnostics": lambda lp, lb, adv: (jnp.sum(jnp.stack(list(
+        objectives.ratio_diagnostics(lp, lb, clip_eps=0.2).values()))) + jnp.sum(lp), {}),
+}
+
+
+@pytest.mark.parametrize("name", list(OBJECTIVES))
+def test_every_objective_stays_finite_at_extreme_log_ratios(name):
+    # log w = ±1000 (and ±100, 0): exp overflows float32 without the shared cap.
+    log_behavior = jnp.zeros(6)
+    log_prob = jnp.array([1000.0, -1000.0, 100.0, -100.0, 0.0, 25.0])
+    advantages = jnp.array([1.0, -1.0, -1.0, 1.0, 0.5, 2.0])
+    loss_fn = lambda lp: OBJECTIVES[name](lp, log_behavior, advantages)[0]  # noqa: E731
+    loss, grad = jax.value_and_grad(loss_fn)(log_prob)
+    assert np.isfinite(loss), name
+    assert np.all(np.isfinite(grad)), (name, grad)
+    metrics = OBJECTIVES[name](log_prob, log_behavior, advantages)[1]
+    assert all(np.all(np.isfinite(v)) for v in metrics.values()), (name, metrics)
+
+
+def test_the_cap_changes_nothing_below_it():
+    x = jnp.linspace(-50.0, objectives.MAX_LOG_RATIO, 101)
+    value, grad = jax.vmap(jax.value_and_grad(lambda v: objectives.log_ratio(v, 0.0)))(x)
+    np.testing.assert_array_equal(value, x)
+    np.testing.assert_array_equal(grad, np.ones_like(x))
+    above, grad_above = jax.value_and_grad(lambda v: objectives.log_ratio(v, 0.0))(1000.0)
+    assert above == objectives.MAX_LOG_RATIO and grad_above == 1.0

@@ -23,15 +23,28 @@ def masked_mean(x, mask=None):
     return jnp.sum(x * mask) / jnp.maximum(jnp.sum(mask), 1.0)
 
 
+# exp(log w) overflows float32 beyond log w ≈ 88 (and SPO's w² beyond 44), turning a loss or its
+# gradient into inf/NaN. Every objective and diagnostic reads log w through `log_ratio`: above this
+# cap its value is held at the cap while its gradient passes straight through, so losses stay finite
+# and an extreme sample is still pulled back; below it (every ratio below 4.85e8) nothing changes.
+MAX_LOG_RATIO = 20.0
+
+
+def log_ratio(log_prob, log_reference):
+    """`log(π/ref)`, its value capped at `MAX_LOG_RATIO` (gradient unchanged)."""
+    x = log_prob - log_reference
+    return x - sg(jnp.maximum(x - MAX_LOG_RATIO, 0.0))
+
+
 def ratio_diagnostics(log_prob, log_behavior, *, clip_eps, mask=None):
     """Diagnostics of `w = π_θ/β` every algorithm logs: TV estimate, clip fraction, KL, max ratio."""
-    log_ratio = sg(log_prob - log_behavior)
-    ratio = jnp.exp(log_ratio)
+    log_ratio_ = sg(log_ratio(log_prob, log_behavior))
+    ratio = jnp.exp(log_ratio_)
     return {
         "tv_estimate": 0.5 * masked_mean(jnp.abs(ratio - 1.0), mask),
         "clip_fraction": masked_mean((jnp.abs(ratio - 1.0) > clip_eps).astype(ratio.dtype), mask),
         # k3 estimator of KL(β ‖ π_θ): unbiased and non-negative.
-        "approx_kl": masked_mean((ratio - 1.0) - log_ratio, mask),
+        "approx_kl": masked_mean((ratio - 1.0) - log_ratio_, mask),
         # Ratios are positive, so filling masked entries with 0 leaves any max unchanged (and an
         # all-masked minibatch reports 0, not −inf).
         "max_ratio": jnp.max(jnp.where(mask > 0, ratio, 0.0) if mask is not None else ratio),
@@ -40,7 +53,7 @@ def ratio_diagnostics(log_prob, log_behavior, *, clip_eps, mask=None):
 
 def ppo_clip(log_prob, log_behavior, advantages, *, clip_eps, mask=None):
     """PPO's clipped surrogate `−E[min(wÂ, clip(w, 1±ε)Â)]`."""
-    ratio = jnp.exp(log_prob - log_behavior)
+    ratio = jnp.exp(log_ratio(log_prob, log_behavior))
     unclipped = ratio * advantages
     clipped = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantages
     loss = -masked_mean(jnp.minimum(unclipped, clipped), mask)
@@ -50,30 +63,23 @@ def ppo_clip(log_prob, log_behavior, advantages, *, clip_eps, mask=None):
 
 def ppo_kl(log_prob, log_behavior, advantages, *, kl, kl_coef, mask=None):
     """PPO with a KL penalty: `−E[wÂ] + β_KL · E[KL(β ‖ π_θ)]`; `kl` is the per-sample analytic KL."""
-    ratio = jnp.exp(log_prob - log_behavior)
+    ratio = jnp.exp(log_ratio(log_prob, log_behavior))
     surrogate = masked_mean(ratio * advantages, mask)
     mean_kl = masked_mean(kl, mask)
     loss = -surrogate + kl_coef * mean_kl
     return loss, {"kl_penalty": sg(mean_kl), "kl_coef": kl_coef}
 
 
-# SPO squares w (and its gradient holds w²), which overflows float32 beyond log w ≈ 44. Above this
-# cap the value of log w is held at it while its gradient passes straight through, so the objective
-# stays finite and an extreme sample is still pulled back; below it SPO is exact.
-SPO_MAX_LOG_RATIO = 20.0
-
-
 def spo(log_prob, log_behavior, advantages, *, eps, mask=None):
     """Simple Policy Optimization (Xie et al. 2025): `−E[wÂ − |Â|(w − 1)² / (2ε)]`."""
-    log_ratio = log_prob - log_behavior
-    ratio = jnp.exp(log_ratio - sg(jnp.maximum(log_ratio - SPO_MAX_LOG_RATIO, 0.0)))
+    ratio = jnp.exp(log_ratio(log_prob, log_behavior))
     objective = ratio * advantages - jnp.abs(advantages) * jnp.square(ratio - 1.0) / (2.0 * eps)
     return -masked_mean(objective, mask), {}
 
 
 def impala_pg(log_prob, log_behavior, advantages, *, rho_bar, mask=None):
     """IMPALA's policy gradient `−E[sg(min(ρ̄, w) · Â) · log π_θ]`."""
-    clipped_ratio = jnp.minimum(rho_bar, jnp.exp(sg(log_prob - log_behavior)))
+    clipped_ratio = jnp.minimum(rho_bar, jnp.exp(sg(log_ratio(log_prob, log_behavior))))
     loss = -masked_mean(sg(clipped_ratio * advantages) * log_prob, mask)
     return loss, {}
 
@@ -93,12 +99,11 @@ def tv_filter(log_prob, log_behavior, advantages, *, delta, log_reference=None,
     `r`, `D̂_TV` and `keep` carry no gradient. A dropped sample is exactly one whose gradient step
     would push its ratio further from 1 while the divergence is already above δ.
     """
-    log_ratio = log_prob - log_behavior
-    ratio = jnp.exp(log_ratio)
+    ratio = jnp.exp(log_ratio(log_prob, log_behavior))
     if log_reference is None:
         divergence_ratio = sg(ratio)
     else:
-        divergence_ratio = sg(ratio - jnp.exp(log_reference - log_behavior) + 1.0)
+        divergence_ratio = sg(ratio - jnp.exp(log_ratio(log_reference, log_behavior)) + 1.0)
     deviation = divergence_ratio - 1.0
     tv_estimate = 0.5 * masked_mean(jnp.abs(deviation), mask)
     outward = advantages * jnp.sign(deviation) > 0

@@ -190,7 +190,8 @@ class Trainer:
                              traj.behavior_scale, log_learner_start, advantages, targets)
         behavior_dist = networks.gaussian(traj.behavior_loc, traj.behavior_scale)
         lag_metrics = {  # the realised backward lag, measured on the batch (SPEC §2)
-            "behavior_tv": 0.5 * jnp.mean(jnp.abs(jnp.exp(log_rhos) - 1.0)),
+            "behavior_tv": 0.5 * jnp.mean(
+                jnp.abs(jnp.exp(jnp.minimum(log_rhos, objectives.MAX_LOG_RATIO)) - 1.0)),
             "behavior_kl": jnp.mean(behavior_dist.kl_divergence(learner_dist)),
         }
         return batch, lag_metrics
