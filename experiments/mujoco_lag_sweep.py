@@ -63,15 +63,6 @@ class Args:
     cluster: Annotated[Cluster, tyro.conf.OmitArgPrefixes] = Cluster()
 
 
-def preset_from(args) -> sweep.Preset:
-    if args.preset not in sweep.PRESETS:
-        raise ConfigError(f"unknown preset {args.preset!r}; allowed values are {list(sweep.PRESETS)}")
-    overrides = {k: getattr(args, k) for k in
-                 ("envs", "capacities", "num_seeds", "total_steps", "runs_per_call")
-                 if getattr(args, k, None) is not None}
-    return sweep.PRESETS[args.preset].with_overrides(**overrides)
-
-
 def dry_run(args, preset: sweep.Preset, out: Path) -> None:
     """Compile every program (nothing runs) and print its placement and per-device memory. When
     one does not fit the device memory, halve the runs per program (a multiple of the device count)
@@ -106,7 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         runtime.initialize(args.cluster)
         runtime.announce()
-        preset = preset_from(args)
+        preset = sweep.preset(args.preset, envs=args.envs, capacities=args.capacities,
+                              num_seeds=args.num_seeds, total_steps=args.total_steps,
+                              runs_per_call=args.runs_per_call)
         cells = sweep.plan(preset, args.studies, args.algos)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)

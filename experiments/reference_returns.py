@@ -14,8 +14,7 @@ import sys
 
 import tyro
 
-from experiments.mujoco_lag_sweep import preset_from
-from vaco_jax import references, runtime
+from vaco_jax import references, runtime, sweep
 from vaco_jax.errors import ConfigError
 
 
@@ -35,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         runtime.initialize()   # multi-process when launched so by SLURM or Open MPI
         runtime.announce()
-        preset = preset_from(dataclasses.replace(args, num_seeds=None))
+        preset = sweep.preset(args.preset, envs=args.envs, total_steps=args.total_steps)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

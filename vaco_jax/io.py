@@ -93,11 +93,20 @@ def write_json_atomic(path, data) -> None:
     write_bytes_atomic(path, json.dumps(to_jsonable(data), indent=2).encode())
 
 
+def _jsonl(rows) -> str:
+    return "".join(json.dumps(to_jsonable(row)) + "\n" for row in rows)
+
+
+def write_jsonl_atomic(path, rows) -> None:
+    """Replace `path` with `rows`, one JSON object per line: the old or the new file, never half."""
+    write_bytes_atomic(path, _jsonl(rows).encode())
+
+
 def append_jsonl(path, rows) -> None:
     """Append rows, one JSON object per line, each written whole and flushed to disk."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = "".join(json.dumps(to_jsonable(row)) + "\n" for row in rows)
+    text = _jsonl(rows)
     with open(path, "a") as f:
         f.write(text)
         f.flush()

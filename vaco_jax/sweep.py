@@ -116,6 +116,13 @@ class Preset:
                                    env_config=env_config)
 
 
+def preset(name: str, **overrides) -> Preset:
+    """The preset `name` with `overrides` (`Preset.with_overrides`; None values are ignored)."""
+    if name not in PRESETS:
+        raise ConfigError(f"unknown preset {name!r}; allowed values are {list(PRESETS)}")
+    return PRESETS[name].with_overrides(**{k: v for k, v in overrides.items() if v is not None})
+
+
 _CPU_SHAPES = dict(num_envs=32, unroll_length=32, num_epochs=4, num_minibatches=8, num_actors=4,
                    episode_length=1000, num_evals=10, eval_envs=4)
 
@@ -362,12 +369,8 @@ def _discard_unfinished_rows(out: Path, finished: dict) -> None:
     lines = path.read_text().splitlines()
     rows = io.read_jsonl(path)
     keep = [r for r in rows if r["cell"] in finished]
-    if len(keep) == len(lines):
-        return
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.unlink(missing_ok=True)
-    io.append_jsonl(tmp, keep)
-    tmp.replace(path)
+    if len(keep) != len(lines):
+        io.write_jsonl_atomic(path, keep)
 
 
 def _write_plan(out: Path, cells: Sequence[Cell], preset: Preset | None) -> None:

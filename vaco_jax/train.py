@@ -322,11 +322,7 @@ def _last_row(history, chunks_done: int) -> dict:
 
 
 def _rewrite_metrics(out: Path, config: Config, history: dict, done: int) -> None:
-    rows = [_row(config, history, i) for i in range(done)]
-    tmp = out / ".metrics.jsonl.resume"
-    tmp.unlink(missing_ok=True)
-    io.append_jsonl(tmp, rows)
-    tmp.replace(out / "metrics.jsonl")
+    io.write_jsonl_atomic(out / "metrics.jsonl", [_row(config, history, i) for i in range(done)])
 
 
 def _steps_per_second(config: Config, chunks: int, seconds: float) -> float:

@@ -25,13 +25,13 @@ import optax
 from flax import struct
 
 from vaco_jax import objectives, ring_buffer
+from vaco_jax.objectives import sg
 from vaco_jax.llm import sampling, verifier
 from vaco_jax.llm.config import GRPOHParams, LLMConfig, hparams as make_hparams
 from vaco_jax.llm.dataset import ProblemSet
 from vaco_jax.llm.evaluation import greedy_accuracy
 from vaco_jax.llm.model import Transformer, answer_mask, sequence_log_probs
 
-sg = jax.lax.stop_gradient
 STEP_METRICS = ("tv_estimate", "clip_fraction", "filtered_fraction", "approx_kl", "max_ratio",
                 "policy_loss", "grad_norm")
 
