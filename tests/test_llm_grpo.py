@@ -237,3 +237,27 @@ def test_sweep_resumes_summarises_and_refuses_other_configs(tmp_path, monkeypatc
         experiment.run(other, log=lambda _: None)
     with pytest.raises(ConfigError, match="objectives"):
         experiment.run(dataclasses.replace(run, objectives=("ppo",)), log=lambda _: None)
+
+
+def test_behaviour_log_probs_are_those_of_the_top_p_nucleus_sampled_from():
+    config = llm_config.replace(TINY, grpo=dict(top_p=0.5))
+    llm_config.validate(config)
+    train_set, test_set = experiment.load_problems(config)
+    trainer = grpo.GRPO(config, train_set, test_set, reward_fn=parity_reward)
+    params = model.init_params(config.model, jax.random.PRNGKey(0))
+    state = trainer.init(jax.random.PRNGKey(3), params, hp_for("vaco"))
+    batch, _ = jax.jit(trainer.generate_batch)(state, jax.random.PRNGKey(4))
+    temperature = state.hparams.temperature
+    nucleus = model.sequence_log_probs(trainer.apply, params, batch.prompts, batch.answers,
+                                       temperature, 0.5)
+    full = model.sequence_log_probs(trainer.apply, params, batch.prompts, batch.answers, temperature)
+    live = np.asarray(batch.mask) > 0
+    np.testing.assert_allclose(np.asarray(batch.log_behavior)[live], np.asarray(nucleus)[live],
+                               rtol=1e-5, atol=1e-5)
+    # Every sampled token is inside its nucleus (finite), where renormalising raised its probability;
+    # the learner's log π_T stays the model's own distribution.
+    assert np.all(np.isfinite(np.asarray(batch.log_behavior)[live]))
+    assert np.all(np.asarray(nucleus)[live] >= np.asarray(full)[live] - 1e-5)
+    assert np.any(np.asarray(nucleus)[live] > np.asarray(full)[live] + 1e-3)
+    np.testing.assert_allclose(np.asarray(batch.log_learner_start)[live], np.asarray(full)[live],
+                               rtol=1e-5, atol=1e-5)

@@ -159,3 +159,15 @@ def test_bad_config_fields_are_named():
     for field, change in cases.items():
         with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
             llm_config.validate(llm_config.replace(base, **change))
+
+
+def test_sampling_and_behaviour_log_probs_use_one_nucleus():
+    logits = jnp.log(jnp.array([[0.0, 0.0, 0.5, 0.3, 0.15, 0.05]]))  # ids 0, 1 are PAD, BOS
+    truncated = np.exp(np.asarray(model.policy_log_probs(logits, top_p=0.75)[0]))
+    np.testing.assert_allclose(truncated, [0, 0, 0.5 / 0.8, 0.3 / 0.8, 0, 0], atol=1e-6)
+    full = np.exp(np.asarray(model.policy_log_probs(logits)[0]))
+    np.testing.assert_allclose(full, [0, 0, 0.5, 0.3, 0.15, 0.05], atol=1e-6)
+    keys = jax.random.split(jax.random.PRNGKey(1), 4000)
+    draw = jax.vmap(lambda k: sampling.choose_tokens(logits, k, top_p=0.75))(keys)
+    frequencies = np.bincount(np.asarray(draw).ravel(), minlength=6) / 4000
+    np.testing.assert_allclose(frequencies, truncated, atol=0.03)

@@ -149,10 +149,12 @@ class GRPO:
         advantages = group_advantages(rewards.reshape(g.num_prompts, g.group_size),
                                       g.scale_advantages).reshape(-1)
         mask = answer_mask(answers)
-        log_prob = lambda p: sg(sequence_log_probs(self.apply, p, prompts, answers,  # noqa: E731
-                                                   state.hparams.temperature))
-        log_behavior = log_prob(behavior)
-        log_learner_start = log_behavior if state.buffer is None else log_prob(state.params)
+        log_prob = lambda p, top_p=1.0: sg(sequence_log_probs(  # noqa: E731
+            self.apply, p, prompts, answers, state.hparams.temperature, top_p))
+        # β is the distribution the tokens were drawn from: the top-p nucleus when top_p < 1.
+        log_behavior = log_prob(behavior, g.top_p)
+        log_learner_start = (log_behavior if state.buffer is None and g.top_p >= 1.0
+                             else log_prob(state.params))
         batch = Batch(prompts, answers, mask, advantages[:, None] * mask, log_behavior,
                       log_learner_start)
         info = {"reward": jnp.mean(rewards), "answer_length": jnp.mean(jnp.sum(mask, -1)),

@@ -183,19 +183,28 @@ def positions_of(valid):
     return jnp.maximum(jnp.cumsum(valid.astype(jnp.int32), axis=-1) - 1, 0)
 
 
-def policy_log_probs(logits, temperature=1.0):
+def policy_log_probs(logits, temperature=1.0, top_p: float = 1.0):
     """The policy distribution over next tokens: PAD and BOS can never be written.
 
     Sampling, the warm start and every GRPO ratio use this one definition, so `π_θ/β` compares like
-    with like. `logits [..., V]` → log-probabilities `[..., V]` (float32).
+    with like. `top_p` < 1 is the distribution sampling draws from: the smallest set of tokens whose
+    probability reaches `top_p` (always at least the most likely one), renormalised; the others get
+    log-probability −inf. `logits [..., V]` → log-probabilities `[..., V]` (float32).
     """
     banned = jnp.zeros(logits.shape[-1], bool).at[jnp.array([tokenizer.PAD, tokenizer.BOS])].set(True)
     logits = jnp.where(banned, -1e9, logits.astype(jnp.float32) / temperature)
-    return jax.nn.log_softmax(logits, axis=-1)
+    log_probs = jax.nn.log_softmax(logits, axis=-1)
+    if top_p >= 1.0:
+        return log_probs
+    sorted_lp = jnp.flip(jnp.sort(log_probs, axis=-1), axis=-1)
+    mass_before = jnp.cumsum(jnp.exp(sorted_lp), axis=-1) - jnp.exp(sorted_lp)
+    cutoff = jnp.min(jnp.where(mass_before < top_p, sorted_lp, jnp.inf), axis=-1, keepdims=True)
+    return jax.nn.log_softmax(jnp.where(log_probs >= cutoff, log_probs, -jnp.inf), axis=-1)
 
 
-def sequence_log_probs(apply_fn, params, prompts, answers, temperature=1.0):
-    """Log-probability of each answer token given everything before it (teacher forcing).
+def sequence_log_probs(apply_fn, params, prompts, answers, temperature=1.0, top_p: float = 1.0):
+    """Log-probability of each answer token given everything before it (teacher forcing), under
+    `policy_log_probs(·, temperature, top_p)`.
 
     `prompts [B, P]` (left-padded), `answers [B, A]` → `[B, A]` float32. One full forward pass.
     """
@@ -203,7 +212,7 @@ def sequence_log_probs(apply_fn, params, prompts, answers, temperature=1.0):
     valid = tokens != tokenizer.PAD
     logits, _ = apply_fn(params, tokens, positions_of(valid), valid)
     P = prompts.shape[1]
-    log_probs = policy_log_probs(logits[:, P - 1:-1], temperature)
+    log_probs = policy_log_probs(logits[:, P - 1:-1], temperature, top_p)
     return jnp.take_along_axis(log_probs, answers[..., None], axis=-1)[..., 0]
 
 

@@ -17,16 +17,11 @@ from vaco_jax.llm.model import init_cache, policy_log_probs, positions_of
 
 
 def choose_tokens(logits, key, *, temperature=1.0, top_p: float = 1.0, greedy: bool = False):
-    """Next tokens `[B]` from logits `[B, V]`. `top_p` < 1 keeps the smallest set of tokens whose
-    probability reaches `top_p` (always at least the most likely one)."""
-    log_probs = policy_log_probs(logits, temperature if not greedy else 1.0)
+    """Next tokens `[B]` from logits `[B, V]`, drawn from `policy_log_probs(logits, temperature,
+    top_p)` (the distribution GRPO's behaviour log-probabilities are computed under)."""
     if greedy:
-        return jnp.argmax(log_probs, axis=-1).astype(jnp.int32)
-    if top_p < 1.0:
-        sorted_lp = jnp.sort(log_probs, axis=-1)[:, ::-1]
-        mass_before = jnp.cumsum(jnp.exp(sorted_lp), axis=-1) - jnp.exp(sorted_lp)
-        cutoff = jnp.min(jnp.where(mass_before < top_p, sorted_lp, jnp.inf), axis=-1, keepdims=True)
-        log_probs = jnp.where(log_probs >= cutoff, log_probs, -jnp.inf)
+        return jnp.argmax(policy_log_probs(logits), axis=-1).astype(jnp.int32)
+    log_probs = policy_log_probs(logits, temperature, top_p)
     return jax.random.categorical(key, log_probs, axis=-1).astype(jnp.int32)
 
 
