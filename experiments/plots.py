@@ -107,6 +107,10 @@ def report(results, out: Path, *, reps: int = 2000, seed: int = 0, note: str = "
                 lines += ["", f"## {name[10:-4].capitalize()}", "", analysis.markdown(frame)]
         save(plotting.sensitivity(delta_table, ablation_table, title=f"δ sensitivity and ablations (normalised IQM)\n({label})"),
              "fig_e_sensitivity.png")
+    diverged = analysis.diverged_runs(results)
+    if len(diverged):
+        lines += ["", "## Diverged runs (left out of every statistic and curve)", "",
+                  analysis.markdown_rows(diverged)]
     (out / "summary.md").write_text("\n".join(lines) + "\n")
     written.append(out / "summary.md")
     return written

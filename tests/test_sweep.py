@@ -190,3 +190,42 @@ def test_dry_run_plans_memory_and_splits_a_cell_that_does_not_fit(full_sweep, ce
     assert "main/toy_reach/vaco/default#0: 3 runs" in printed and "fits" in printed
     assert "2 programs, --runs-per-call 3" in printed
     assert not (tmp_path / "dry").exists()   # a dry run writes nothing
+
+
+def test_a_diverged_run_is_marked_left_out_of_aggregates_and_plots_still_render(
+        full_sweep, cells, tmp_path, monkeypatch):
+    from experiments import plots
+    from vaco_jax import analysis
+
+    def seed_one_at_c1_unstable(hparams_list):   # run index 1 is (C = 1, seed 1) in each cell
+        hparams = stack_hparams(hparams_list)
+        return hparams.replace(learning_rate=hparams.learning_rate.at[1].set(1e6))
+
+    stack_hparams = sweep.stack_hparams
+    monkeypatch.setattr(sweep, "stack_hparams", seed_one_at_c1_unstable)
+    assert (cells[0].runs[1].capacity, cells[0].runs[1].seed) == (1, 1)
+    sweep.run_sweep(cells, tmp_path, log=lambda _: None)
+    table, reference = sweep.load_results(tmp_path), sweep.load_results(full_sweep[0])
+
+    bad = (table["capacity"] == 1) & (table["seed"] == 1)
+    assert table.loc[bad, "diverged"].all() and not table.loc[~bad, "diverged"].any()
+    assert table.loc[bad, "eval_return"].isna().all() and table.loc[bad, "loss"].isna().all()
+    # Its step keeps the schedule (a frozen run's own counter stops), and the others are untouched.
+    np.testing.assert_array_equal(table["step"], reference["step"])
+    pd.testing.assert_frame_equal(table.loc[~bad].drop(columns="diverged"),
+                                  reference.loc[~bad].drop(columns="diverged"))
+    for record, cell in zip(sweep.load_cells(tmp_path).to_dict("records"), cells):
+        assert record["diverged_runs"] == [{"capacity": 1, "delta": cell.runs[1].delta, "seed": 1,
+                                            "iteration": 1, "nonfinite": ["loss", "gradient", "parameters"]}]
+
+    scored = analysis.with_methods(table.assign(score=table["eval_return"]))
+    matrices = analysis.score_matrices(scored)
+    assert matrices[(1, "vaco")].shape == (2, 1) and matrices[(4, "vaco")].shape == (3, 1)
+    assert all(np.isfinite(m).all() for m in matrices.values())
+    assert analysis.diverged_runs(table)[["algo", "capacity", "seed"]].to_dict("records") == [
+        {"algo": "vaco", "capacity": 1, "seed": 1}, {"algo": "ppo_clip", "capacity": 1, "seed": 1}]
+
+    written = plots.report(table.assign(score=table["eval_return"]), tmp_path, reps=50)
+    assert all(path.stat().st_size > 0 for path in written)
+    summary = (tmp_path / "summary.md").read_text()
+    assert "## Diverged runs" in summary and "| toy_reach | vaco | default | 1 | 0.2 | 1 |" in summary

@@ -41,16 +41,44 @@ def final(results: pd.DataFrame) -> pd.DataFrame:
     return results[results["eval_index"] == last]
 
 
+def markdown_rows(frame: pd.DataFrame) -> str:
+    """A plain table as markdown (one line per row)."""
+    lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
+    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def diverged_runs(results: pd.DataFrame) -> pd.DataFrame:
+    """One row per diverged run (env, algorithm, variant, capacity, δ, seed), from the sweep's
+    `diverged` column (empty for tables without it)."""
+    columns = ["env", "algo", "variant", "capacity", "delta", "seed"]
+    if "diverged" not in results:
+        return pd.DataFrame(columns=columns)
+    return (results.loc[results["diverged"].fillna(False).astype(bool), columns]
+            .drop_duplicates().reset_index(drop=True))
+
+
+def without_diverged(group: pd.DataFrame) -> pd.DataFrame:
+    """A (capacity, method) group without the seeds that diverged on any env: rliable needs the same
+    runs on every task, and a diverged run has no result to score."""
+    if "diverged" not in group:
+        return group
+    bad = group.loc[group["diverged"].fillna(False).astype(bool), "seed"].unique()
+    return group[~group["seed"].isin(bad)]
+
+
 def score_matrices(results: pd.DataFrame, value: str = "score") -> dict[tuple[int, str], np.ndarray]:
     """(capacity, method) → `[seeds, envs]` of `value` at the final evaluation.
 
-    Raises if a method lacks a seed on some env (rliable needs the same runs on every task) or if
-    a run appears twice.
+    Seeds that diverged (on any env) are left out of their (capacity, method) matrix
+    (`diverged_runs` lists them). Raises if a method lacks a seed on some env (rliable needs the
+    same runs on every task) or if a run appears twice.
     """
     rows = final(results)
     envs = sorted(rows["env"].unique())
     out = {}
     for (capacity, method), group in rows.groupby(["capacity", "method"], sort=True):
+        group = without_diverged(group)
         if group.duplicated(["env", "seed"]).any():
             raise ValueError(f"capacity {capacity}, {method}: some (env, seed) runs appear twice; "
                              f"select one study/δ before aggregating")
@@ -63,10 +91,12 @@ def score_matrices(results: pd.DataFrame, value: str = "score") -> dict[tuple[in
 
 
 def auc_matrices(results: pd.DataFrame, value: str = "score") -> dict[tuple[int, str], np.ndarray]:
-    """(capacity, method) → `[seeds, envs]` normalised area under the learning curve of `value`."""
+    """(capacity, method) → `[seeds, envs]` normalised area under the learning curve of `value`
+    (diverged seeds left out, as in `score_matrices`)."""
     envs = sorted(results["env"].unique())
     out = {}
     for (capacity, method), group in results.groupby(["capacity", "method"], sort=True):
+        group = without_diverged(group)
         per_run = []
         for (env, seed), run in group.groupby(["env", "seed"]):
             run = run.sort_values("step")

@@ -122,6 +122,7 @@ def training_curves(results: pd.DataFrame, value: str = "eval_return", *, reps: 
             sub = results[(results["env"] == env) & (results["capacity"] == capacity)]
             curves = {}
             for method, group in sub.groupby("method"):
+                group = analysis.without_diverged(group)   # no result after its divergence
                 wide = group.pivot(index="seed", columns="step", values=value)
                 curves[method] = wide.to_numpy(np.float64)[:, None, :]   # [seeds, 1 task, evals]
                 steps = wide.columns.to_numpy()

@@ -36,7 +36,7 @@ from brax import envs as brax_envs
 from vaco_jax import io, program as program_lib, runtime
 from vaco_jax.config import Config, validate
 from vaco_jax.errors import ConfigError, SweepError
-from vaco_jax.trainer import stack_hparams
+from vaco_jax.trainer import nonfinite_names, stack_hparams
 
 MAIN_ALGOS = ("vaco", "ppo_clip", "ppo_kl", "spo", "impala")
 DELTAS = (0.05, 0.1, 0.2, 0.4)
@@ -264,9 +264,9 @@ def run_cell(cell: Cell, progress: Callable[[int, int], None] | None = None) -> 
     for eval_index in range(config.num_evals):
         chunk_start = time.perf_counter()
         state, metrics = chunk(state)
-        metrics = program.layout.unpad(metrics)
+        metrics, health = program.layout.unpad((metrics, state.health))
         train_seconds += time.perf_counter() - chunk_start
-        rows.extend(_rows(cell, eval_index, metrics))
+        rows.extend(_rows(cell, eval_index, metrics, health.nonfinite != 0))
         if progress is not None:
             progress(eval_index + 1, config.num_evals)
     steps = config.env_steps * len(cell.runs)
@@ -274,7 +274,7 @@ def run_cell(cell: Cell, progress: Callable[[int, int], None] | None = None) -> 
         "cell": cell.cell_id, "fingerprint": cell.fingerprint(), "runs": len(cell.runs),
         "env_steps_per_run": config.env_steps, "compile_seconds": compile_seconds,
         "train_seconds": train_seconds, "wall_seconds": time.perf_counter() - start,
-        "sps": steps / train_seconds, "diverged_runs": _diverged(rows),
+        "sps": steps / train_seconds, "diverged_runs": _diverged(cell, health),
         "devices": program.layout.describe(), "processes": jax.process_count(),
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"), **io.provenance(),
     }
@@ -290,22 +290,31 @@ def dry_run_cell(cell: Cell, device_memory: float | None = None) -> dict:
     return {"cell": cell.cell_id, "runs": len(cell.runs), **report, "fits": fits}
 
 
-def _rows(cell: Cell, eval_index: int, metrics: dict) -> list[dict]:
-    """One tidy row per run for this evaluation."""
+def _rows(cell: Cell, eval_index: int, metrics: dict, diverged: np.ndarray) -> list[dict]:
+    """One tidy row per run for this evaluation. A diverged run (frozen at its last good state in
+    the program) is marked `diverged` and reports NaN from its divergence on, so no statistic
+    mistakes its frozen values for results; its step is the planned one, like every other run's."""
     scalars = {k: np.asarray(v) for k, v in metrics.items() if k not in ("env_steps", "iteration")}
+    iteration = (eval_index + 1) * cell.config.iterations_per_eval
     rows = []
     for i, run in enumerate(cell.runs):
         row = {"cell": cell.cell_id, "study": cell.study, "env": cell.env, "algo": cell.algo,
                "variant": cell.variant, "capacity": run.capacity, "delta": run.delta, "seed": run.seed,
-               "eval_index": eval_index, "step": int(metrics["env_steps"][i]),
-               "iteration": int(metrics["iteration"][i]), "budget": cell.config.env_steps}
-        row.update({k: float(v[i]) for k, v in scalars.items()})
+               "eval_index": eval_index, "step": iteration * cell.config.batch_size,
+               "iteration": iteration, "budget": cell.config.env_steps,
+               "diverged": bool(diverged[i])}
+        row.update({k: math.nan if diverged[i] else float(v[i]) for k, v in scalars.items()})
         rows.append(row)
     return rows
 
 
-def _diverged(rows: list[dict]) -> list[int]:
-    return sorted({r["seed"] for r in rows if not math.isfinite(r.get("loss", 0.0))})
+def _diverged(cell: Cell, health) -> list[dict]:
+    """The diverged runs of a cell: capacity, δ, seed, and the learner iteration (1-based) and
+    quantities that went non-finite."""
+    return [{"capacity": run.capacity, "delta": run.delta, "seed": run.seed,
+             "iteration": int(health.iteration[i]) + 1,
+             "nonfinite": nonfinite_names(health.nonfinite[i])}
+            for i, run in enumerate(cell.runs) if health.nonfinite[i] != 0]
 
 
 # --- the sweep ----------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from vaco_jax.config import Config, validate
 from vaco_jax.errors import CheckpointError, ConfigError, DivergenceError
 from vaco_jax.options import Options, validate_options
 from vaco_jax.runtime import Cluster
-from vaco_jax.trainer import NONFINITE_GRADIENT, NONFINITE_LOSS, NONFINITE_PARAMS, stack_hparams
+from vaco_jax.trainer import nonfinite_names, stack_hparams
 
 __all__ = ["Command", "DivergenceError", "Options", "run", "dry_run", "main"]
 
@@ -248,13 +248,8 @@ def _output_dir(options: Options, config: Config) -> Path:
 
 # --- divergence ---------------------------------------------------------------------------------------
 
-QUANTITIES = ((NONFINITE_LOSS, "loss"), (NONFINITE_GRADIENT, "gradient"),
-              (NONFINITE_PARAMS, "parameters"))
-
-
 def _describe_divergence(config: Config, health, index: int) -> str:
-    flags = int(health["nonfinite"][index])
-    what = [name for bit, name in QUANTITIES if flags & bit]
+    what = nonfinite_names(health["nonfinite"][index])
     iteration = int(health["iteration"][index])
     what = ", ".join(what[:-1]) + " and " + what[-1] if len(what) > 1 else what[0]
     return (f"seed {config.seed + index} (index {index} of {config.num_seeds}) produced a non-finite "
@@ -287,7 +282,7 @@ def _handle_divergence(config: Config, options: Options, before, after, out: Pat
 
 def _diverged_seeds(config: Config, health) -> list[dict]:
     return [{"seed": config.seed + i, "index": i, "iteration": int(health["iteration"][i]) + 1,
-             "nonfinite": [name for bit, name in QUANTITIES if int(health["nonfinite"][i]) & bit]}
+             "nonfinite": nonfinite_names(health["nonfinite"][i])}
             for i in range(config.num_seeds) if health["nonfinite"][i] != 0]
 
 

@@ -31,6 +31,12 @@ from vaco_jax.envs import EnvState, VecEnv, make_env
 NONFINITE_LOSS, NONFINITE_GRADIENT, NONFINITE_PARAMS = 1, 2, 4
 
 
+def nonfinite_names(flags: int) -> list[str]:
+    """The quantities named by a `Health.nonfinite` bit mask, e.g. `["loss", "gradient"]`."""
+    return [name for bit, name in ((NONFINITE_LOSS, "loss"), (NONFINITE_GRADIENT, "gradient"),
+                                   (NONFINITE_PARAMS, "parameters")) if int(flags) & bit]
+
+
 @struct.dataclass
 class Health:
     """Divergence record of one seed, written inside the compiled program."""
