@@ -30,7 +30,7 @@ def test_tv_filter_below_delta_drops_nothing():
     tv = 0.5 * np.mean(np.abs(ratio - 1))
     delta = tv * 1.01
     loss, metrics = objectives.tv_filter(log_prob, log_behavior, advantages, delta=delta)
-    assert float(metrics["tv_estimate"]) == pytest.approx(tv, rel=1e-5)
+    assert float(metrics["filter_tv"]) == pytest.approx(tv, rel=1e-5)
     assert float(metrics["filtered_fraction"]) == 0.0
     assert float(loss) == pytest.approx(-np.mean(ratio * advantages), rel=1e-5)
     # d/dlogπ of −mean(w Â) is −w Â / N for every sample: nothing has zero gradient.
@@ -80,7 +80,7 @@ def test_tv_filter_learner_reference_equals_behavior_when_learner_is_behavior():
     b = objectives.tv_filter(log_prob, log_behavior, advantages, delta=0.1,
                              log_reference=log_behavior)
     np.testing.assert_allclose(a[0], b[0], rtol=1e-6)
-    np.testing.assert_allclose(a[1]["tv_estimate"], b[1]["tv_estimate"], rtol=1e-6)
+    np.testing.assert_allclose(a[1]["filter_tv"], b[1]["filter_tv"], rtol=1e-6)
 
 
 def test_tv_filter_learner_reference_measures_forward_lag_only():
@@ -89,7 +89,7 @@ def test_tv_filter_learner_reference_measures_forward_lag_only():
     log_prob, log_behavior, advantages = sample_inputs(5, spread=1.0)
     _, metrics = objectives.tv_filter(log_prob, log_behavior, advantages, delta=0.01,
                                       log_reference=log_prob)
-    assert float(metrics["tv_estimate"]) == pytest.approx(0.0, abs=1e-6)
+    assert float(metrics["filter_tv"]) == pytest.approx(0.0, abs=1e-6)
     assert float(metrics["filtered_fraction"]) == 0.0
 
 
@@ -191,3 +191,15 @@ def test_the_cap_changes_nothing_below_it():
     np.testing.assert_array_equal(grad, np.ones_like(x))
     above, grad_above = jax.value_and_grad(lambda v: objectives.log_ratio(v, 0.0))(1000.0)
     assert above == objectives.MAX_LOG_RATIO and grad_above == 1.0
+
+
+def test_the_filter_divergence_and_the_ratio_diagnostic_have_distinct_names():
+    # With a learner reference the filter measures forward lag only (here 0) while the diagnostic
+    # still measures the divergence from β: one name each, neither hides the other.
+    log_prob, log_behavior, advantages = sample_inputs(5, spread=1.0)
+    _, metrics = objectives.tv_filter(log_prob, log_behavior, advantages, delta=0.01,
+                                      log_reference=log_prob)
+    diagnostics = objectives.ratio_diagnostics(log_prob, log_behavior, clip_eps=0.2)
+    assert "tv_estimate" not in metrics and not set(metrics) & set(diagnostics)
+    assert float(metrics["filter_tv"]) == pytest.approx(0.0, abs=1e-6)
+    assert float(diagnostics["tv_estimate"]) > 0.1

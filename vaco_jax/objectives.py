@@ -116,8 +116,10 @@ def tv_filter(log_prob, log_behavior, advantages, *, delta, log_reference=None,
     keep = keep.astype(ratio.dtype)
     weight = jnp.minimum(ratio, is_max)
     loss = -masked_mean(keep * weight * advantages, mask)
+    # `filter_tv` is the divergence the filter compared with δ: the total one (from β, equal to
+    # the `tv_estimate` diagnostic) or, with a reference policy, the forward lag only.
     return loss, {
-        "tv_estimate": tv_estimate,
+        "filter_tv": tv_estimate,
         "filtered_fraction": 1.0 - masked_mean(keep, mask),
     }
 
