@@ -2,12 +2,12 @@
 
     python -m experiments.mujoco_lag_sweep --preset cpu                     # ~45 min, 2 CPU cores
     python -m experiments.mujoco_lag_sweep --preset cpu --studies delta ablations
-    python -m experiments.mujoco_lag_sweep --preset paper --out results/paper  # an accelerator
+    python -m experiments.mujoco_lag_sweep --preset paper                   # an accelerator
     python -m experiments.mujoco_lag_sweep --preset smoke --out /tmp/smoke  # minutes: pipeline check
 
 Each (env, algorithm, variant) is one compiled program that vmaps every capacity × δ × seed and
 spreads them over every device of every process (`vaco_jax.program`; multi-host with
-`--distributed`, see `vaco_jax.runtime`). Results go to `--out` (default `results/<preset>`) as a
+`--distributed`, see `vaco_jax.runtime`). Results go to `--out` (default `runs/sweeps/<preset>`) as a
 tidy table, written cell by cell by process 0; running the same command again resumes (finished
 cells are skipped). `--plan` prints the plan; `--dry-run` compiles every program ahead of time and prints its per-device
 memory, choosing `--runs-per-call` when a cell does not fit the device (`--device-memory`).
@@ -35,7 +35,7 @@ class Args:
     studies: tuple[str, ...] = ("main",)
     """main (5 algorithms), delta (VACO δ sensitivity), ablations (pairings and filter switches)."""
     out: str = ""
-    """Output directory (default results/<preset>)."""
+    """Output directory (default runs/sweeps/<preset>)."""
     algos: tuple[str, ...] | None = None
     """Run only these algorithms of the studies."""
     envs: tuple[str, ...] | None = None
@@ -48,6 +48,8 @@ class Args:
     """Override the env steps per run (every env)."""
     runs_per_call: int | None = None
     """Split each cell into programs of at most this many runs (memory)."""
+    allow_code_change: bool = False
+    """Add to a directory whose cells were made by other code (normally refused)."""
     max_cells: int | None = None
     """Stop after this many cells (resume later with the same command)."""
     plan: bool = False
@@ -104,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    out = Path(args.out or f"results/{args.preset}")
+    out = Path(args.out) if args.out else sweep.ROOT / args.preset
     if args.plan:
         total = 0
         for cell in cells:
@@ -116,7 +118,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         dry_run(args, preset, out)
         return 0
-    sweep.run_sweep(cells, out, preset=preset, max_cells=args.max_cells, progress=args.progress)
+    try:
+        sweep.run_sweep(cells, out, preset=preset, max_cells=args.max_cells, progress=args.progress,
+                        allow_code_change=args.allow_code_change)
+    except sweep.SweepError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -1,8 +1,10 @@
 """Figures and tables of a lag sweep: aggregates with CIs, IQM vs capacity, curves, diagnostics.
 
-    python -m experiments.plots --sweep results/cpu --out results/cpu/figures
+    python -m experiments.plots --sweep runs/sweeps/cpu        # -> runs/sweeps/cpu/figures
+    python -m experiments.plots --sweep results/cpu --references results/reference_returns.json
 
-Needs the reference returns of the sweep's budget (`python -m experiments.reference_returns`).
+Needs the reference returns of the sweep's budget (`python -m experiments.reference_returns`,
+which writes them into the sweep's directory).
 Writes (a) fig_a_aggregates.png, (b) fig_b_iqm_vs_capacity.png, (c) fig_c_training_curves.png,
 (d) fig_d_lag_diagnostics.png, (e) fig_e_sensitivity.png (when the delta/ablations studies were
 run), fig_improvement.png, fig_profiles.png, and the tables (CSV and summary.md).
@@ -25,9 +27,10 @@ from vaco_jax import analysis, plotting, references, sweep  # noqa: E402
 
 @dataclasses.dataclass
 class Args:
-    sweep: str = "results/cpu"
+    sweep: str = str(sweep.ROOT / "cpu")
     """Sweep directory (results.jsonl, cells.jsonl)."""
-    references: str = str(references.DEFAULT_PATH)
+    references: str = ""
+    """Reference-returns table (default <sweep>/reference_returns.json)."""
     out: str = ""
     """Where figures and tables go (default <sweep>/figures)."""
     reps: int = 2000
@@ -41,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     args = tyro.cli(Args, args=argv, description=__doc__.split("\n\n")[0])
     out = Path(args.out or Path(args.sweep) / "figures")
     out.mkdir(parents=True, exist_ok=True)
-    results = references.add_scores(sweep.load_results(args.sweep), references.load(args.references))
+    table = references.load(args.references or Path(args.sweep) / references.FILE_NAME)
+    results = references.add_scores(sweep.load_results(args.sweep), table)
     written = report(results, out, reps=args.reps, seed=args.seed, note=args.note)
     print("\n".join(str(p) for p in written))
     return 0

@@ -1,6 +1,6 @@
 """Reference returns for score normalisation: per env, a random policy and synchronous PPO-Clip.
 
-    python -m experiments.reference_returns --preset cpu          # writes results/reference_returns.json
+    python -m experiments.reference_returns --preset cpu   # -> runs/sweeps/cpu/reference_returns.json
 
 Measured at the preset's budget and shapes (PPO-Clip with C = 1, seeds 10000+, disjoint from the
 sweep's); the table keeps one entry per (env, budget) with its provenance. Use the same
@@ -26,7 +26,8 @@ class Args:
     num_seeds: int = 5
     """PPO-Clip seeds."""
     random_episodes: int = 64
-    out: str = str(references.DEFAULT_PATH)
+    out: str = ""
+    """The table to update (default: next to the preset's sweep, runs/sweeps/<preset>/reference_returns.json)."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,12 +39,13 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    out = args.out or str(sweep.ROOT / args.preset / references.FILE_NAME)
     for env in preset.envs:
         entry = references.measure(preset, env, num_seeds=args.num_seeds,
                                    random_episodes=args.random_episodes)
         if runtime.is_primary():
-            references.update(args.out, entry)   # one env at a time: a crash keeps what is measured
-    print(f"-> {args.out}")
+            references.update(out, entry)   # one env at a time: a crash keeps what is measured
+    print(f"-> {out}")
     return 0
 
 

@@ -229,3 +229,25 @@ def test_a_diverged_run_is_marked_left_out_of_aggregates_and_plots_still_render(
     assert all(path.stat().st_size > 0 for path in written)
     summary = (tmp_path / "summary.md").read_text()
     assert "## Diverged runs" in summary and "| toy_reach | vaco | default | 1 | 0.2 | 1 |" in summary
+
+
+def test_results_of_other_code_are_never_mixed_in(full_sweep, cells, tmp_path, capsys):
+    import shutil
+    from experiments import mujoco_lag_sweep
+
+    out = tmp_path / "sweep"
+    shutil.copytree(full_sweep[0], out)
+    records = io.read_jsonl(out / sweep.CELLS)
+    assert {r["source"] for r in records} == {io.source_hash()}
+    io.write_jsonl_atomic(out / sweep.CELLS, [dict(r, source="0123456789abcdef") for r in records])
+    before = (out / sweep.RESULTS).read_text()
+    with pytest.raises(sweep.SweepError, match="made by other code .*0123456789abcdef"):
+        sweep.run_sweep(cells, out, log=lambda _: None)
+    args = ["--preset", "tiny", "--algos", *ALGOS, "--out", str(out), "--no-progress"]
+    assert mujoco_lag_sweep.main(args) == 2 and "--allow-code-change" in capsys.readouterr().err
+    assert (out / sweep.RESULTS).read_text() == before
+    # Told to, it adds to the directory (here nothing is left to run).
+    assert sweep.run_sweep(cells, out, log=lambda _: None, allow_code_change=True) == []
+    # A sweep's default directory is under runs/, never the committed results/.
+    assert mujoco_lag_sweep.main(["--preset", "tiny", "--plan"]) == 0
+    assert "-> runs/sweeps/tiny" in capsys.readouterr().out

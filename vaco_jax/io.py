@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import importlib.metadata
 import json
 import math
@@ -41,7 +42,18 @@ def provenance() -> dict[str, Any]:
                    "count": jax.device_count()},
         "host": {"machine": platform.machine(), "cpus": os.cpu_count()},
         "git_commit": _git_commit(),
+        "source": source_hash(),
     }
+
+
+def source_hash() -> str:
+    """SHA-256 (16 hex digits) of the package's source files: the code that made a result, also
+    without git and with uncommitted changes."""
+    package = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
 
 
 def _git_commit() -> str | None:

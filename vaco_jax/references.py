@@ -28,7 +28,8 @@ from vaco_jax.envs import make_env
 
 SCHEMA_VERSION = 1
 REFERENCE_SEED = 10_000
-DEFAULT_PATH = Path("results") / "reference_returns.json"
+FILE_NAME = "reference_returns.json"   # kept next to the sweep it normalises
+DEFAULT_PATH = Path("results") / FILE_NAME   # the table measured for the committed results
 
 
 def random_policy_return(env_name: str, *, episode_length: int, num_episodes: int = 64,

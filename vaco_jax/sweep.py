@@ -55,6 +55,7 @@ class Variant:
 
 
 DEFAULT = Variant()
+ROOT = Path("runs") / "sweeps"   # a sweep's default directory is ROOT / <preset>
 
 
 @dataclasses.dataclass(frozen=True)
@@ -320,11 +321,13 @@ def _diverged(cell: Cell, health) -> list[dict]:
 # --- the sweep ----------------------------------------------------------------------------------
 def run_sweep(cells: Sequence[Cell], out: str | Path, *, preset: Preset | None = None,
               max_cells: int | None = None, log: Callable[[str], None] = print,
-              progress: bool = False) -> list[str]:
+              progress: bool = False, allow_code_change: bool = False) -> list[str]:
     """Run every unfinished cell of `cells` into `out`, resuming; returns the ids of cells run now.
 
     `max_cells` stops after that many cells have run (a reduced run; resume later with the same
-    command). A finished cell whose fingerprint differs from the requested one raises `SweepError`.
+    command). A finished cell whose fingerprint differs from the requested one raises `SweepError`,
+    and so does a directory whose cells were made by other code (another `io.source_hash()`),
+    unless `allow_code_change`.
     """
     out = Path(out)
     primary = runtime.is_primary()   # process 0 writes; every process computes every cell
@@ -339,6 +342,15 @@ def run_sweep(cells: Sequence[Cell], out: str | Path, *, preset: Preset | None =
                 f"{out} already holds cell {cell.cell_id!r} run with a different config or runs "
                 f"(fingerprint {finished[cell.cell_id]['fingerprint']} != {cell.fingerprint()}); "
                 f"use another --out directory")
+    source = io.source_hash()
+    other_code = sorted({r.get("source") or "unrecorded" for r in finished.values()} - {source})
+    if other_code and not allow_code_change:
+        commits = sorted({str(r.get("git_commit")) for r in finished.values()
+                          if r.get("source") != source})
+        raise SweepError(
+            f"{out} holds cells made by other code (vaco_jax source {', '.join(other_code)} at "
+            f"commit {', '.join(commits)}; this code is {source}): results of different code would "
+            f"mix. Use another --out directory, or --allow-code-change to add to it anyway")
     if primary:
         _discard_unfinished_rows(out, finished)
         _write_plan(out, cells, preset)
