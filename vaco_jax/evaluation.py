@@ -1,4 +1,4 @@
-"""Deterministic evaluation of the current learner, inside the compiled program."""
+"""Evaluation inside the compiled program: episodes run until each ends, finished ones frozen."""
 
 from __future__ import annotations
 
@@ -11,7 +11,18 @@ from vaco_jax.envs import select_per_env
 
 def evaluate(env, actor, actor_params, normalizer, key, *, num_episodes: int, episode_length: int,
              normalize_obs: bool):
-    """Mean undiscounted return of `num_episodes` episodes acting with the Gaussian mean.
+    """Mean undiscounted return of `num_episodes` episodes acting with the Gaussian mean."""
+    def act(state, t):
+        obs = networks.normalize(state.obs, normalizer, normalize_obs)
+        loc, _ = actor.apply({"params": actor_params}, obs)
+        return jnp.clip(loc, -1.0, 1.0)
+
+    return jnp.mean(episode_returns(env, act, key, num_episodes=num_episodes,
+                                    episode_length=episode_length))
+
+
+def episode_returns(env, act, key, *, num_episodes: int, episode_length: int):
+    """Undiscounted returns `[num_episodes]` of episodes acting with `act(states, t) -> actions`.
 
     Each episode starts from a fresh random state and runs until it terminates or reaches the
     time limit (whichever comes first). The loop stops as soon as every episode has ended (a
@@ -19,7 +30,8 @@ def evaluate(env, actor, actor_params, normalizer, key, *, num_episodes: int, ep
     steps, not `episode_length`. An episode that has ended is frozen (its state is not stepped
     on and it adds no reward) while the others finish: stepping a terminated MJX state for
     hundreds of steps can reach NaN physics, which would poison the return (`0 · NaN = NaN`) and
-    slow the constraint solver ~20×.
+    slow the constraint solver ~20×. This is the one such rule: evaluation and the random-policy
+    reference return both use it.
     """
     state = jax.vmap(env.reset)(jax.random.split(key, num_episodes))
 
@@ -29,9 +41,7 @@ def evaluate(env, actor, actor_params, normalizer, key, *, num_episodes: int, ep
 
     def step(carry):
         state, episode_return, alive, t = carry
-        obs = networks.normalize(state.obs, normalizer, normalize_obs)
-        loc, _ = actor.apply({"params": actor_params}, obs)
-        stepped = jax.vmap(env.step)(state, jnp.clip(loc, -1.0, 1.0))
+        stepped = jax.vmap(env.step)(state, act(state, t))
         running_before = alive > 0
         state = select_per_env(running_before, stepped, state)
         episode_return = episode_return + jnp.where(running_before, stepped.reward, 0.0)
@@ -40,4 +50,4 @@ def evaluate(env, actor, actor_params, normalizer, key, *, num_episodes: int, ep
 
     init = (state, jnp.zeros(num_episodes), jnp.ones(num_episodes), jnp.int32(0))
     _, episode_return, _, _ = jax.lax.while_loop(running, step, init)
-    return jnp.mean(episode_return)
+    return episode_return

@@ -19,11 +19,10 @@ import time
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from vaco_jax import io, stats, sweep
+from vaco_jax import evaluation, io, stats, sweep
 from vaco_jax.envs import make_env
 
 SCHEMA_VERSION = 1
@@ -36,29 +35,21 @@ def random_policy_return(env_name: str, *, episode_length: int, num_episodes: in
                          seed: int = 0) -> tuple[float, float]:
     """Mean and standard error of the undiscounted return of uniform actions in [-1, 1]^d.
 
-    Same protocol as the trainer's evaluation: fresh random initial states, episodes run until
-    they terminate or reach the time limit. Finished episodes are frozen (stepping a terminated
-    MJX state on under random actions can reach NaN physics; see `sweep.AbsorbingAfterDone`).
+    The trainer's evaluation protocol (`evaluation.episode_returns`): fresh random initial states,
+    episodes run until they terminate or reach the time limit, finished episodes frozen.
     """
-    env = sweep.AbsorbingAfterDone(make_env(env_name))
+    env = make_env(env_name)
 
     @jax.jit
     def episodes(key):
         reset_key, action_key = jax.random.split(key)
-        state = jax.vmap(env.reset)(jax.random.split(reset_key, num_episodes))
 
-        def step(carry, step_key):
-            state, episode_return, alive = carry
-            action = jax.random.uniform(step_key, (num_episodes, env.action_size), minval=-1.0,
-                                        maxval=1.0)
-            state = jax.vmap(env.step)(state, action)
-            episode_return = episode_return + jnp.where(alive > 0, state.reward, 0.0)
-            return (state, episode_return, alive * (1.0 - state.done)), None
+        def act(state, t):
+            return jax.random.uniform(jax.random.fold_in(action_key, t),
+                                      (num_episodes, env.action_size), minval=-1.0, maxval=1.0)
 
-        init = (state, jnp.zeros(num_episodes), jnp.ones(num_episodes))
-        (_, episode_return, _), _ = jax.lax.scan(step, init,
-                                                 jax.random.split(action_key, episode_length))
-        return episode_return
+        return evaluation.episode_returns(env, act, reset_key, num_episodes=num_episodes,
+                                          episode_length=episode_length)
 
     returns = np.asarray(episodes(jax.random.PRNGKey(seed)), np.float64)
     return float(returns.mean()), float(returns.std(ddof=1) / np.sqrt(num_episodes))

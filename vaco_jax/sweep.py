@@ -28,10 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pandas as pd
-from brax import envs as brax_envs
 
 from vaco_jax import io, program as program_lib, runtime
 from vaco_jax.config import Config, validate
@@ -226,21 +224,6 @@ def _config_dict(config: Config) -> dict:
 
 
 # --- running one cell ---------------------------------------------------------------------------
-class AbsorbingAfterDone(brax_envs.Wrapper):
-    """Freeze an episode once it has ended: later steps return the final state with reward 0.
-
-    For loops that step a batch of episodes to a fixed length (`references.random_policy_return`):
-    a terminated MJX state stepped on for hundreds of steps can reach NaN physics, and `0 · NaN =
-    NaN` would poison the return. `vaco_jax.evaluation.evaluate` freezes finished episodes itself.
-    """
-
-    def step(self, state, action):
-        next_state = self.env.step(state, action)
-        done = state.done > 0.5
-        frozen = state.replace(reward=jnp.zeros_like(state.reward))
-        return jax.tree.map(lambda old, new: jnp.where(done, old, new), frozen, next_state)
-
-
 def build_cell_program(cell: Cell, log=None) -> program_lib.TrainProgram:
     """The cell's program: every run vmapped, placed on every device, donating its state."""
     return program_lib.TrainProgram.build(cell.config, len(cell.runs), donate=True, log=log)
