@@ -8,6 +8,7 @@ differently, so the last bits of a loss may differ.
 """
 
 import dataclasses
+import functools
 import json
 import os
 import signal
@@ -19,7 +20,6 @@ from pathlib import Path
 
 import jax
 import numpy as np
-import pytest
 from jax.sharding import Mesh
 
 from vaco_jax import io, program, sweep
@@ -63,9 +63,10 @@ def assert_rows_close(rows, expected, what):
                 assert row[key] == values, (what, key)
 
 
-@pytest.fixture(scope="module")
+@functools.lru_cache(maxsize=1)
 def cell_rows():
-    """The 5-run sweep cell on this process's one device."""
+    """The 5-run sweep cell on this process's one device (computed once, while a subprocess
+    compiles)."""
     assert jax.device_count() == 1
     rows, record = sweep.run_cell(CELL)
     assert record["devices"] == "5 runs on 1 device"
@@ -111,14 +112,15 @@ print("REPORT " + json.dumps({"report": report, "rows": rows, "params": params})
 """
 
 
-def test_four_devices_give_the_single_device_results(tmp_path, cell_rows):
+def test_four_devices_give_the_single_device_results(tmp_path):
     configs = {"seeds": to_json_dict(FIVE), "envs": to_json_dict(ONE)}
     process = subprocess.Popen([sys.executable, "-c", SCRIPT, json.dumps(configs), str(tmp_path),
                                 str(CHUNKS)], cwd=ROOT, env=environment(4), stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     try:
-        # The single-device references compute while the subprocess runs: BASE (2 seeds, compiled
-        # for the checkpoint tests already) for seeds (0, 1), (2, 3), (4, 5).
+        # The single-device references compute while the subprocess runs: the sweep cell, and BASE
+        # (2 seeds, compiled for the checkpoint tests already) for seeds (0, 1), (2, 3), (4, 5).
+        cell_rows()
         for seed in (0, 2, 4):
             summary = run(dataclasses.replace(BASE, seed=seed),
                           options(out=str(tmp_path / f"1dev_{seed}")), stop_after=CHUNKS)
@@ -136,7 +138,7 @@ def test_four_devices_give_the_single_device_results(tmp_path, cell_rows):
                       "10 envs": "1 run, its 10 envs split over 2 devices",
                       "warning": ["warning: the one run's 10 envs split evenly over 2 of the 4 "
                                   "devices only; use a num_envs divisible by 4 to use them all"]}
-    assert_rows_close(result["rows"], cell_rows, "sweep cell")
+    assert_rows_close(result["rows"], cell_rows(), "sweep cell")
 
     def seeds_of(run_dir, config, seeds):
         """Rows (per-seed lists cut to `seeds`) and final params (cut likewise) of a 1-device run."""
@@ -188,15 +190,14 @@ def finish(processes, timeout=400) -> list[tuple[str, str]]:
     return outputs
 
 
-def test_two_processes_train_resume_and_sweep_like_one(tmp_path, cell_rows):
-    reference = tmp_path / "one_process"
-    run(BASE, options(out=str(reference)))
-    expected_rows = io.read_jsonl(reference / "metrics.jsonl")
-
+def test_two_processes_train_resume_and_sweep_like_one(tmp_path):
     # A 2-process CLI run (2 seeds on 4 devices: padded), killed after its second row.
     out = tmp_path / "two_processes"
     processes = launch(["vaco_jax.train", *cli_args(BASE), "--out", str(out)], free_port())
     try:
+        reference = tmp_path / "one_process"   # computed while the two processes compile
+        run(BASE, options(out=str(reference)))
+        expected_rows = io.read_jsonl(reference / "metrics.jsonl")
         deadline = time.time() + 300
         while not ((out / "metrics.jsonl").exists() and len(io.read_jsonl(out / "metrics.jsonl")) >= 2):
             assert all(p.poll() is None for p in processes), processes[0].communicate()[1][-3000:]
@@ -228,6 +229,6 @@ def test_two_processes_train_resume_and_sweep_like_one(tmp_path, cell_rows):
     sweep_out = tmp_path / "sweep"
     finish(launch(["experiments.mujoco_lag_sweep", *CELL_ARGS, "--no-progress", "--out",
                    str(sweep_out)], free_port()))
-    assert_rows_close(sweep.load_results(sweep_out).to_dict("records"), cell_rows, "2-process sweep")
+    assert_rows_close(sweep.load_results(sweep_out).to_dict("records"), cell_rows(), "2-process sweep")
     (record,) = sweep.load_cells(sweep_out).to_dict("records")
     assert record["devices"] == "5 runs (+3 padding) split over 4 devices" and record["processes"] == 2
