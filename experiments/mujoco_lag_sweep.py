@@ -7,10 +7,11 @@
 
 Each (env, algorithm, variant) is one compiled program that vmaps every capacity × δ × seed and
 spreads them over every device of every process (`vaco_jax.program`; multi-host with
-`--distributed`, see `vaco_jax.runtime`). Results go to `--out` (default `runs/sweeps/<preset>`) as a
-tidy table, written cell by cell by process 0; running the same command again resumes (finished
-cells are skipped). `--plan` prints the plan; `--dry-run` compiles every program ahead of time and prints its per-device
-memory, choosing `--runs-per-call` when a cell does not fit the device (`--device-memory`).
+`--distributed`, see `vaco_jax.runtime`). Results go to `--out` (default `runs/sweeps/<preset>`)
+as a tidy table, written cell by cell by process 0; running the same command again resumes
+(finished cells are skipped). `--plan` prints the plan; `--dry-run` compiles every program ahead
+of time and prints its per-device memory, choosing `--runs-per-call` when a cell does not fit the
+device (`--device-memory`).
 """
 
 from __future__ import annotations
