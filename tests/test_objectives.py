@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vaco_jax import objectives
+from vaco_jax import algorithms, objectives
 
 N = 64
 
@@ -203,3 +203,43 @@ def test_the_filter_divergence_and_the_ratio_diagnostic_have_distinct_names():
     assert "tv_estimate" not in metrics and not set(metrics) & set(diagnostics)
     assert float(metrics["filter_tv"]) == pytest.approx(0.0, abs=1e-6)
     assert float(diagnostics["tv_estimate"]) > 0.1
+
+
+# --- the registry: one signature, one vocabulary ------------------------------------------------
+def test_every_registered_objective_is_the_objective_function_it_names():
+    log_prob, log_behavior, advantages = sample_inputs(7, spread=0.5)
+    kl = jnp.abs(log_prob - log_behavior)
+    inputs = algorithms.PolicyInputs(log_prob, log_behavior, advantages, kl=kl)
+    params = algorithms.ObjectiveParams(clip_eps=0.2, delta=0.05, rho_bar=1.0, kl_coef=0.1)
+    direct = {
+        "tv_filter": objectives.tv_filter(log_prob, log_behavior, advantages, delta=0.05),
+        "ppo_clip": objectives.ppo_clip(log_prob, log_behavior, advantages, clip_eps=0.2),
+        "ppo_kl": objectives.ppo_kl(log_prob, log_behavior, advantages, kl=kl, kl_coef=0.1),
+        "spo": objectives.spo(log_prob, log_behavior, advantages, eps=0.2),
+        "impala_pg": objectives.impala_pg(log_prob, log_behavior, advantages, rho_bar=1.0),
+        "pg": objectives.is_pg(log_prob, log_behavior, advantages),
+    }
+    assert set(algorithms.OBJECTIVES) == set(direct)
+    for name, objective in algorithms.OBJECTIVES.items():
+        loss, metrics = objective.fn(inputs, params)
+        assert loss == direct[name][0], name
+        assert metrics.keys() == direct[name][1].keys(), name
+    # The unconstrained IS gradient is the TV filter that never filters.
+    never = objectives.tv_filter(log_prob, log_behavior, advantages, delta=jnp.inf)[0]
+    np.testing.assert_allclose(direct["pg"][0], never, rtol=1e-6)
+
+
+def test_one_vocabulary_for_algorithms_in_mujoco_and_the_llm():
+    from vaco_jax.llm import config as llm_config
+    assert algorithms.REGISTRY["vaco"].objective.name == "tv_filter"
+    assert algorithms.REGISTRY["ppo_clip"].objective.name == "ppo_clip"
+    assert algorithms.REGISTRY["pg"].objective.name == "pg"
+    # Every LLM choice is an algorithm of the shared registry whose objective needs no critic/KL.
+    for name in llm_config.OBJECTIVES:
+        assert name in algorithms.REGISTRY and not algorithms.REGISTRY[name].objective.needs_kl
+    # Pairings name estimators and objectives; names of earlier versions still resolve.
+    assert algorithms.parse("vtrace_once+ppo_clip") == algorithms.parse("vtrace_once+clip")
+    assert algorithms.parse("gae+kl") == algorithms.REGISTRY["ppo_kl"]
+    assert algorithms.parse("vtrace_every+impala_pg") == algorithms.REGISTRY["impala"]
+    for name in algorithms.ABLATIONS:
+        assert algorithms.parse(name).name == name

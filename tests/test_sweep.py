@@ -41,7 +41,7 @@ def test_plan_covers_the_grid_in_one_program_per_env_and_algorithm():
     assert sorted({r.delta for r in delta[0].runs}) == [0.05, 0.1, 0.4]     # 0.2 comes from main
     ablations = sweep.plan(sweep.PRESETS["paper"], ["ablations"])
     assert {(c.algo, c.config.tv_reference, c.config.filter_mode) for c in ablations} == {
-        ("gae+tv_filter", "behavior", "batch"), ("vtrace_once+clip", "behavior", "batch"),
+        ("gae+tv_filter", "behavior", "batch"), ("vtrace_once+ppo_clip", "behavior", "batch"),
         ("vaco", "learner", "batch"), ("vaco", "behavior", "per_sample")}
     paper = sweep.plan(sweep.PRESETS["paper"])
     assert len(paper) == 25 and paper[0].config.env_steps == 100_000_000 // (256 * 32 * 40) * 256 * 32 * 40

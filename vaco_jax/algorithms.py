@@ -1,42 +1,144 @@
-"""An algorithm is a pairing (advantage estimator, policy objective) — SPEC §4.
+"""Algorithms as data: an algorithm is an (advantage estimator, policy objective) pair — SPEC §4.
 
-Adding an algorithm is adding an objective function (in `objectives.py`) and a line here; the trainer
-is shared. Any `<estimator>+<objective>` string is also accepted, so every pairing is runnable.
+Each estimator and each objective is registered once, with one call signature, and the trainers
+only call what the registry holds (no `if name == ...` chains):
+
+* `Estimator.fn(log_rhos, rewards, values, next_values, terminated, truncated, hp)
+  -> (value_targets, advantages)`, arrays `[T, B]`; `hp` supplies γ, λ, ρ̄, c̄.
+* `Objective.fn(x: PolicyInputs, p: ObjectiveParams) -> (loss, metrics)`, any array shape; the
+  MuJoCo trainer and the LLM's GRPO (`vaco_jax.llm.grpo`) both call it.
+
+One vocabulary, the same everywhere (MuJoCo and LLM): the **algorithm** names `vaco`, `ppo_clip`,
+`ppo_kl`, `spo`, `impala`, `pg`; the **objective** names `tv_filter`, `ppo_clip`, `ppo_kl`, `spo`,
+`impala_pg`, `pg`. The LLM testbed has no critic, so there an algorithm contributes its objective
+and the advantage is always GRPO's group-normalised reward.
+
+Adding an algorithm: write its objective in `objectives.py`, register it in `OBJECTIVES`, name the
+pair in `REGISTRY`. Any `<estimator>+<objective>` string is accepted too (e.g. the ablations).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, Callable
 
+import jax.numpy as jnp
+
+from vaco_jax import advantages as adv_lib
+from vaco_jax import objectives
 from vaco_jax.errors import ConfigError
 
-# When the advantages and value targets are computed:
-#   gae           — GAE(λ) once per iteration with the start-of-iteration critic, no correction;
-#   vtrace_once   — V-trace once per iteration with π_T, V_φT, fixed for all K × M steps (VACO's Align);
-#   vtrace_every  — V-trace recomputed on every minibatch with the current θ, φ (IMPALA).
-ESTIMATORS = ("gae", "vtrace_once", "vtrace_every")
-OBJECTIVES = ("tv_filter", "clip", "kl", "spo", "impala_pg")
+
+# --- advantage estimators ------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Estimator:
+    name: str
+    fn: Callable
+    per_minibatch: bool = False
+    """Recomputed on every minibatch with the current θ, φ (else once per iteration with π_T, V_φT)."""
+
+
+def _gae(log_rhos, rewards, values, next_values, terminated, truncated, hp):
+    del log_rhos  # GAE ignores the policy lag
+    advantages = adv_lib.gae(rewards, values, next_values, terminated, truncated,
+                             gamma=hp.gamma, lambda_=hp.gae_lambda)
+    return advantages + values, advantages
+
+
+def _vtrace(log_rhos, rewards, values, next_values, terminated, truncated, hp):
+    return adv_lib.vtrace(log_rhos, rewards, values, next_values, terminated, truncated,
+                          gamma=hp.gamma, lambda_=hp.gae_lambda, clip_rho=hp.rho_bar,
+                          clip_c=hp.c_bar)
+
+
+ESTIMATORS: dict[str, Estimator] = {e.name: e for e in (
+    # GAE(λ) once per iteration with the start-of-iteration critic, no off-policy correction.
+    Estimator("gae", _gae),
+    # V-trace once per iteration with π_T, V_φT, fixed for all K × M steps (VACO's Align).
+    Estimator("vtrace_once", _vtrace),
+    # V-trace recomputed on every minibatch with the current θ, φ (IMPALA).
+    Estimator("vtrace_every", _vtrace, per_minibatch=True),
+)}
+
+
+# --- policy objectives ---------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class PolicyInputs:
+    """What a policy objective sees: per-sample arrays of one shape (`[T, B]` or tokens `[B, L]`)."""
+
+    log_prob: Any                  # log π_θ(a|s), carries the gradient
+    log_behavior: Any              # log β(a|s) of the policy that generated the sample
+    advantages: Any                # as the objective should use them (normalised or not)
+    mask: Any = None               # 1 = counts (e.g. answer tokens), None = every entry
+    log_reference: Any = None      # log π_T(a|s) for `tv_reference=learner`, else None
+    kl: Any = None                 # per-sample analytic KL(β ‖ π_θ), for objectives that need it
 
 
 @dataclasses.dataclass(frozen=True)
+class ObjectiveParams:
+    """The objectives' hyper-parameters (scalars or traced leaves); each reads what it needs."""
+
+    clip_eps: Any = 0.2            # PPO ε; SPO's ε
+    delta: Any = jnp.inf           # TV threshold δ
+    is_max: Any = jnp.inf          # cap on the TV filter's importance weight
+    rho_bar: Any = 1.0             # IMPALA's ρ̄
+    kl_coef: Any = 0.0             # PPO-KL's β_KL
+    filter_mode: str = "batch"     # "batch" | "per_sample" (static)
+
+
+@dataclasses.dataclass(frozen=True)
+class Objective:
+    name: str
+    fn: Callable
+    needs_kl: bool = False
+    """Reads `PolicyInputs.kl` (an analytic per-sample KL: Gaussian policies only)."""
+
+
+OBJECTIVES: dict[str, Objective] = {o.name: o for o in (
+    Objective("tv_filter", lambda x, p: objectives.tv_filter(
+        x.log_prob, x.log_behavior, x.advantages, delta=p.delta, log_reference=x.log_reference,
+        filter_mode=p.filter_mode, is_max=p.is_max, mask=x.mask)),
+    Objective("ppo_clip", lambda x, p: objectives.ppo_clip(
+        x.log_prob, x.log_behavior, x.advantages, clip_eps=p.clip_eps, mask=x.mask)),
+    Objective("ppo_kl", lambda x, p: objectives.ppo_kl(
+        x.log_prob, x.log_behavior, x.advantages, kl=x.kl, kl_coef=p.kl_coef, mask=x.mask),
+        needs_kl=True),
+    Objective("spo", lambda x, p: objectives.spo(
+        x.log_prob, x.log_behavior, x.advantages, eps=p.clip_eps, mask=x.mask)),
+    Objective("impala_pg", lambda x, p: objectives.impala_pg(
+        x.log_prob, x.log_behavior, x.advantages, rho_bar=p.rho_bar, mask=x.mask)),
+    Objective("pg", lambda x, p: objectives.is_pg(
+        x.log_prob, x.log_behavior, x.advantages, mask=x.mask)),
+)}
+# Names used by earlier versions, still accepted in stored configs.
+_OBJECTIVE_ALIASES = {"clip": "ppo_clip", "kl": "ppo_kl"}
+
+
+# --- algorithms ----------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
 class Algorithm:
-    estimator: str
-    objective: str
+    estimator: Estimator
+    objective: Objective
 
     @property
     def name(self) -> str:
-        return f"{self.estimator}+{self.objective}"
+        return f"{self.estimator.name}+{self.objective.name}"
+
+
+def pair(estimator: str, objective: str) -> Algorithm:
+    return Algorithm(ESTIMATORS[estimator], OBJECTIVES[objective])
 
 
 REGISTRY: dict[str, Algorithm] = {
-    "vaco": Algorithm("vtrace_once", "tv_filter"),
-    "ppo_clip": Algorithm("gae", "clip"),
-    "ppo_kl": Algorithm("gae", "kl"),
-    "spo": Algorithm("gae", "spo"),
-    "impala": Algorithm("vtrace_every", "impala_pg"),
+    "vaco": pair("vtrace_once", "tv_filter"),
+    "ppo_clip": pair("gae", "ppo_clip"),
+    "ppo_kl": pair("gae", "ppo_kl"),
+    "spo": pair("gae", "spo"),
+    "impala": pair("vtrace_every", "impala_pg"),
+    "pg": pair("gae", "pg"),
 }
 # Ablations that separate Align from Filter (written as pairings).
-ABLATIONS = ("gae+tv_filter", "vtrace_once+clip")
+ABLATIONS = ("gae+tv_filter", "vtrace_once+ppo_clip")
 
 
 def parse(name: str) -> Algorithm:
@@ -44,8 +146,9 @@ def parse(name: str) -> Algorithm:
     if name in REGISTRY:
         return REGISTRY[name]
     estimator, plus, objective = name.partition("+")
+    objective = _OBJECTIVE_ALIASES.get(objective, objective)
     if plus and estimator in ESTIMATORS and objective in OBJECTIVES:
-        return Algorithm(estimator, objective)
+        return pair(estimator, objective)
     raise ConfigError(
         f"config field `algo` = {name!r} is invalid: allowed values are {sorted(REGISTRY)} or a "
         f"pairing '<estimator>+<objective>' with estimator in {list(ESTIMATORS)} and objective in "

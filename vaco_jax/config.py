@@ -37,7 +37,7 @@ class Config:
     """Environment name (see `vaco_jax.envs.ENV_NAMES`)."""
     algo: str = "vaco"
     """Algorithm: a registry name (vaco, ppo_clip, ppo_kl, spo, impala, gae+tv_filter,
-    vtrace_once+clip) or any `<estimator>+<objective>` pairing."""
+    vtrace_once+ppo_clip) or any `<estimator>+<objective>` pairing."""
     seed: int = 0
     """Seed of the first run; seed i of a multi-seed run uses `seed + i`."""
     num_seeds: int = 1

@@ -84,6 +84,12 @@ def impala_pg(log_prob, log_behavior, advantages, *, rho_bar, mask=None):
     return loss, {}
 
 
+def is_pg(log_prob, log_behavior, advantages, *, mask=None):
+    """The importance-sampled policy gradient with no constraint: `−E[wÂ]`."""
+    ratio = jnp.exp(log_ratio(log_prob, log_behavior))
+    return -masked_mean(ratio * advantages, mask), {}
+
+
 def tv_filter(log_prob, log_behavior, advantages, *, delta, log_reference=None,
               filter_mode="batch", is_max=jnp.inf, mask=None):
     """VACO's TV-filtered importance-sampled policy gradient (SPEC §3.2).

@@ -162,7 +162,7 @@ def lag_diagnostics(results: pd.DataFrame, title: str = ""):
     envs = sorted(results["env"].unique())
     methods = _methods(results)
     colors = _colors(methods)
-    objective = {m: algorithms.parse(a).objective
+    objective = {m: algorithms.parse(a).objective.name
                  for m, a in zip(results["method"], results["algo"])}
     per_run = results.groupby(["env", "method", "capacity", "seed"])[
         ["filtered_fraction", "clip_fraction", "tv_estimate"]].mean().reset_index()
@@ -175,7 +175,7 @@ def lag_diagnostics(results: pd.DataFrame, title: str = ""):
                 continue
             if objective[method] == "tv_filter":
                 column, name, style = "filtered_fraction", f"{method}: filtered", "o-"
-            elif objective[method] == "clip":
+            elif objective[method] == "ppo_clip":
                 column, name, style = "clip_fraction", f"{method}: clipped", "s--"
             else:
                 column, name, style = "clip_fraction", f"{method}: |w−1| > ε", "^:"

@@ -76,7 +76,7 @@ STUDIES = {
     # Align vs Filter, and the filter's switches (SPEC §3.2, §4).
     "ablations": Study("ablations", (
         ("gae+tv_filter", DEFAULT),
-        ("vtrace_once+clip", DEFAULT),
+        ("vtrace_once+ppo_clip", DEFAULT),
         ("vaco", Variant("tv_reference=learner", (("tv_reference", "learner"),))),
         ("vaco", Variant("filter_mode=per_sample", (("filter_mode", "per_sample"),))),
     )),

@@ -21,7 +21,6 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from vaco_jax import advantages as adv_lib
 from vaco_jax import algorithms, evaluation, networks, objectives, ring_buffer, rollout
 from vaco_jax.config import Config, HParams, validate
 from vaco_jax.envs import EnvState, VecEnv, make_env
@@ -80,8 +79,8 @@ class LearnerBatch:
     behavior_loc: jax.Array
     behavior_scale: jax.Array
     log_learner_start: jax.Array   # log π_T(a|s)
-    advantages: jax.Array          # fixed for the iteration (unused by vtrace_every)
-    targets: jax.Array             # value targets, likewise
+    advantages: jax.Array | None   # fixed for the iteration (None: estimated per minibatch)
+    targets: jax.Array | None      # value targets, likewise
 
 
 def make_optimizer(hparams: HParams, learning_rate):
@@ -179,18 +178,12 @@ class Trainer:
         next_values = self.critic.apply({"params": params["critic"]}, next_obs)
         log_rhos = log_learner_start - traj.log_behavior
         rewards = traj.reward * hp.reward_scale
-        common = dict(rewards=rewards, values=values, next_values=next_values,
-                      terminated=traj.terminated, truncated=traj.truncated)
         estimator = self.algorithm.estimator
-        if estimator == "gae":
-            advantages = adv_lib.gae(**common, gamma=hp.gamma, lambda_=hp.gae_lambda)
-            targets = advantages + values
-        elif estimator == "vtrace_once":
-            targets, advantages = adv_lib.vtrace(log_rhos, **common, gamma=hp.gamma,
-                                                 lambda_=hp.gae_lambda, clip_rho=hp.rho_bar,
-                                                 clip_c=hp.c_bar)
-        else:  # vtrace_every: recomputed on each minibatch
-            targets = advantages = jnp.zeros_like(values)
+        if estimator.per_minibatch:  # re-estimated in `loss` with the current θ, φ
+            targets = advantages = None
+        else:
+            targets, advantages = estimator.fn(log_rhos, rewards, values, next_values,
+                                               traj.terminated, traj.truncated, hp)
         batch = LearnerBatch(obs, next_obs, traj.action, rewards, traj.terminated,
                              traj.truncated, traj.log_behavior, traj.behavior_loc,
                              traj.behavior_scale, log_learner_start, advantages, targets)
@@ -229,17 +222,15 @@ class Trainer:
 
     def loss(self, params, mb: LearnerBatch, hp: HParams, kl_coef):
         """Total loss on one minibatch `[T, B/M]` and its metrics."""
-        config, algo = self.config, self.algorithm
+        config, estimator = self.config, self.algorithm.estimator
         loc, scale = self.actor.apply({"params": params["actor"]}, mb.obs)
         dist = networks.gaussian(loc, scale)
         log_prob = dist.log_prob(mb.action)
         values = self.critic.apply({"params": params["critic"]}, mb.obs)
-        if algo.estimator == "vtrace_every":  # IMPALA: re-estimate with the current θ, φ
+        if estimator.per_minibatch:  # e.g. IMPALA: re-estimate with the current θ, φ
             next_values = self.critic.apply({"params": params["critic"]}, mb.next_obs)
-            targets, advantages = adv_lib.vtrace(
-                log_prob - mb.log_behavior, mb.reward, values, next_values, mb.terminated,
-                mb.truncated, gamma=hp.gamma, lambda_=hp.gae_lambda, clip_rho=hp.rho_bar,
-                clip_c=hp.c_bar)
+            targets, advantages = estimator.fn(log_prob - mb.log_behavior, mb.reward, values,
+                                               next_values, mb.terminated, mb.truncated, hp)
         else:
             targets, advantages = mb.targets, mb.advantages
         if config.normalize_advantages:
@@ -259,23 +250,16 @@ class Trainer:
         return total, metrics
 
     def policy_objective(self, log_prob, mb: LearnerBatch, advantages, hp: HParams, kl_coef, dist):
-        objective = self.algorithm.objective
-        if objective == "tv_filter":
-            reference = mb.log_learner_start if self.config.tv_reference == "learner" else None
-            return objectives.tv_filter(log_prob, mb.log_behavior, advantages, delta=hp.delta,
-                                        log_reference=reference,
-                                        filter_mode=self.config.filter_mode, is_max=hp.is_max)
-        if objective == "clip":
-            return objectives.ppo_clip(log_prob, mb.log_behavior, advantages, clip_eps=hp.clip_eps)
-        if objective == "kl":
-            behavior = networks.gaussian(mb.behavior_loc, mb.behavior_scale)
-            return objectives.ppo_kl(log_prob, mb.log_behavior, advantages,
-                                     kl=behavior.kl_divergence(dist), kl_coef=kl_coef)
-        if objective == "spo":
-            return objectives.spo(log_prob, mb.log_behavior, advantages, eps=hp.clip_eps)
-        if objective == "impala_pg":
-            return objectives.impala_pg(log_prob, mb.log_behavior, advantages, rho_bar=hp.rho_bar)
-        raise AssertionError(objective)
+        objective, config = self.algorithm.objective, self.config
+        kl = None
+        if objective.needs_kl:
+            kl = networks.gaussian(mb.behavior_loc, mb.behavior_scale).kl_divergence(dist)
+        inputs = algorithms.PolicyInputs(
+            log_prob, mb.log_behavior, advantages, kl=kl,
+            log_reference=mb.log_learner_start if config.tv_reference == "learner" else None)
+        params = algorithms.ObjectiveParams(hp.clip_eps, hp.delta, hp.is_max, hp.rho_bar, kl_coef,
+                                            config.filter_mode)
+        return objective.fn(inputs, params)
 
     # --- chunks and the whole run ------------------------------------------------------------
     def run_chunk(self, state: TrainState) -> tuple[TrainState, dict]:

@@ -19,6 +19,8 @@ from vaco_jax.errors import ConfigError, invalid
 from vaco_jax.llm.model import ModelConfig
 from vaco_jax.llm.problems import Difficulty
 
+# The algorithms (`vaco_jax.algorithms` names) the LLM testbed runs: their objectives need only
+# token ratios and advantages (no critic, no analytic KL).
 OBJECTIVES = ("ppo_clip", "vaco", "pg")
 
 
@@ -54,7 +56,9 @@ class SFTConfig:
 @dataclasses.dataclass(frozen=True)
 class GRPOConfig:
     objective: Literal["ppo_clip", "vaco", "pg"] = "vaco"
-    """`ppo_clip` (token-ratio clipping), `vaco` (TV filter on token ratios), `pg` (no constraint)."""
+    """The algorithm whose policy objective is used (names as in `vaco_jax.algorithms`): `ppo_clip`
+    (token-ratio clipping), `vaco` (the TV filter on token ratios), `pg` (`−E[wÂ]`, no constraint).
+    Advantages are always GRPO's group-normalised rewards (there is no critic to realign)."""
     num_prompts: int = 8
     """Prompts per generated batch."""
     group_size: int = 8
@@ -77,7 +81,8 @@ class GRPOConfig:
     tv_reference: Literal["behavior", "learner"] = "behavior"
     temperature: float = 1.0
     top_p: float = 1.0
-    """Nucleus sampling for generation (ratios always use the full tempered distribution)."""
+    """Nucleus sampling for generation; log β uses the same truncated distribution (log π_θ and
+    log π_T the full tempered one)."""
     scale_advantages: bool = True
     """Divide group-centred rewards by the group's standard deviation (GRPO); off = Dr. GRPO."""
     capacity: int = 1

@@ -24,10 +24,10 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from vaco_jax import objectives, ring_buffer
+from vaco_jax import algorithms, objectives, ring_buffer
 from vaco_jax.objectives import sg
 from vaco_jax.llm import sampling, verifier
-from vaco_jax.llm.config import GRPOHParams, LLMConfig, hparams as make_hparams
+from vaco_jax.llm.config import OBJECTIVES, GRPOHParams, LLMConfig, hparams as make_hparams
 from vaco_jax.llm.dataset import ProblemSet
 from vaco_jax.llm.evaluation import greedy_accuracy
 from vaco_jax.llm.model import Transformer, answer_mask, sequence_log_probs
@@ -80,30 +80,27 @@ class GRPOState:
 
 
 def policy_loss(log_prob, batch: Batch, hp: GRPOHParams, tv_reference: str = "behavior"):
-    """The objective `hp.objective` (an index into `OBJECTIVES`) on token ratios `w = π_θ/β`.
+    """The objective of algorithm `hp.objective` (an index into `OBJECTIVES`) on token ratios.
 
-    The objective is a traced leaf, chosen by `lax.switch`, so one compiled program can run all
-    three side by side under `vmap`. Every objective logs the same diagnostics of `w`
-    (`tv_estimate`, `clip_fraction = mean(|w − 1| > ε)`, `approx_kl`, `max_ratio`); `vaco` also
-    `filtered_fraction` (0 for the others).
+    The objectives are the shared ones of `vaco_jax.algorithms` (`vaco` → `tv_filter`, `ppo_clip`
+    → `ppo_clip`, `pg` → `pg`), called with the shared signature. The choice is a traced leaf,
+    taken by `lax.switch`, so one compiled program can run all of them side by side under `vmap`.
+    Every objective logs the same diagnostics of `w = π_θ/β` (`tv_estimate`, `clip_fraction =
+    mean(|w − 1| > ε)`, `approx_kl`, `max_ratio`) and `filtered_fraction` (0 for non-filters).
     """
-    args = (log_prob, batch.log_behavior, batch.advantages)
-    reference = batch.log_learner_start if tv_reference == "learner" else None
+    inputs = algorithms.PolicyInputs(
+        log_prob, batch.log_behavior, batch.advantages, mask=batch.mask,
+        log_reference=batch.log_learner_start if tv_reference == "learner" else None)
+    params = algorithms.ObjectiveParams(clip_eps=hp.clip_eps, delta=hp.delta)
 
-    def ppo_clip():
-        loss, _ = objectives.ppo_clip(*args, clip_eps=hp.clip_eps, mask=batch.mask)
-        return loss, jnp.float32(0.0)
+    def branch(objective):
+        def run():
+            loss, metrics = objective.fn(inputs, params)
+            return loss, metrics.get("filtered_fraction", jnp.float32(0.0))
+        return run
 
-    def vaco():  # the TV filter of SPEC §3.2
-        loss, m = objectives.tv_filter(*args, delta=hp.delta, log_reference=reference,
-                                       mask=batch.mask)
-        return loss, m["filtered_fraction"]
-
-    def pg():    # the importance-sampled policy gradient −E[wÂ], no constraint
-        loss, _ = objectives.tv_filter(*args, delta=jnp.inf, mask=batch.mask)
-        return loss, jnp.float32(0.0)
-
-    loss, filtered = jax.lax.switch(hp.objective, [ppo_clip, vaco, pg])
+    loss, filtered = jax.lax.switch(
+        hp.objective, [branch(algorithms.REGISTRY[name].objective) for name in OBJECTIVES])
     diagnostics = objectives.ratio_diagnostics(log_prob, batch.log_behavior, clip_eps=hp.clip_eps,
                                                mask=batch.mask)
     return loss, {**diagnostics, "filtered_fraction": filtered, "policy_loss": loss}
