@@ -24,7 +24,8 @@ from typing import Annotated
 import jax
 import tyro
 
-from vaco_jax import program, runtime, sweep
+from vaco_jax import program, runtime
+from vaco_jax.study import presets, sweep
 from vaco_jax.errors import ConfigError
 from vaco_jax.runtime import Cluster
 
@@ -32,7 +33,7 @@ from vaco_jax.runtime import Cluster
 @dataclasses.dataclass
 class Args:
     preset: str = "cpu"
-    """Scale: tiny, smoke, cpu or paper (see vaco_jax.sweep.PRESETS)."""
+    """Scale: tiny, smoke, cpu or paper (see vaco_jax.study.presets.PRESETS)."""
     studies: tuple[str, ...] = ("main",)
     """main (5 algorithms), delta (VACO δ sensitivity), ablations (pairings and filter switches)."""
     out: str = ""
@@ -66,7 +67,7 @@ class Args:
     cluster: Annotated[Cluster, tyro.conf.OmitArgPrefixes] = Cluster()
 
 
-def dry_run(args, preset: sweep.Preset, out: Path) -> None:
+def dry_run(args, preset: presets.Preset, out: Path) -> None:
     """Compile every program (nothing runs) and print its placement and per-device memory. When
     one does not fit the device memory, halve the runs per program (a multiple of the device count)
     and plan again, until every program fits or holds one run per device."""
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         runtime.initialize(args.cluster)
         runtime.announce()
-        preset = sweep.preset(args.preset, envs=args.envs, capacities=args.capacities,
+        preset = presets.preset(args.preset, envs=args.envs, capacities=args.capacities,
                               num_seeds=args.num_seeds, total_steps=args.total_steps,
                               runs_per_call=args.runs_per_call)
         cells = sweep.plan(preset, args.studies, args.algos)

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from vaco_jax import io, plotting
+from vaco_jax import io
+from vaco_jax.study import plotting
 
 
 def load_run(run_dir) -> pd.DataFrame:

@@ -22,7 +22,7 @@ matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 import tyro  # noqa: E402
 
-from vaco_jax import analysis, plotting, references, sweep  # noqa: E402
+from vaco_jax.study import analysis, plotting, references, sweep  # noqa: E402
 
 
 @dataclasses.dataclass

@@ -14,7 +14,8 @@ import sys
 
 import tyro
 
-from vaco_jax import references, runtime, sweep
+from vaco_jax import runtime
+from vaco_jax.study import presets, references, sweep
 from vaco_jax.errors import ConfigError
 
 
@@ -35,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         runtime.initialize()   # multi-process when launched so by SLURM or Open MPI
         runtime.announce()
-        preset = sweep.preset(args.preset, envs=args.envs, total_steps=args.total_steps)
+        preset = presets.preset(args.preset, envs=args.envs, total_steps=args.total_steps)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -22,7 +22,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from vaco_jax import io, program, sweep
+from vaco_jax import io, program
+from vaco_jax.study import presets, sweep
 from vaco_jax.config import to_json_dict
 from vaco_jax.train import run
 
@@ -35,7 +36,7 @@ ONE = dataclasses.replace(BASE, num_seeds=1)    # one seed: its 8 envs are split
 CHUNKS = 2  # chunks compared (of 6): enough to cover learning, short enough to stay fast
 # A sweep cell of 5 runs (capacity 4 × seeds 0..4): 8 with padding on 4 devices.
 CELL_ARGS = ["--preset", "tiny", "--algos", "vaco", "--capacities", "4", "--num-seeds", "5"]
-CELL = sweep.plan(sweep.PRESETS["tiny"].with_overrides(capacities=(4,), num_seeds=5), ["main"],
+CELL = sweep.plan(presets.PRESETS["tiny"].with_overrides(capacities=(4,), num_seeds=5), ["main"],
                   algos=["vaco"])[0]
 TOLERANCE = dict(rtol=1e-4, atol=1e-6)
 
@@ -85,7 +86,8 @@ def test_padding_is_dropped_from_every_result():
 SCRIPT = """
 import json, sys
 import jax
-from vaco_jax import program, sweep
+from vaco_jax import program
+from vaco_jax.study import presets, sweep
 from vaco_jax.checkpoint import RunCheckpoints
 from vaco_jax.config import from_json_dict
 from vaco_jax.options import Options
@@ -100,7 +102,7 @@ for name, config in configs.items():
     built = build_program(config)
     restored = RunCheckpoints(f"{out}/{name}", create=False).restore_latest(built.abstract_state, config)
     params[name] = jax.tree.map(lambda x: x.tolist(), built.layout.unpad(restored.state.params))
-cell = sweep.plan(sweep.PRESETS["tiny"].with_overrides(capacities=(4,), num_seeds=5), ["main"],
+cell = sweep.plan(presets.PRESETS["tiny"].with_overrides(capacities=(4,), num_seeds=5), ["main"],
                   algos=["vaco"])[0]
 rows, record = sweep.run_cell(cell)
 report["cell"] = record["devices"]

@@ -1,4 +1,4 @@
-"""vaco_jax.stats and vaco_jax.analysis: rliable agreement, hand formulas, normalisation maths."""
+"""vaco_jax.study.stats and vaco_jax.study.analysis: rliable agreement, hand formulas, normalisation maths."""
 
 import numpy as np
 import pandas as pd
@@ -7,7 +7,7 @@ import scipy.stats
 from rliable import library as rly
 from rliable import metrics as rly_metrics
 
-from vaco_jax import analysis, references, stats
+from vaco_jax.study import analysis, references, stats
 
 
 def _scores(seed=0, runs=10, tasks=3):

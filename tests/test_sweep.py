@@ -1,4 +1,4 @@
-"""vaco_jax.sweep and vaco_jax.references: tidy table, vmapped cells, resume, references."""
+"""vaco_jax.study.sweep and vaco_jax.study.references: tidy table, vmapped cells, resume, references."""
 
 import dataclasses
 import json
@@ -10,10 +10,11 @@ import pandas as pd
 import pytest
 from brax.envs.base import Env, State
 
-from vaco_jax import evaluation, io, networks, references, sweep
+from vaco_jax import evaluation, io, networks
+from vaco_jax.study import presets, references, sweep
 from vaco_jax.config import Config, ConfigError
 
-TINY = sweep.PRESETS["tiny"]
+TINY = presets.PRESETS["tiny"]
 ALGOS = ("vaco", "ppo_clip")
 
 
@@ -31,19 +32,19 @@ def full_sweep(cells, tmp_path_factory):
 
 
 def test_plan_covers_the_grid_in_one_program_per_env_and_algorithm():
-    cells = sweep.plan(sweep.PRESETS["cpu"], ["main"])
+    cells = sweep.plan(presets.PRESETS["cpu"], ["main"])
     assert [(c.env, c.algo) for c in cells] == [
-        (env, algo) for env in ("inverted_double_pendulum", "hopper") for algo in sweep.MAIN_ALGOS]
+        (env, algo) for env in ("inverted_double_pendulum", "hopper") for algo in presets.MAIN_ALGOS]
     for cell in cells:
         assert len(cell.runs) == 3 * 5 and cell.config.slots == 16 and cell.config.num_evals == 10
         assert {r.capacity for r in cell.runs} == {1, 4, 16} and {r.seed for r in cell.runs} == set(range(5))
-    delta = sweep.plan(sweep.PRESETS["cpu"], ["delta"])
+    delta = sweep.plan(presets.PRESETS["cpu"], ["delta"])
     assert sorted({r.delta for r in delta[0].runs}) == [0.05, 0.1, 0.4]     # 0.2 comes from main
-    ablations = sweep.plan(sweep.PRESETS["paper"], ["ablations"])
+    ablations = sweep.plan(presets.PRESETS["paper"], ["ablations"])
     assert {(c.algo, c.config.tv_reference, c.config.filter_mode) for c in ablations} == {
         ("gae+tv_filter", "behavior", "batch"), ("vtrace_once+ppo_clip", "behavior", "batch"),
         ("vaco", "learner", "batch"), ("vaco", "behavior", "per_sample")}
-    paper = sweep.plan(sweep.PRESETS["paper"])
+    paper = sweep.plan(presets.PRESETS["paper"])
     assert len(paper) == 25 and paper[0].config.env_steps == 100_000_000 // (256 * 32 * 40) * 256 * 32 * 40
 
 
@@ -198,7 +199,7 @@ def test_dry_run_plans_memory_and_splits_a_cell_that_does_not_fit(full_sweep, ce
 def test_a_diverged_run_is_marked_left_out_of_aggregates_and_plots_still_render(
         full_sweep, cells, tmp_path, monkeypatch):
     from experiments import plots
-    from vaco_jax import analysis
+    from vaco_jax.study import analysis
 
     def seed_one_at_c1_unstable(hparams_list):   # run index 1 is (C = 1, seed 1) in each cell
         hparams = stack_hparams(hparams_list)

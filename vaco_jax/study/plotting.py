@@ -1,4 +1,4 @@
-"""The sweep's figures (SPEC §7), drawn from `vaco_jax.analysis` tables with matplotlib.
+"""The sweep's figures (SPEC §7), drawn from `vaco_jax.study.analysis` tables with matplotlib.
 
 (a) `aggregate_intervals`: the paper's Figure-3 style interval plot (median, IQM, mean,
     optimality gap with 95% CIs), one row per capacity;
@@ -19,7 +19,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from vaco_jax import algorithms, analysis, stats
+from vaco_jax import algorithms
+from vaco_jax.study import analysis, stats
 
 METRIC_NAMES = analysis.METRIC_NAMES
 

@@ -2,7 +2,7 @@
 
 Per env, at a preset's budget: the return of a uniformly random policy and of synchronous
 (`C = 1`) PPO-Clip. The normalised score of a run is `(R − R_random) / (R_ppo_sync − R_random)`
-(`vaco_jax.stats.normalize`): 0 = random, 1 = what synchronous PPO-Clip reaches with the same
+(`vaco_jax.study.stats.normalize`): 0 = random, 1 = what synchronous PPO-Clip reaches with the same
 budget, network and shapes.
 
 The table is a versioned JSON file (default `results/reference_returns.json`), one entry per
@@ -22,8 +22,9 @@ import jax
 import numpy as np
 import pandas as pd
 
-from vaco_jax import evaluation, io, stats, sweep
+from vaco_jax import evaluation, io
 from vaco_jax.envs import make_env
+from vaco_jax.study import presets, stats, sweep
 
 SCHEMA_VERSION = 1
 REFERENCE_SEED = 10_000
@@ -55,7 +56,7 @@ def random_policy_return(env_name: str, *, episode_length: int, num_episodes: in
     return float(returns.mean()), float(returns.std(ddof=1) / np.sqrt(num_episodes))
 
 
-def measure(preset: sweep.Preset, env: str, *, num_seeds: int = 5, random_episodes: int = 64,
+def measure(preset: presets.Preset, env: str, *, num_seeds: int = 5, random_episodes: int = 64,
             log=print) -> dict:
     """One table entry: random-policy and synchronous PPO-Clip returns on `env` at `preset`'s budget.
 

@@ -1,4 +1,4 @@
-"""From a sweep's tidy table (`vaco_jax.sweep`) to the paper's statistics (SPEC §7).
+"""From a sweep's tidy table (`vaco_jax.study.sweep`) to the paper's statistics (SPEC §7).
 
 The inputs are tidy tables with a `score` column (normalised return, `references.add_scores`).
 A *method* is whatever is being compared (an algorithm, an ablation, a δ); capacities are
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from vaco_jax import stats
+from vaco_jax.study import stats
 
 METRIC_NAMES = {"median": "Median", "iqm": "IQM", "mean": "Mean",
                 "optimality_gap": "Optimality gap"}
@@ -168,7 +168,7 @@ def markdown(table: pd.DataFrame, metrics: Sequence[str] = stats.METRICS, digits
     return "\n".join(lines)
 
 
-# --- the studies of a sweep (vaco_jax.sweep.STUDIES) ------------------------------------------
+# --- the studies of a sweep (vaco_jax.study.presets.STUDIES) -------------------------------
 def main_study(results: pd.DataFrame) -> pd.DataFrame:
     """The five algorithms vs capacity; method = algorithm."""
     return with_methods(results[results["study"] == "main"], by="algo")

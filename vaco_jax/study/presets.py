@@ -1,0 +1,118 @@
+"""What a sweep runs (SPEC §7): studies (algorithm × variant pairs, δ values) and presets (envs,
+capacities, seeds and the shared config at one scale: `tiny`, `smoke`, `cpu`, `paper`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from vaco_jax.config import Config
+from vaco_jax.errors import ConfigError
+
+MAIN_ALGOS = ("vaco", "ppo_clip", "ppo_kl", "spo", "impala")
+DELTAS = (0.05, 0.1, 0.2, 0.4)
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """A named set of static `Config` overrides (they change the compiled program)."""
+
+    name: str = "default"
+    overrides: tuple[tuple[str, Any], ...] = ()
+
+
+DEFAULT = Variant()
+
+
+@dataclasses.dataclass(frozen=True)
+class Study:
+    """Which (algorithm, variant) pairs to run on every env, and the δ values to vmap over.
+
+    `deltas = ()` keeps the preset's δ.
+    """
+
+    name: str
+    entries: tuple[tuple[str, Variant], ...]
+    deltas: tuple[float, ...] = ()
+
+
+STUDIES = {
+    # The paper's claim: return vs capacity for VACO and the four baselines.
+    "main": Study("main", tuple((algo, DEFAULT) for algo in MAIN_ALGOS)),
+    # δ sensitivity of VACO. δ = 0.2 (the default) comes from the main study's VACO runs.
+    "delta": Study("delta", (("vaco", DEFAULT),), deltas=tuple(d for d in DELTAS if d != 0.2)),
+    # Align vs Filter, and the filter's switches (SPEC §3.2, §4).
+    "ablations": Study("ablations", (
+        ("gae+tv_filter", DEFAULT),
+        ("vtrace_once+ppo_clip", DEFAULT),
+        ("vaco", Variant("tv_reference=learner", (("tv_reference", "learner"),))),
+        ("vaco", Variant("filter_mode=per_sample", (("filter_mode", "per_sample"),))),
+    )),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    """A sweep at one scale: envs, capacities, seeds, and the shared (and per-env) config."""
+
+    name: str
+    envs: tuple[str, ...]
+    capacities: tuple[int, ...]
+    num_seeds: int
+    config: dict[str, Any]
+    env_config: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    seed: int = 0
+    runs_per_call: int = 0
+    """Split a cell's runs into programs of at most this many runs (0 = all in one; for memory)."""
+    description: str = ""
+
+    def env_base(self, env: str) -> Config:
+        """The config every run on `env` shares (capacity/δ/seed are set per run)."""
+        fields = {**self.config, **self.env_config.get(env, {})}
+        return Config(env=env, capacity=max(self.capacities), max_capacity=max(self.capacities),
+                      **fields)
+
+    def with_overrides(self, **overrides) -> "Preset":
+        """A reduced (or enlarged) copy: envs, capacities, num_seeds, seed, runs_per_call, or any
+        Config field (applied to every env, replacing per-env values of that field)."""
+        own = {k: overrides.pop(k) for k in list(overrides) if k in
+               ("envs", "capacities", "num_seeds", "seed", "runs_per_call")}
+        env_config = {env: {k: v for k, v in fields.items() if k not in overrides}
+                      for env, fields in self.env_config.items()}
+        return dataclasses.replace(self, **own, config={**self.config, **overrides},
+                                   env_config=env_config)
+
+
+def preset(name: str, **overrides) -> Preset:
+    """The preset `name` with `overrides` (`Preset.with_overrides`; None values are ignored)."""
+    if name not in PRESETS:
+        raise ConfigError(f"unknown preset {name!r}; allowed values are {list(PRESETS)}")
+    return PRESETS[name].with_overrides(**{k: v for k, v in overrides.items() if v is not None})
+
+
+_CPU_SHAPES = dict(num_envs=32, unroll_length=32, num_epochs=4, num_minibatches=8, num_actors=4,
+                   episode_length=1000, num_evals=10, eval_envs=4)
+
+PRESETS: dict[str, Preset] = {
+    "tiny": Preset(
+        "tiny", envs=("toy_reach",), capacities=(1, 4), num_seeds=3,
+        config=dict(num_envs=8, unroll_length=8, num_epochs=2, num_minibatches=2, num_actors=2,
+                    episode_length=50, num_evals=4, eval_envs=4, total_steps=16_384,
+                    learning_rate=1e-3),
+        description="seconds on CPU: tests and the notebooks under VACO_JAX_TINY=1"),
+    "smoke": Preset(
+        "smoke", envs=("inverted_double_pendulum",), capacities=(1, 4, 16), num_seeds=2,
+        config={**_CPU_SHAPES, "num_evals": 4, "total_steps": 32_768},
+        description="the CPU preset's shapes at a tiny budget, one env: checks the pipeline end to end"),
+    "cpu": Preset(
+        "cpu", envs=("inverted_double_pendulum", "hopper"), capacities=(1, 4, 16), num_seeds=5,
+        config={**_CPU_SHAPES, "total_steps": 204_800},
+        env_config={"hopper": {"total_steps": 102_400}},
+        description="2-core CPU, main study < 45 min (see README)"),
+    "paper": Preset(
+        "paper", envs=("ant", "halfcheetah", "hopper", "walker2d", "humanoid"),
+        capacities=(1, 2, 4, 8, 16), num_seeds=10,
+        config=dict(num_envs=256, unroll_length=32, num_epochs=4, num_minibatches=8, num_actors=16,
+                    episode_length=1000, num_evals=40, eval_envs=32, total_steps=100_000_000),
+        description="the paper's scale (100M steps); for an accelerator"),
+}
