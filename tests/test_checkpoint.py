@@ -19,6 +19,7 @@ import pytest
 from vaco_jax import Config, ConfigError, Options, io
 from vaco_jax.checkpoint import CheckpointError, RunCheckpoints
 from vaco_jax.train import build_program, checkpoint_due, main, run
+from vaco_jax.options import duration_seconds, validate_options
 
 from conftest import CACHE_DIR
 
@@ -203,6 +204,24 @@ def test_checkpoint_cadence_keeps_writing_within_its_budget():
     assert [c for c in range(1, 7) if checkpoint_due(every_3, c, 0.0, 1.0, last=c == 6)] == [3, 6]
     never = dataclasses.replace(config, checkpoint_every=0)
     assert not any(checkpoint_due(never, c, 0.0, 1.0, last=c == 6) for c in range(1, 7))
+
+
+def test_the_newest_checkpoint_is_never_older_than_the_maximum_age():
+    # Slow writes (5 s each) on a tight 1% budget would wait 495 s; a 2-minute maximum age wins.
+    slow = options(checkpoint_budget=0.01, checkpoint_every=1, checkpoint_max_age="2min")
+    assert not checkpoint_due(slow, 2, last_save_seconds=5.0, seconds_since_save=119.0)
+    assert checkpoint_due(slow, 2, last_save_seconds=5.0, seconds_since_save=120.0)
+    # It also overrides checkpoint_every, but not "never" (checkpoint_every = 0).
+    every_10 = dataclasses.replace(slow, checkpoint_every=10)
+    assert checkpoint_due(every_10, 3, 0.0, 121.0) and not checkpoint_due(every_10, 3, 0.0, 60.0)
+    assert not checkpoint_due(dataclasses.replace(slow, checkpoint_every=0), 3, 0.0, 1e6)
+    # 0 = no maximum: the budget alone decides.
+    assert not checkpoint_due(dataclasses.replace(slow, checkpoint_max_age="0"), 2, 5.0, 400.0)
+    assert [duration_seconds(t) for t in ("90", "90s", "10min", "1.5h", "0")] == [
+        90.0, 90.0, 600.0, 5400.0, 0.0]
+    for bad in ("ten minutes", "10m", "-5s", "inf", ""):
+        with pytest.raises(ConfigError, match="checkpoint_max_age"):
+            validate_options(Options(checkpoint_max_age=bad))
 
 
 def test_resuming_a_finished_run_changes_nothing(uninterrupted):

@@ -32,6 +32,10 @@ class Options:
     """Most of the run's time that writing checkpoints may take: a due checkpoint is skipped while
     the last write took more than this share of the time since it (1 = save every due chunk; the
     last chunk is always saved)."""
+    checkpoint_max_age: str = "10min"
+    """Most time a run may go without a checkpoint, whatever the budget: a checkpoint is written at
+    the end of the first chunk that finds the newest one this old (e.g. 90s, 10min, 2h; 0 = no
+    maximum). A kill then loses at most this plus one chunk."""
     keep_checkpoints: int = 2
     """Keep the newest this many checkpoints."""
     on_nan: Literal["stop", "skip-seed"] = "stop"
@@ -43,8 +47,23 @@ class Options:
 
 
 # Options that a resumed run may set anew (the others name the run or are implied by resuming).
-RESUME_MAY_CHANGE = ("progress", "checkpoint_every", "checkpoint_budget", "keep_checkpoints",
-                     "on_nan")
+RESUME_MAY_CHANGE = ("progress", "checkpoint_every", "checkpoint_budget", "checkpoint_max_age",
+                     "keep_checkpoints", "on_nan")
+
+_UNITS = {"": 1.0, "s": 1.0, "min": 60.0, "h": 3600.0}
+
+
+def duration_seconds(text: str) -> float:
+    """`"90"`, `"90s"`, `"10min"`, `"1.5h"` → seconds; raises `ValueError` on anything else."""
+    text = str(text).strip().lower()
+    number = text.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = text[len(number):]
+    if unit not in _UNITS or not number:
+        raise ValueError(text)
+    seconds = float(number) * _UNITS[unit]
+    if not seconds >= 0 or seconds == float("inf"):
+        raise ValueError(text)
+    return seconds
 
 
 def validate_options(options: Options) -> None:
@@ -55,6 +74,11 @@ def validate_options(options: Options) -> None:
     if not 0 < options.checkpoint_budget <= 1:
         raise invalid("checkpoint_budget", options.checkpoint_budget,
                       "must be in (0, 1]: the share of run time checkpoint writing may take (1 = no limit)")
+    try:
+        duration_seconds(options.checkpoint_max_age)
+    except ValueError:
+        raise invalid("checkpoint_max_age", options.checkpoint_max_age,
+                      "must be a duration such as 90s, 10min or 2h (0 = no maximum)") from None
     if options.checkpoint_every < 0:
         raise invalid("checkpoint_every", options.checkpoint_every,
                       "must be an integer >= 0 (evaluation chunks between checkpoints; 0 = never)")

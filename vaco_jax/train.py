@@ -6,11 +6,11 @@
 
 The run is a Python loop over `num_evals` chunks. Each chunk is one compiled program — `Trainer.run_chunk`
 vmapped over seeds and placed on every device of every process (`vaco_jax.program`): a scan over
-iterations, then a deterministic evaluation. While one chunk computes, the previous one is checked and written: the
-whole train state and the metrics so far are saved (`vaco_jax.checkpoint`) after every chunk, or
-less often when writing would take more than `--checkpoint-budget` (5%) of the run's time; a killed
-run resumes, bit for bit, from its newest checkpoint. A seed whose loss, gradient or parameters
-become non-finite is caught inside the program and frozen at its last good state; `--on-nan stop`
+iterations, then a deterministic evaluation. While one chunk computes, the previous one is checked
+and written: the whole train state and the metrics so far are saved (`vaco_jax.checkpoint`) after
+every chunk, or less often when writing would take more than `--checkpoint-budget` (5%) of the run's
+time, but never less often than `--checkpoint-max-age` (10 min); a killed run resumes, bit for bit,
+from its newest checkpoint. A seed whose loss, gradient or parameters become non-finite is caught inside the program and frozen at its last good state; `--on-nan stop`
 (default) then stops the run, `--on-nan skip-seed` reports it and continues the others.
 
 Writes `config.json` (with library versions and device), `metrics.jsonl` (one row per evaluation,
@@ -36,7 +36,7 @@ import tyro
 from vaco_jax import checkpoint, io, program as program_lib, runtime
 from vaco_jax.config import Config, validate
 from vaco_jax.errors import CheckpointError, ConfigError, DivergenceError
-from vaco_jax.options import Options, validate_options
+from vaco_jax.options import Options, duration_seconds, validate_options
 from vaco_jax.runtime import Cluster
 from vaco_jax.trainer import nonfinite_names, stack_hparams
 
@@ -201,12 +201,14 @@ def _train(config: Config, options: Options, out: Path, checkpoints: checkpoint.
 def checkpoint_due(options: Options, completed: int, last_save_seconds: float,
                    seconds_since_save: float, *, last: bool = False) -> bool:
     """Save after chunk `completed`? Always after the `last` chunk of this call (the run's last, or
-    where `stop_after` ends it); otherwise every `checkpoint_every` chunks unless that would let
-    writing take more than `checkpoint_budget` of the run's time (the last write's duration is the
-    estimate of the next one's)."""
+    where `stop_after` ends it) and whenever the newest checkpoint is `checkpoint_max_age` old;
+    otherwise every `checkpoint_every` chunks unless that would let writing take more than
+    `checkpoint_budget` of the run's time (the last write's duration is the estimate of the next
+    one's)."""
     if not options.checkpoint_every:
         return False
-    if last:
+    max_age = duration_seconds(options.checkpoint_max_age)
+    if last or 0 < max_age <= seconds_since_save:
         return True
     if completed % options.checkpoint_every:
         return False
