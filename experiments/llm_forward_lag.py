@@ -5,8 +5,9 @@
     python -m experiments.llm_forward_lag tiny --out /tmp/llm_tiny   # seconds
     python -m experiments.llm_forward_lag gpu                       # a ~0.3B model, for an accelerator
 
-Every field can be overridden (`--help`), e.g. `--config.grpo.delta 0.01`. The warm start is
-cached under `--cache-dir`, keyed by the model/task/sft configuration; results resume.
+Every field can be overridden (`--help`), e.g. `--config.grpo.delta 0.01`. Everything is written
+under `--out` (results, summary, log, forward_lag.png); the warm start is cached per user
+(`--cache-dir` to change), keyed by the model/task/sft configuration; results resume.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import dataclasses
 import time
 from pathlib import Path
 
-import jax
 import tyro
 
 from vaco_jax import runtime
@@ -26,21 +26,17 @@ from vaco_jax.llm.experiment import Experiment, run
 def presets():
     return {
         "tiny": ("Seconds: a 1-layer model on 1-step problems (tests, notebook).",
-                 Experiment(preset("tiny"), ns=(1, 4), out="results/llm/tiny",
-                            plot="results/llm/tiny/forward_lag.png", fast_compile=True)),
+                 Experiment(preset("tiny"), ns=(1, 4), out="runs/llm/tiny", fast_compile=True)),
         "cpu": ("The CPU preset: 113k-parameter model, N in 1..32, 3 seeds.",
-                Experiment(preset("cpu"), out="results/llm/cpu", plot="docs/llm_forward_lag.png")),
+                Experiment(preset("cpu"), out="runs/llm/cpu")),
         "gpu": ("A ~0.3B-parameter bf16 model for one accelerator (not run on CPU).",
-                Experiment(preset("gpu"), ns=(1, 2, 4, 8, 16), out="results/llm/gpu",
-                           plot="docs/llm_forward_lag_gpu.png", cache_dir="runs/llm_cache")),
+                Experiment(preset("gpu"), ns=(1, 2, 4, 8, 16), out="runs/llm/gpu")),
     }
 
 
 def main():
     experiment = tyro.extras.overridable_config_cli(presets())
-    runtime.initialize()   # multi-process when launched so by SLURM or Open MPI
-    runtime.announce()
-    jax.config.update("jax_compilation_cache_dir", ".jax_cache")
+    runtime.start(compile_cache=experiment.compile_cache)   # multi-process under SLURM/Open MPI
     log_path = Path(experiment.out) / "log.txt"
     if runtime.is_primary():
         log_path.parent.mkdir(parents=True, exist_ok=True)

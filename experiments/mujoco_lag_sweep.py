@@ -64,6 +64,11 @@ class Args:
     reports none). Cells that do not fit are split (--runs-per-call) until they do."""
     progress: bool = True
     """Show a progress bar per cell."""
+    compile_cache: str = "default"
+    """JAX's persistent compilation cache: default (JAX_COMPILATION_CACHE_DIR, else the per-user
+    cache), off, or a directory."""
+    verbose: bool = False
+    """Show the libraries' own log messages (absl, orbax, jax)."""
     cluster: Annotated[Cluster, tyro.conf.OmitArgPrefixes] = Cluster()
 
 
@@ -99,8 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     args = tyro.cli(Args, args=argv, description=__doc__.split("\n\n")[0],
                     prog="python -m experiments.mujoco_lag_sweep")
     try:
-        runtime.initialize(args.cluster)
-        runtime.announce()
+        runtime.start(args.cluster, compile_cache=args.compile_cache, verbose=args.verbose)
         preset = presets.preset(args.preset, envs=args.envs, capacities=args.capacities,
                               num_seeds=args.num_seeds, total_steps=args.total_steps,
                               runs_per_call=args.runs_per_call)

@@ -29,13 +29,18 @@ class Args:
     random_episodes: int = 64
     out: str = ""
     """The table to update (default: next to the preset's sweep, runs/sweeps/<preset>/reference_returns.json)."""
+    compile_cache: str = "default"
+    """JAX's persistent compilation cache: default (JAX_COMPILATION_CACHE_DIR, else the per-user
+    cache), off, or a directory."""
+    verbose: bool = False
+    """Show the libraries' own log messages (absl, orbax, jax)."""
 
 
 def main(argv: list[str] | None = None) -> int:
     args = tyro.cli(Args, args=argv, description=__doc__.split("\n\n")[0])
     try:
-        runtime.initialize()   # multi-process when launched so by SLURM or Open MPI
-        runtime.announce()
+        # Multi-process when launched so by SLURM or Open MPI.
+        runtime.start(compile_cache=args.compile_cache, verbose=args.verbose)
         preset = presets.preset(args.preset, envs=args.envs, total_steps=args.total_steps)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -84,3 +84,66 @@ def test_dry_run_compiles_reports_memory_and_writes_nothing(run_dir, tmp_path, c
     memory = report["memory_per_device"]
     assert 0 < memory["argument"] < memory["peak"] < 1e9 and memory["temp"] > 0
     assert f"per device: peak {program.size(memory['peak'])} " in err
+
+
+# --- the per-user caches and library logging ----------------------------------------------------
+CACHE_SCRIPT = """
+import json, sys
+import jax, jax.numpy as jnp
+from vaco_jax import cache
+report = {"off": str(cache.enable_compile_cache("off")), "configured": jax.config.jax_compilation_cache_dir}
+path = cache.enable_compile_cache(sys.argv[1])
+jax.jit(lambda x: jnp.sin(x) @ x.T)(jnp.ones((64, 64))).block_until_ready()
+report.update(path=str(path), files=sorted(p.name for p in path.iterdir()), llm=str(cache.user_dir("llm")))
+print(json.dumps(report))
+"""
+
+
+def cache_report(tmp_path, setting, **env):
+    import os
+    import subprocess
+    import sys
+    environment = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+    environment.update(JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", **env)
+    done = subprocess.run([sys.executable, "-c", CACHE_SCRIPT, setting], env=environment,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_compiled_programs_are_cached_per_user_by_default(tmp_path):
+    user = tmp_path / "user"
+    report = cache_report(tmp_path, "default", VACO_JAX_CACHE_DIR=str(user))
+    assert report["off"] == "None" and report["configured"] is None
+    assert report["path"] == str(user / "xla") and report["files"]   # the program was written
+    assert report["llm"] == str(user / "llm")
+    # JAX's own setting wins over the per-user directory; an explicit directory over both.
+    jax_dir = tmp_path / "jax_dir"
+    assert cache_report(tmp_path, "default", VACO_JAX_CACHE_DIR=str(user),
+                        JAX_COMPILATION_CACHE_DIR=str(jax_dir))["path"] == str(jax_dir)
+    assert cache_report(tmp_path, str(tmp_path / "mine"))["path"] == str(tmp_path / "mine")
+    # Without VACO_JAX_CACHE_DIR: $XDG_CACHE_HOME/vaco_jax.
+    env = {"XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    import os
+    if "VACO_JAX_CACHE_DIR" in os.environ:
+        env["VACO_JAX_CACHE_DIR"] = ""
+    assert cache_report(tmp_path, "default", **env)["path"] == str(tmp_path / "xdg" / "vaco_jax" / "xla")
+
+
+def test_library_log_messages_show_only_when_verbose(caplog):
+    import logging
+    from absl import logging as absl_logging
+    from vaco_jax import runtime
+    before = {name: logging.getLogger(name).level for name in runtime.LIBRARY_LOGGERS}
+    try:
+        runtime.configure_logging(verbose=False)
+        absl_logging.warning("Waiting for previous save to complete took 1.2 seconds.")
+        logging.getLogger("orbax").warning("an internal detail")
+        absl_logging.error("a real problem")
+        assert [r.getMessage() for r in caplog.records] == ["a real problem"]
+        runtime.configure_logging(verbose=True)
+        absl_logging.warning("Waiting for previous save to complete took 1.2 seconds.")
+        assert [r for r in caplog.records if "previous save" in r.getMessage()]
+    finally:
+        for name, level in before.items():
+            logging.getLogger(name).setLevel(level)

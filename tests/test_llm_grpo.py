@@ -205,6 +205,7 @@ def fake_rows(config, n, objectives, params, train_set, test_set, log=print,
 
 
 def test_sweep_resumes_summarises_and_refuses_other_configs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)   # to see that nothing is written outside `out`
     calls = []
     monkeypatch.setattr(experiment, "train_one_n",
                         lambda *a, **k: calls.append((a[1], tuple(a[2]))) or fake_rows(*a, **k))
@@ -213,7 +214,7 @@ def test_sweep_resumes_summarises_and_refuses_other_configs(tmp_path, monkeypatc
                                          {"base_accuracy": 0.45, "final_loss": 1.0,
                                           "seconds": 0.0, "cached": True, "key": "x"}))
     run = dataclasses.replace(experiment.Experiment(TINY), ns=(1, 4), out=str(tmp_path / "out"),
-                              plot=str(tmp_path / "plot.png"), throughput=False)
+                              throughput=False)
     summary = experiment.run(run, log=lambda _: None)
     assert calls == [(1, ("ppo_clip", "vaco")), (4, ("ppo_clip", "vaco"))]
     ppo4 = summary["by_objective"]["ppo_clip"]["4"]
@@ -222,7 +223,10 @@ def test_sweep_resumes_summarises_and_refuses_other_configs(tmp_path, monkeypatc
     assert ppo4["std"] == pytest.approx(np.std([0.46, 0.47], ddof=1))
     assert ppo4["clip_fraction"] == pytest.approx(0.08)
     assert summary["by_objective"]["vaco"]["4"]["filtered_fraction"] == pytest.approx(0.04)
-    assert summary["base_accuracy"] == 0.45 and (tmp_path / "plot.png").stat().st_size > 10_000
+    assert summary["base_accuracy"] == 0.45
+    # Every output, the figure included, is under `out`.
+    assert (tmp_path / "out" / "forward_lag.png").stat().st_size > 10_000
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
     saved = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert saved["by_objective"]["vaco"]["1"]["mean"] == pytest.approx(0.505)
     # Resuming runs only what is missing: here, pg at both N.

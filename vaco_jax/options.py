@@ -41,6 +41,11 @@ class Options:
     on_nan: Literal["stop", "skip-seed"] = "stop"
     """When a seed's loss, gradient or parameters become non-finite: `stop` the run (the last good
     checkpoint is kept) or `skip-seed` (freeze that seed, report it, continue the others)."""
+    compile_cache: str = "default"
+    """JAX's persistent compilation cache: `default` (JAX_COMPILATION_CACHE_DIR if set, else the
+    per-user cache, `vaco_jax.cache`), `off`, or a directory. A repeated run skips compiling."""
+    verbose: bool = False
+    """Show the libraries' own log messages (absl, orbax, jax); normally only errors."""
     dry_run: bool = False
     """Compile the run's program ahead of time, print its per-device memory and placement, and
     exit without training or writing anything."""
@@ -48,7 +53,7 @@ class Options:
 
 # Options that a resumed run may set anew (the others name the run or are implied by resuming).
 RESUME_MAY_CHANGE = ("progress", "checkpoint_every", "checkpoint_budget", "checkpoint_max_age",
-                     "keep_checkpoints", "on_nan")
+                     "keep_checkpoints", "on_nan", "compile_cache", "verbose")
 
 _UNITS = {"": 1.0, "s": 1.0, "min": 60.0, "h": 3600.0}
 

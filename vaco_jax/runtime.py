@@ -15,6 +15,7 @@ shows a multi-process launch (`SLURM_NTASKS` > 1 or `OMPI_COMM_WORLD_SIZE` > 1).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import shutil
 import subprocess
@@ -23,6 +24,7 @@ import sys
 import jax
 import numpy as np
 
+from vaco_jax import cache
 from vaco_jax.errors import invalid
 
 
@@ -139,3 +141,25 @@ def to_host(tree):
             return np.asarray(multihost_utils.process_allgather(x, tiled=True))
         return np.asarray(jax.device_get(x))
     return jax.tree.map(whole, tree)
+
+
+# Loggers of the libraries we drive; their INFO/WARNING messages (e.g. orbax's save timings) are
+# internal details, shown with --verbose.
+LIBRARY_LOGGERS = ("absl", "orbax", "jax", "etils", "tensorstore")
+
+
+def configure_logging(verbose: bool = False) -> None:
+    """Library log messages: everything with `verbose`, else errors only."""
+    level = logging.INFO if verbose else logging.ERROR
+    for name in LIBRARY_LOGGERS:
+        logging.getLogger(name).setLevel(level)
+
+
+def start(cluster: Cluster = Cluster(), *, compile_cache: str = "default",
+          verbose: bool = False) -> None:
+    """What every command does first: library logging, the multi-process runtime (before anything
+    touches a device), the persistent compilation cache (`vaco_jax.cache`), the backend line."""
+    configure_logging(verbose)
+    initialize(cluster)
+    cache.enable_compile_cache(compile_cache)
+    announce()

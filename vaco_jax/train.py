@@ -364,8 +364,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = parse(argv)
     try:
-        runtime.initialize(command.cluster)   # before anything touches a device
-        runtime.announce()
+        runtime.start(command.cluster, compile_cache=command.options.compile_cache,
+                      verbose=command.options.verbose)
         command = with_stored_config(command, argv)
         summary = run(command.config, command.options)
     except (ConfigError, CheckpointError) as error:

@@ -4,7 +4,9 @@
 program that trains every (objective, seed) pair side by side (`jax.vmap` over keys and
 hyper-parameters: the objective is a leaf). Each N's rows are appended to `results.jsonl` as soon as
 they finish, so a crashed or interrupted sweep resumes where it stopped. `summary.json` holds the
-per-(objective, N) statistics over seeds; `plot` draws accuracy and the fractions against N.
+per-(objective, N) statistics over seeds; `plot` draws accuracy and the fractions against N
+(`out/forward_lag.png`). Everything a run writes is under `out`; only the warm start is cached
+elsewhere, per user (`vaco_jax.cache`).
 """
 
 from __future__ import annotations
@@ -34,10 +36,14 @@ class Experiment:
     """Objectives to compare (any of ppo_clip, vaco, pg)."""
     out: str = "results/llm/cpu"
     """Results directory: config.json, results.jsonl (one row per N, objective, seed), summary.json."""
-    plot: str = "docs/llm_forward_lag.png"
-    """Where to draw accuracy and the clip/filter fractions against N ('' = no plot)."""
-    cache_dir: str = "runs/llm_cache"
-    """Where the warm-start parameters are kept (keyed by a hash of model, task and sft config)."""
+    plot: bool = True
+    """Draw accuracy and the clip/filter fractions against N into `out/forward_lag.png`."""
+    cache_dir: str = ""
+    """Where the warm-start parameters are kept, keyed by a hash of the model, task and SFT config
+    (default: the per-user cache, `vaco_jax.cache.user_dir("llm")`)."""
+    compile_cache: str = "default"
+    """JAX's persistent compilation cache: default (JAX_COMPILATION_CACHE_DIR, else the per-user
+    cache), off, or a directory (used by the command line)."""
     throughput: bool = True
     """Also measure sampling (KV cache vs none) and training tokens/s."""
     overwrite: bool = False
@@ -46,6 +52,8 @@ class Experiment:
     """Compile with XLA's cheapest optimisation level: about half the compile time, slower to run
     (for tiny runs, where compiling dominates)."""
 
+
+FIGURE = "forward_lag.png"   # written into the results directory
 
 # XLA options that roughly halve CPU compile time at the cost of run time (tests, tiny runs).
 FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
@@ -225,7 +233,7 @@ def run(experiment: Experiment, log=print) -> dict:
 
     train_set, test_set = load_problems(config)
     options = FAST_COMPILE if experiment.fast_compile else None
-    params, warm = sft.warm_start(config, train_set, test_set, experiment.cache_dir, log=log,
+    params, warm = sft.warm_start(config, train_set, test_set, experiment.cache_dir or None, log=log,
                                   compiler_options=options)
     log(f"model: {num_params(params):,} parameters; {len(train_set)} train / {len(test_set)} test "
         f"problems; warm-start held-out accuracy {warm['base_accuracy']:.3f}")
@@ -263,10 +271,11 @@ def run(experiment: Experiment, log=print) -> dict:
     io.write_json_atomic(out / "summary.json", summary)
     if experiment.plot:
         g = config.grpo
-        plot(summary, experiment.plot,
+        figure = out / FIGURE
+        plot(summary, figure,
              f"GRPO under forward lag: {num_params(params) / 1e3:.0f}k-parameter transformer, "
              f"{g.num_seeds} seeds, lr {g.learning_rate:g}, PPO ε = {g.clip_eps:g}, "
              f"VACO δ = {g.delta:g}")
-        log(f"plot: {experiment.plot}")
+        log(f"plot: {figure}")
     log(f"done in {summary['wall_seconds']:.0f} s")
     return summary

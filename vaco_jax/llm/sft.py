@@ -1,6 +1,7 @@
 """The warm start (SPEC §6): supervised fine-tuning on worked solutions, saved and reused.
 
-`warm_start(config, train_set, test_set, cache_dir)` returns the SFT parameters and their held-out
+`warm_start(config, train_set, test_set, cache_dir)` (default directory: the per-user cache,
+`vaco_jax.cache.user_dir("llm")`) returns the SFT parameters and their held-out
 greedy accuracy. The parameters are trained once per (model, task, sft) configuration and stored as
 a msgpack file named by a hash of that configuration, next to a JSON file with the configuration,
 the accuracy and the training time; later calls load them instead of training. Both files are
@@ -12,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import time
 from pathlib import Path
 
@@ -20,14 +20,13 @@ import jax
 import optax
 from flax import serialization
 
-from vaco_jax import io
+from vaco_jax import cache, io
 from vaco_jax.llm.dataset import ProblemSet
 from vaco_jax.llm.evaluation import greedy_accuracy
 from vaco_jax.llm.model import Transformer, answer_mask, init_params, sequence_log_probs
 from vaco_jax.objectives import masked_mean
 
 FORMAT_VERSION = 1  # bump when the model code changes what saved parameters mean
-DEFAULT_CACHE_DIR = Path(os.environ.get("VACO_JAX_LLM_CACHE", "runs/llm_cache"))
 
 
 def cache_key(config) -> str:
@@ -71,7 +70,7 @@ def make_sft(config):
 def warm_start(config, train_set: ProblemSet, test_set: ProblemSet, cache_dir=None,
                log=print, compiler_options=None):
     """SFT parameters and info (`base_accuracy`, `final_loss`, `seconds`, `cached`), cached on disk."""
-    cache_dir = Path(cache_dir) if cache_dir is not None else DEFAULT_CACHE_DIR
+    cache_dir = Path(cache_dir) if cache_dir is not None else cache.user_dir("llm")
     key = cache_key(config)
     params_path, info_path = cache_dir / f"sft-{key}.msgpack", cache_dir / f"sft-{key}.json"
     template = jax.eval_shape(lambda: init_params(config.model, jax.random.PRNGKey(0)))
