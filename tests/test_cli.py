@@ -147,3 +147,37 @@ def test_library_log_messages_show_only_when_verbose(caplog):
     finally:
         for name, level in before.items():
             logging.getLogger(name).setLevel(level)
+
+
+def test_help_documents_every_flag_and_lists_the_choices():
+    import dataclasses
+    import os
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+    from vaco_jax import Config, Options, algorithms, envs
+    from vaco_jax.runtime import Cluster
+    done = subprocess.run([sys.executable, "-m", "vaco_jax.train", "--help"], capture_output=True,
+                          text=True, env=dict(os.environ, COLUMNS="100"), timeout=120)
+    text = done.stdout
+    assert done.returncode == 0 and text.startswith("usage: python -m vaco_jax.train")
+    assert "warp" not in text           # nothing but the help on stdout
+    # No section-divider comment of config.py is taken for a flag's help.
+    source = (Path(envs.__file__).parent / "config.py").read_text()
+    titles = [t for t in re.findall(r"# --- (.+?) -{3,}", source) if len(t.split()) > 1]
+    assert len(titles) >= 5
+    for title in titles:
+        assert title not in text, title
+    lines = text.splitlines()
+    for cls in (Config, Options, Cluster):
+        for field in dataclasses.fields(cls):
+            flag = "--" + field.name.replace("_", "-")
+            i = next(i for i, line in enumerate(lines)
+                     if flag in [token.rstrip(",") for token in line.strip(" │").split()])
+            # The flag's description follows on its line or the next one: never empty.
+            head = lines[i].strip(" │")
+            rest = re.sub(r"^(--[\w-]+,? ?)+(\S+ )?", "", head).strip() or lines[i + 1].strip(" │")
+            assert rest and not rest.startswith("--"), flag
+    for name in envs.ENV_NAMES + tuple(algorithms.REGISTRY):
+        assert name in text, name

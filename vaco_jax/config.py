@@ -34,10 +34,13 @@ class Config:
 
     # --- what to run ------------------------------------------------------------------------
     env: str = "inverted_pendulum"
-    """Environment name (see `vaco_jax.envs.ENV_NAMES`)."""
+    """Environment: ant, halfcheetah, hopper, humanoid, humanoidstandup, inverted_pendulum,
+    inverted_double_pendulum, pusher, reacher, walker2d (Brax on MJX), or toy_reach, toy_bandit
+    (pure JAX, for tests)."""
     algo: str = "vaco"
-    """Algorithm: a registry name (vaco, ppo_clip, ppo_kl, spo, impala, gae+tv_filter,
-    vtrace_once+ppo_clip) or any `<estimator>+<objective>` pairing."""
+    """Algorithm: vaco, ppo_clip, ppo_kl, spo, impala, pg, or any `<estimator>+<objective>` pairing
+    (estimators gae, vtrace_once, vtrace_every; objectives tv_filter, ppo_clip, ppo_kl, spo,
+    impala_pg, pg; e.g. the ablations gae+tv_filter, vtrace_once+ppo_clip)."""
     seed: int = 0
     """Seed of the first run; seed i of a multi-seed run uses `seed + i`."""
     num_seeds: int = 1
@@ -73,8 +76,11 @@ class Config:
 
     # --- networks (static) ------------------------------------------------------------------
     actor_hidden: tuple[int, ...] = (64, 64)
+    """Hidden layer widths of the policy network."""
     critic_hidden: tuple[int, ...] = (64, 64)
+    """Hidden layer widths of the value network."""
     activation: Literal["tanh", "relu", "silu"] = "tanh"
+    """Activation of both networks' hidden layers."""
     init_log_std: float = 0.0
     """Initial log standard deviation of the Gaussian policy (state-independent)."""
     normalize_observations: bool = True
@@ -94,8 +100,11 @@ class Config:
 
     # --- hyper-parameters (vmappable pytree leaves) -----------------------------------------
     learning_rate: float = 3e-4
+    """Adam learning rate (one optimiser over actor and critic)."""
     gamma: float = 0.99
+    """Discount factor γ."""
     gae_lambda: float = 0.95
+    """λ of GAE and of V-trace's traces."""
     delta: float = 0.2
     """VACO TV threshold δ (> 0; inf disables filtering)."""
     clip_eps: float = 0.2
@@ -114,9 +123,13 @@ class Config:
     """Multiply rewards by this before computing advantages and value targets (returns are logged
     unscaled). Keeps value losses from dominating the shared, norm-clipped gradient."""
     vf_coef: float = 0.5
+    """Weight of the value loss in the total loss."""
     ent_coef: float = 0.0
+    """Weight of the entropy bonus (subtracted from the loss)."""
     max_grad_norm: float = 0.5
+    """Clip the global gradient norm to this before each Adam step."""
     adam_eps: float = 1e-5
+    """Adam's ε."""
 
     # --- evaluation ---------------------------------------------------------------------------
     num_evals: int = 20

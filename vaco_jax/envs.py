@@ -15,14 +15,22 @@ Two tiny pure-JAX envs (`toy_reach`, `toy_bandit`) share the Brax `Env` interfac
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
+import warnings
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-from brax import envs as brax_envs
-from brax.envs.base import Env, State
 from flax import struct
+
+# Importing mujoco.mjx (through brax) prints "Failed to import warp: ..." to stdout when the
+# optional NVIDIA Warp backend is absent; we use the JAX implementation, so that line is noise in
+# every command's output (and in piped results). Only this import's stdout is swallowed.
+with contextlib.redirect_stdout(io.StringIO()):
+    from brax import envs as brax_envs
+    from brax.envs.base import Env, State
 
 MJX_ENVS = (
     "ant", "halfcheetah", "hopper", "humanoid", "humanoidstandup", "inverted_pendulum",
@@ -131,7 +139,11 @@ def make_env(name: str, mjx_solver: str = "default", **kwargs) -> Env:
         raise ValueError(f"unknown env {name!r}; allowed values are {list(ENV_NAMES)}")
     if mjx_solver not in ("default", "fast"):
         raise ValueError(f"mjx_solver must be 'default' or 'fast', got {mjx_solver!r}")
-    env = brax_envs.get_environment(name, backend="mjx", **kwargs)
+    with warnings.catch_warnings():
+        # Brax's notice that its own envs are unmaintained (printed for every env built): these
+        # envs are pinned here and checked by our tests, so it tells a user nothing to act on.
+        warnings.filterwarnings("ignore", message="Brax System, piplines and environments")
+        env = brax_envs.get_environment(name, backend="mjx", **kwargs)
     if mjx_solver == "fast" and name in FAST_SOLVER:
         set_solver(env, **FAST_SOLVER[name])
     return env
