@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from vaco_jax import ConfigError, program
+from vaco_jax.config import from_json_dict
 from vaco_jax.train import main, parse, run
 
 ARGS = ["--env", "toy_reach", "--algo", "vaco", "--capacity", "2", "--num-seeds", "2",
@@ -26,6 +27,8 @@ def test_cli_writes_config_metrics_and_summary(run_dir):
     assert config["config"]["capacity"] == 2 and config["config"]["num_seeds"] == 2
     assert config["versions"]["jax"] and config["device"]["platform"] == "cpu"
     assert config["options"]["out"] == str(run_dir) and "out" not in config["config"]
+    # Lossless: the stored config reads back as the one that ran (is_max = inf included).
+    assert from_json_dict(config["config"]) == parse(ARGS).config
 
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows] == [256, 512, 768]
@@ -89,8 +92,8 @@ def test_dry_run_compiles_reports_memory_and_writes_nothing(run_dir, tmp_path, c
 # --- the per-user caches and library logging ----------------------------------------------------
 CACHE_SCRIPT = """
 import json, sys
-import jax, jax.numpy as jnp
 from vaco_jax import cache
+import jax, jax.numpy as jnp
 report = {"off": str(cache.enable_compile_cache("off")), "configured": jax.config.jax_compilation_cache_dir}
 path = cache.enable_compile_cache(sys.argv[1])
 jax.jit(lambda x: jnp.sin(x) @ x.T)(jnp.ones((64, 64))).block_until_ready()
@@ -103,12 +106,14 @@ def cache_report(tmp_path, setting, **env):
     import os
     import subprocess
     import sys
-    environment = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+    # A fresh shell: JAX's own settings (this process imported jax) are not inherited.
+    environment = {k: v for k, v in os.environ.items()
+                   if k not in ("JAX_COMPILATION_CACHE_DIR", "TF_CPP_MIN_LOG_LEVEL")}
     environment.update(JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", **env)
     done = subprocess.run([sys.executable, "-c", CACHE_SCRIPT, setting], env=environment,
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]), stderr=done.stderr)
 
 
 def test_compiled_programs_are_cached_per_user_by_default(tmp_path):
@@ -122,6 +127,9 @@ def test_compiled_programs_are_cached_per_user_by_default(tmp_path):
     assert cache_report(tmp_path, "default", VACO_JAX_CACHE_DIR=str(user),
                         JAX_COMPILATION_CACHE_DIR=str(jax_dir))["path"] == str(jax_dir)
     assert cache_report(tmp_path, str(tmp_path / "mine"))["path"] == str(tmp_path / "mine")
+    # A program loaded from the cache: XLA's C++ notices about it stay out of the output.
+    again = cache_report(tmp_path, str(tmp_path / "mine"))
+    assert again["files"] and again["stderr"] == "", again["stderr"][:300]
     # Without VACO_JAX_CACHE_DIR: $XDG_CACHE_HOME/vaco_jax.
     env = {"XDG_CACHE_HOME": str(tmp_path / "xdg")}
     import os

@@ -24,7 +24,7 @@ from jax.sharding import Mesh
 
 from vaco_jax import io, program
 from vaco_jax.study import presets, sweep
-from vaco_jax.config import to_json_dict
+from vaco_jax.config import from_json_dict, to_json_dict
 from vaco_jax.train import run
 
 from conftest import CACHE_DIR
@@ -225,7 +225,7 @@ def test_two_processes_train_resume_and_sweep_like_one(tmp_path):
     assert summary["processes"] == 2 and rows_at_kill <= summary["resumed_from_chunk"] < BASE.num_evals
     assert_rows_close(io.read_jsonl(out / "metrics.jsonl"), expected_rows, "2-process CLI")
     config_json = json.loads((out / "config.json").read_text())
-    assert config_json["config"] == json.loads(json.dumps(io.to_jsonable(BASE)))
+    assert from_json_dict(config_json["config"]) == BASE
 
     # A sweep cell of 5 runs over the 2 processes: the single-process rows, each written once.
     sweep_out = tmp_path / "sweep"

@@ -33,11 +33,9 @@ def enable_compile_cache(setting: str = "default") -> Path | None:
     """
     if setting == "off":
         return None
-    if setting == "default":
-        configured = jax.config.jax_compilation_cache_dir
-        path = Path(configured) if configured else user_dir("xla")
-    else:
-        path = Path(setting).expanduser()
+    if setting == "default" and jax.config.jax_compilation_cache_dir:
+        return Path(jax.config.jax_compilation_cache_dir)   # configured through JAX: as it is
+    path = user_dir("xla") if setting == "default" else Path(setting).expanduser()
     path.mkdir(parents=True, exist_ok=True)
     jax.config.update("jax_compilation_cache_dir", str(path))
     if jax.config.jax_compilation_cache_max_size < 0:

@@ -149,7 +149,8 @@ LIBRARY_LOGGERS = ("absl", "orbax", "jax", "etils", "tensorstore")
 
 
 def configure_logging(verbose: bool = False) -> None:
-    """Library log messages: everything with `verbose`, else errors only."""
+    """Library log messages: everything with `verbose`, else errors only. (XLA's own C++ log
+    lines are governed by `TF_CPP_MIN_LOG_LEVEL`, which `vaco_jax` sets on import.)"""
     level = logging.INFO if verbose else logging.ERROR
     for name in LIBRARY_LOGGERS:
         logging.getLogger(name).setLevel(level)

@@ -14,7 +14,8 @@ from its newest checkpoint. A seed whose loss, gradient or parameters become non
 (default) then stops the run, `--on-nan skip-seed` reports it and continues the others.
 
 Writes `config.json` (with library versions and device), `metrics.jsonl` (one row per evaluation,
-per-seed lists), `checkpoints/` and, when finished, `summary.json` to `--out` (process 0 of a
+per-seed lists), `checkpoints/`, `policy.npz` (every seed's policy, `vaco_jax.policy`) and, when
+finished, `summary.json` to `--out` (process 0 of a
 multi-process run writes them; `vaco_jax.runtime`). `--dry-run` compiles the program and prints its
 per-device memory without training. `--help` lists every config field and option with its default.
 """
@@ -33,8 +34,8 @@ import jax
 import numpy as np
 import tyro
 
-from vaco_jax import checkpoint, io, program as program_lib, runtime
-from vaco_jax.config import Config, validate
+from vaco_jax import checkpoint, io, policy, program as program_lib, runtime
+from vaco_jax.config import Config, to_json_dict, validate
 from vaco_jax.errors import CheckpointError, ConfigError, DivergenceError
 from vaco_jax.options import Options, duration_seconds, validate_options
 from vaco_jax.runtime import Cluster
@@ -119,7 +120,8 @@ def _train(config: Config, options: Options, out: Path, checkpoints: checkpoint.
                   file=sys.stderr)
     else:
         if runtime.is_primary():
-            io.write_json_atomic(out / "config.json", {"config": config, "options": options,
+            io.write_json_atomic(out / "config.json", {"config": to_json_dict(config),
+                                                       "options": options,
                                                        "devices": layout.describe(),
                                                        **io.provenance()})
             (out / "metrics.jsonl").unlink(missing_ok=True)
@@ -150,13 +152,16 @@ def _train(config: Config, options: Options, out: Path, checkpoints: checkpoint.
                     values = np.where(health["nonfinite"] != 0, np.nan, values)
                 history[name][chunk_index] = values
             completed = chunk_index + 1
-            if checkpoint_due(options, completed, last_save_seconds,
-                              time.perf_counter() - last_save_end, last=completed == end):
+            due = checkpoint_due(options, completed, last_save_seconds,
+                                 time.perf_counter() - last_save_end, last=completed == end)
+            if due:
                 save_start = time.perf_counter()
                 checkpoints.save(completed, state, history, config)  # complete on disk on return
                 last_save_end = time.perf_counter()
                 last_save_seconds = last_save_end - save_start
                 saved.append(completed)
+            if due or completed == end:   # the policy goes with every checkpoint and the end
+                _save_policy(out, config, layout, state, completed)
             # A row follows its chunk's checkpoint (when one was due): resuming never goes behind it.
             if runtime.is_primary():
                 io.append_jsonl(out / "metrics.jsonl", [_row(config, history, chunk_index)])
@@ -246,6 +251,14 @@ def _output_dir(options: Options, config: Config) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     runtime.barrier("output directory ready")
     return out
+
+
+def _save_policy(out: Path, config: Config, layout: program_lib.Layout, state, completed: int):
+    """`out/policy.npz`: every seed's actor and normaliser after `completed` chunks."""
+    actor, normalizer = layout.unpad((state.params["actor"], state.normalizer))  # every process
+    if runtime.is_primary():
+        policy.save_policy(out, config, actor, normalizer, evaluations=completed,
+                           env_steps=completed * config.iterations_per_eval * config.batch_size)
 
 
 # --- divergence ---------------------------------------------------------------------------------------

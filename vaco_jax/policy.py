@@ -1,0 +1,141 @@
+"""Trained policies as files, and back: `policy.npz` in a run directory, `load_policy(run_dir)`.
+
+A run writes `policy.npz` when it finishes and with every checkpoint, so the newest policy of a
+finished run, of a run in progress and of an interrupted one is always there. It holds, for every
+seed of the run, what acting needs — the actor's parameters and the observation normaliser's
+statistics — as plain numpy arrays keyed by their pytree path (`actor/MLP_0/Dense_0/kernel`,
+`normalizer/mean`, ..., each `[num_seeds, ...]`), plus a JSON record (`__meta__`) of the run's
+config, the library versions and how far the run had got. A NumPy `.npz` needs no pickling and
+reads the same across library versions: loading only warns when versions differ and refuses
+only a real mismatch (a missing, unexpected or reshaped array).
+
+    policy = load_policy("runs/quickstart", seed=0)
+    action = policy.act(obs)                 # deterministic: the Gaussian mean, clipped to [-1, 1]
+    action = policy.act(obs, key)            # a sample, clipped
+"""
+
+from __future__ import annotations
+
+import io as _io
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from vaco_jax import io, networks
+from vaco_jax.config import Config, from_json_dict, to_json_dict
+from vaco_jax.errors import CheckpointError, invalid
+
+FILE_NAME = "policy.npz"
+FORMAT = 1
+_META = "__meta__"
+
+
+def _name(entry) -> str:
+    for attribute in ("key", "name", "idx"):
+        if hasattr(entry, attribute):
+            return str(getattr(entry, attribute))
+    return str(entry)
+
+
+def flatten(tree) -> dict[str, Any]:
+    """`{"a/b/c": leaf}` for every leaf of `tree` (dict keys, dataclass fields, list indices)."""
+    leaves, _ = jax.tree_util.tree_flatten_with_path(tree)
+    return {"/".join(_name(e) for e in path): leaf for path, leaf in leaves}
+
+
+def save_policy(run_dir, config: Config, actor_params, normalizer, *, env_steps: int,
+                evaluations: int) -> Path:
+    """Write `run_dir/policy.npz` atomically from per-seed `[num_seeds, ...]` host arrays."""
+    arrays = {f"actor/{k}": np.asarray(v) for k, v in flatten(actor_params).items()}
+    arrays.update({f"normalizer/{k}": np.asarray(v) for k, v in flatten(normalizer).items()})
+    meta = {"format": FORMAT, "config": to_json_dict(config), "env": config.env,
+            "num_seeds": config.num_seeds, "seeds": [config.seed + i for i in range(config.num_seeds)],
+            "env_steps": env_steps, "evaluations": evaluations,
+            "evaluations_planned": config.num_evals, **io.provenance()}
+    buffer = _io.BytesIO()
+    np.savez(buffer, **arrays, **{_META: np.array(json.dumps(io.to_jsonable(meta)))})
+    path = Path(run_dir) / FILE_NAME
+    io.write_bytes_atomic(path, buffer.getvalue())
+    return path
+
+
+@struct.dataclass
+class Policy:
+    """One seed's trained policy: `act(obs, key=None)` is a pure, jittable function of `obs`
+    (raw observations `[..., obs_dim]`, as the env returns them)."""
+
+    params: Any                     # the actor's parameters
+    normalizer: Any                 # observation statistics (used when the run normalised)
+    actor: networks.Actor = struct.field(pytree_node=False)
+    config: Config = struct.field(pytree_node=False)
+    meta_json: str = struct.field(pytree_node=False, default="{}")
+
+    @property
+    def env(self) -> str:
+        return self.config.env
+
+    @property
+    def meta(self) -> dict:
+        """The saved record: config, seeds, env steps and evaluations done, library versions."""
+        return json.loads(self.meta_json)
+
+    def act(self, obs, key=None):
+        """Actions in [-1, 1]: the Gaussian mean when `key` is None, else a sample."""
+        obs = networks.normalize(obs, self.normalizer, self.config.normalize_observations)
+        loc, scale = self.actor.apply({"params": self.params}, obs)
+        action = loc if key is None else networks.gaussian(loc, scale).sample(seed=key)
+        return jnp.clip(action, -1.0, 1.0)
+
+
+def load_policy(run_dir, seed: int = 0) -> Policy:
+    """The policy of the run's `seed`-th seed (0-based: seed `config.seed + seed`) from
+    `run_dir/policy.npz` — of a finished run, or the newest checkpoint of one in progress."""
+    path = Path(run_dir) / FILE_NAME
+    if not path.is_file():
+        raise CheckpointError(f"{run_dir} has no saved policy ({FILE_NAME}); a run writes it with "
+                              f"every checkpoint and when it finishes")
+    with np.load(path, allow_pickle=False) as data:
+        arrays = {k: data[k] for k in data.files}
+    meta = json.loads(str(arrays.pop(_META)))
+    if meta.get("format") != FORMAT:
+        raise CheckpointError(f"{path} has policy format {meta.get('format')}; this version reads "
+                              f"format {FORMAT}")
+    config = from_json_dict(meta["config"])
+    if not 0 <= seed < meta["num_seeds"]:
+        raise invalid("seed", seed, f"must be in 0..{meta['num_seeds'] - 1}: the run has "
+                                    f"{meta['num_seeds']} seeds ({meta['seeds']})")
+    current = io.provenance()["versions"]
+    changed = {k: (v, current.get(k)) for k, v in meta.get("versions", {}).items()
+               if current.get(k) != v}
+    if changed:
+        warnings.warn(f"{path} was written with other library versions "
+                      f"({', '.join(f'{k} {a} -> {b}' for k, (a, b) in sorted(changed.items()))}); "
+                      f"it loads by array name, but check its behaviour", stacklevel=2)
+
+    obs_size = int(arrays["normalizer/mean"].shape[-1])
+    action_size = int(arrays["actor/log_std"].shape[-1])
+    actor, _ = networks.make_networks(config, action_size)
+    template = {
+        "actor": actor.init(jax.random.PRNGKey(0), jnp.zeros((1, obs_size)))["params"],
+        "normalizer": networks.init_normalizer(obs_size),
+    }
+    expected = flatten(template)
+    missing, unexpected = sorted(set(expected) - set(arrays)), sorted(set(arrays) - set(expected))
+    if missing or unexpected:
+        raise CheckpointError(f"{path} does not match the policy of its config: missing arrays "
+                              f"{missing}, unexpected arrays {unexpected}")
+    leaves = []
+    for name, leaf in expected.items():
+        value = arrays[name][seed]
+        if value.shape != np.shape(leaf):
+            raise CheckpointError(f"{path}: array {name} has shape {value.shape}, the config's "
+                                  f"policy needs {np.shape(leaf)}")
+        leaves.append(jnp.asarray(value, dtype=jnp.asarray(leaf).dtype))
+    restored = jax.tree.unflatten(jax.tree.structure(template), leaves)
+    return Policy(restored["actor"], restored["normalizer"], actor, config, json.dumps(meta))
