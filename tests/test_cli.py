@@ -53,6 +53,14 @@ def test_cli_seeds_match_single_seed_runs(run_dir, tmp_path):
     np.testing.assert_allclose(single[0], both[1], rtol=1e-4)
 
 
+def test_without_a_progress_bar_each_evaluation_prints_a_line(tmp_path, capsys):
+    assert main(ARGS + ["--out", str(tmp_path / "run")]) == 0   # ARGS has --no-progress
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("evaluation")]
+    assert [line.split(":")[0] for line in lines] == ["evaluation 1/3", "evaluation 2/3",
+                                                      "evaluation 3/3"]
+    assert "step 768, eval return" in lines[-1] and "(mean of 2 seeds)" in lines[-1]
+
+
 def test_cli_refuses_to_overwrite_a_finished_run(run_dir):
     before = (run_dir / "metrics.jsonl").read_text()
     with pytest.raises(ConfigError, match="already holds a finished run"):

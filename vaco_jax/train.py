@@ -165,12 +165,17 @@ def _train(config: Config, options: Options, out: Path, checkpoints: checkpoint.
             # A row follows its chunk's checkpoint (when one was due): resuming never goes behind it.
             if runtime.is_primary():
                 io.append_jsonl(out / "metrics.jsonl", [_row(config, history, chunk_index)])
+            sps = _steps_per_second(config, completed - done, time.perf_counter() - loop_start)
+            step = completed * config.iterations_per_eval * config.batch_size
+            finite = metrics["eval_return"][np.isfinite(metrics["eval_return"])]
+            eval_return = finite.mean() if finite.size else np.nan
             if progress is not None:
-                sps = _steps_per_second(config, completed - done, time.perf_counter() - loop_start)
                 progress.update(1)
-                progress.set_postfix(step=completed * config.iterations_per_eval * config.batch_size,
-                                     sps=f"{sps:,.0f}",
-                                     eval_return=f"{np.nanmean(metrics['eval_return']):.1f}")
+                progress.set_postfix(step=step, sps=f"{sps:,.0f}", eval_return=f"{eval_return:.1f}")
+            elif runtime.is_primary():   # batch jobs: one line per evaluation
+                print(f"evaluation {completed}/{num_evals}: step {step:,}, eval return "
+                      f"{eval_return:.1f} (mean of {config.num_seeds} seeds), {sps:,.0f} steps/s"
+                      f"{', checkpoint saved' if due else ''}", file=sys.stderr, flush=True)
     finally:
         if progress is not None:
             progress.close()
