@@ -19,14 +19,27 @@ jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
-# With pytest-xdist (`-n 2 --dist loadgroup`, the default in pyproject.toml) the tests of a module
-# stay on one worker, so each module's shared compiled fixtures are built once; the tests of
-# SPREAD modules (independent, compile-heavy, no shared fixture) are spread over the workers.
+# pytest-xdist (`-n 2`, the default in pyproject.toml): a module's tests run on one worker, so its
+# shared compiled fixtures are built once, while the tests of SPREAD modules (independent and
+# compile-heavy, no shared fixture) are scheduled one by one, first, over both workers.
+# (xdist's own --dist loadgroup cannot be used: it renames node ids, which pytest 9 ignores.)
 SPREAD = {"test_learning.py"}
 
 
+def _spread(nodeid: str) -> bool:
+    return pathlib.PurePath(nodeid.split("::", 1)[0]).name in SPREAD
+
+
 def pytest_collection_modifyitems(items):
-    import pytest
-    for item in items:
-        if item.path.name not in SPREAD:
-            item.add_marker(pytest.mark.xdist_group(item.path.name))
+    items.sort(key=lambda item: not _spread(item.nodeid))   # stable: SPREAD tests first
+
+
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByModule(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return nodeid if _spread(nodeid) else nodeid.split("::", 1)[0]
+
+    config.option.loadscopereorder = False   # keep the collection order: SPREAD tests first
+    return ByModule(config, log)

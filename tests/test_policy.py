@@ -97,8 +97,9 @@ def test_evaluate_reports_returns_and_writes_them(run_dir, tmp_path, capsys):
 
 
 @pytest.fixture(scope="module")
-def frames():
-    """A short rollout of an untrained inverted_pendulum policy, rendered (shared by the writers)."""
+def episode():
+    """A short rollout of an untrained inverted_pendulum policy, rendered (shared by the writers):
+    `(env, joint positions, frames)`."""
     env = make_env("inverted_pendulum")
     config = from_json_dict(dict(env="inverted_pendulum", actor_hidden=[8], critic_hidden=[8]))
     actor, _ = networks.make_networks(config, env.action_size)
@@ -107,7 +108,12 @@ def frames():
     positions = evaluate.rollout_positions(trained, jax.random.PRNGKey(0), steps=6, env=env)
     assert positions.shape == (7, env.sys.mj_model.nq)
     assert np.all(np.diff(positions, axis=0) != 0, axis=1).any()    # the body moves
-    return evaluate.render(env, positions, width=64, height=48)
+    return env, positions, evaluate.render(env, positions, width=64, height=48)
+
+
+@pytest.fixture
+def frames(episode):
+    return episode[2]
 
 
 def test_a_rollout_renders_one_frame_per_state(frames):
@@ -123,3 +129,18 @@ def test_rendered_frames_are_written_as_a_video(frames, tmp_path, suffix):
     back = iio.imread(path, index=None)
     assert back.shape[0] == len(frames) and back.shape[1:3] == (48, 64)
     assert np.abs(back.astype(float) - frames).mean() < 8          # the same pictures (lossy)
+
+
+def test_an_episode_is_written_as_brax_s_interactive_viewer(episode, tmp_path):
+    import base64
+    import re
+    import zlib
+    env, positions, _ = episode
+    path = tmp_path / "episode.html"
+    evaluate.write_html(path, env, positions)
+    page = path.read_text()
+    encoded = re.search(r'var system = "([A-Za-z0-9+/=]+)"', page)
+    system = json.loads(zlib.decompress(base64.b64decode(encoded.group(1))))
+    assert len(system["states"]["x"]) == len(positions)                # one state per step
+    first, last = system["states"]["x"][0]["pos"], system["states"]["x"][-1]["pos"]
+    assert first != last                                               # and they move

@@ -3,6 +3,7 @@
     python -m vaco_jax.evaluate runs/quickstart                       # mean ± std return, seed 0
     python -m vaco_jax.evaluate runs/quickstart --seed 2 --episodes 100
     python -m vaco_jax.evaluate runs/quickstart --video pendulum.mp4  # or .gif
+    python -m vaco_jax.evaluate runs/quickstart --html pendulum.html  # Brax's 3-D viewer
 
 Loads the run's `policy.npz` (`vaco_jax.policy`; a finished run, or the newest checkpoint of one
 in progress), runs `--episodes` episodes of the run's env with the deterministic policy (the
@@ -53,6 +54,9 @@ class Args:
     """Where to write the returns (default RUN/evaluation_seed<i>.json)."""
     video: str = ""
     """Render the first episode to this .gif or .mp4 file."""
+    html: str = ""
+    """Write the first episode as Brax's interactive 3-D viewer (an .html file; the page loads
+    the viewer's JavaScript from a CDN when opened)."""
     max_steps: int = 0
     """Most steps of the rendered episode (0 = the run's time limit)."""
     width: int = 480
@@ -122,6 +126,18 @@ def render(env, positions, *, width: int = 480, height: int = 360):
     return np.stack(frames)
 
 
+def write_html(path, env, positions) -> None:
+    """Brax's interactive viewer of an MJX env's episode, from its joint positions."""
+    from brax.io import html
+
+    init = jax.jit(lambda q: env.pipeline_init(q, jnp.zeros(env.sys.qd_size())))
+    states = [init(jnp.asarray(q)) for q in positions]
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    io.write_bytes_atomic(path, html.render(env.sys.tree_replace({"opt.timestep": env.dt}),
+                                            states).encode())
+
+
 def write_video(path, frames, fps: int) -> None:
     """`frames [n, h, w, 3]` uint8 to a .gif (Pillow) or .mp4 (ffmpeg through imageio)."""
     import imageio.v3 as iio
@@ -145,6 +161,8 @@ def check(args: Args) -> None:
         raise invalid("episodes", args.episodes, "must be an integer >= 1")
     if args.video and Path(args.video).suffix not in VIDEO_FORMATS:
         raise invalid("video", args.video, f"must end in one of {list(VIDEO_FORMATS)}")
+    if args.html and Path(args.html).suffix != ".html":
+        raise invalid("html", args.html, "must end in .html")
     for field in ("width", "height", "fps"):
         if getattr(args, field) < 1:
             raise invalid(field, getattr(args, field), "must be an integer >= 1")
@@ -158,9 +176,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check(args)
         policy = load_policy(args.run, args.seed)
-        if args.video and policy.env in TOY_ENVS:
-            raise invalid("video", args.video, f"{policy.env} is a pure-JAX test env with no "
-                                               f"model to render; videos need an MJX env")
+        for field in ("video", "html"):
+            if getattr(args, field) and policy.env in TOY_ENVS:
+                raise invalid(field, getattr(args, field), f"{policy.env} is a pure-JAX test env "
+                                                           f"with no model to render; an MJX env is")
         if args.video and not args.video.endswith(".gif"):
             import importlib.util
             if importlib.util.find_spec("imageio_ffmpeg") is None:
@@ -189,14 +208,18 @@ def main(argv: list[str] | None = None) -> int:
           f"max {result['max']:.1f})")
     out = Path(args.json) if args.json else Path(args.run) / f"evaluation_seed{args.seed}.json"
     io.write_json_atomic(out, result)
-    if args.video:
+    if args.video or args.html:
         steps = args.max_steps or policy.config.episode_length
         positions = rollout_positions(policy, jax.random.PRNGKey(args.key), steps=steps,
                                       stochastic=args.stochastic, env=env)
+    if args.video:
         stride = max(1, round(1.0 / (float(env.dt) * args.fps)))
         frames = render(env, positions[::stride], width=args.width, height=args.height)
         write_video(args.video, frames, fps=args.fps)
         print(f"video: {len(frames)} frames ({len(positions) - 1} steps) -> {args.video}")
+    if args.html:
+        write_html(args.html, env, positions)
+        print(f"viewer: {len(positions)} states -> {args.html}")
     print(f"-> {out}")
     return 0
 
