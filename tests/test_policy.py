@@ -11,19 +11,10 @@ from vaco_jax import CheckpointError, ConfigError, evaluate, load_policy, networ
 from vaco_jax.checkpoint import RunCheckpoints
 from vaco_jax.config import from_json_dict
 from vaco_jax.envs import make_env
-from vaco_jax.train import build_program, main
+from vaco_jax.train import build_program
 
-ARGS = ["--env", "toy_reach", "--algo", "vaco", "--capacity", "2", "--num-seeds", "2",
-        "--total-steps", "768", "--num-envs", "8", "--unroll-length", "16", "--num-evals", "3",
-        "--num-minibatches", "2", "--num-actors", "2", "--episode-length", "20", "--eval-envs", "4",
-        "--actor-hidden", "16", "16", "--critic-hidden", "16", "16", "--no-progress"]
-
-
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("policy") / "run"
-    assert main(ARGS + ["--out", str(out)]) == 0
-    return out
+# The CLI's tiny toy_reach run (2 seeds), built again for this module.
+from test_cli import run_dir  # noqa: E402,F401
 
 
 def test_a_run_saves_each_seeds_final_policy(run_dir):
