@@ -1,9 +1,17 @@
 """The CLI writes config.json, metrics.jsonl and summary.json that agree with each other."""
 
+import dataclasses
 import json
+import logging
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
+from absl import logging as absl_logging
 
 from vaco_jax import ConfigError, program
 from vaco_jax.config import from_json_dict
@@ -111,9 +119,6 @@ print(json.dumps(report))
 
 
 def cache_report(tmp_path, setting, **env):
-    import os
-    import subprocess
-    import sys
     # A fresh shell: JAX's own settings (this process imported jax) are not inherited.
     environment = {k: v for k, v in os.environ.items()
                    if k not in ("JAX_COMPILATION_CACHE_DIR", "TF_CPP_MIN_LOG_LEVEL")}
@@ -140,15 +145,12 @@ def test_compiled_programs_are_cached_per_user_by_default(tmp_path):
     assert again["files"] and again["stderr"] == "", again["stderr"][:300]
     # Without VACO_JAX_CACHE_DIR: $XDG_CACHE_HOME/vaco_jax.
     env = {"XDG_CACHE_HOME": str(tmp_path / "xdg")}
-    import os
     if "VACO_JAX_CACHE_DIR" in os.environ:
         env["VACO_JAX_CACHE_DIR"] = ""
     assert cache_report(tmp_path, "default", **env)["path"] == str(tmp_path / "xdg" / "vaco_jax" / "xla")
 
 
 def test_library_log_messages_show_only_when_verbose(caplog):
-    import logging
-    from absl import logging as absl_logging
     from vaco_jax import runtime
     before = {name: logging.getLogger(name).level for name in runtime.LIBRARY_LOGGERS}
     try:
@@ -166,12 +168,6 @@ def test_library_log_messages_show_only_when_verbose(caplog):
 
 
 def test_help_documents_every_flag_and_lists_the_choices():
-    import dataclasses
-    import os
-    import re
-    import subprocess
-    import sys
-    from pathlib import Path
     from vaco_jax import Config, Options, algorithms, envs
     from vaco_jax.runtime import Cluster
     done = subprocess.run([sys.executable, "-m", "vaco_jax.train", "--help"], capture_output=True,

@@ -50,14 +50,16 @@ def flatten(tree) -> dict[str, Any]:
 
 
 def save_policy(run_dir, config: Config, actor_params, normalizer, *, env_steps: int,
-                evaluations: int) -> Path:
-    """Write `run_dir/policy.npz` atomically from per-seed `[num_seeds, ...]` host arrays."""
+                evaluations: int, provenance: dict | None = None) -> Path:
+    """Write `run_dir/policy.npz` atomically from per-seed `[num_seeds, ...]` host arrays.
+    `provenance`: the run's `io.provenance()` (computed here when not given)."""
     arrays = {f"actor/{k}": np.asarray(v) for k, v in flatten(actor_params).items()}
     arrays.update({f"normalizer/{k}": np.asarray(v) for k, v in flatten(normalizer).items()})
     meta = {"format": FORMAT, "config": to_json_dict(config), "env": config.env,
             "num_seeds": config.num_seeds, "seeds": [config.seed + i for i in range(config.num_seeds)],
             "env_steps": env_steps, "evaluations": evaluations,
-            "evaluations_planned": config.num_evals, **io.provenance()}
+            "evaluations_planned": config.num_evals,
+            **(provenance if provenance is not None else io.provenance())}
     buffer = _io.BytesIO()
     np.savez(buffer, **arrays, **{_META: np.array(json.dumps(io.to_jsonable(meta)))})
     path = Path(run_dir) / FILE_NAME
@@ -110,7 +112,7 @@ def load_policy(run_dir, seed: int = 0) -> Policy:
     if not 0 <= seed < meta["num_seeds"]:
         raise invalid("seed", seed, f"must be in 0..{meta['num_seeds'] - 1}: the run has "
                                     f"{meta['num_seeds']} seeds ({meta['seeds']})")
-    current = io.provenance()["versions"]
+    current = io.library_versions()
     changed = {k: (v, current.get(k)) for k, v in meta.get("versions", {}).items()
                if current.get(k) != v}
     if changed:

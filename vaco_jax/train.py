@@ -10,13 +10,14 @@ iterations, then a deterministic evaluation. While one chunk computes, the previ
 and written: the whole train state and the metrics so far are saved (`vaco_jax.checkpoint`) after
 every chunk, or less often when writing would take more than `--checkpoint-budget` (5%) of the run's
 time, but never less often than `--checkpoint-max-age` (10 min); a killed run resumes, bit for bit,
-from its newest checkpoint. A seed whose loss, gradient or parameters become non-finite is caught inside the program and frozen at its last good state; `--on-nan stop`
-(default) then stops the run, `--on-nan skip-seed` reports it and continues the others.
+from its newest checkpoint. A seed whose loss, gradient or parameters become non-finite is caught
+inside the program and frozen at its last good state; `--on-nan stop` (default) then stops the
+run, `--on-nan skip-seed` reports it and continues the others.
 
 Writes `config.json` (with library versions and device), `metrics.jsonl` (one row per evaluation,
 per-seed lists), `checkpoints/`, `policy.npz` (every seed's policy, `vaco_jax.policy`) and, when
-finished, `summary.json` to `--out` (process 0 of a
-multi-process run writes them; `vaco_jax.runtime`). `--dry-run` compiles the program and prints its
+finished, `summary.json` to `--out` (process 0 of a multi-process run writes them;
+`vaco_jax.runtime`). `--dry-run` compiles the program and prints its
 per-device memory without training. `--help` lists every config field and option with its default.
 """
 
@@ -109,6 +110,7 @@ def _train(config: Config, options: Options, out: Path, checkpoints: checkpoint.
     program = build_program(config)
     layout = program.layout
     num_evals = config.num_evals
+    record = io.provenance() if runtime.is_primary() else {}  # once: it hashes the source
     if options.resume:
         restored = checkpoints.restore_latest(program.abstract_state, config)
         state, history, done = restored.state, restored.history, restored.chunk
@@ -122,8 +124,7 @@ def _train(config: Config, options: Options, out: Path, checkpoints: checkpoint.
         if runtime.is_primary():
             io.write_json_atomic(out / "config.json", {"config": to_json_dict(config),
                                                        "options": options,
-                                                       "devices": layout.describe(),
-                                                       **io.provenance()})
+                                                       "devices": layout.describe(), **record})
             (out / "metrics.jsonl").unlink(missing_ok=True)
         state, history, done = init_state(program, config), None, 0
 
@@ -161,7 +162,7 @@ def _train(config: Config, options: Options, out: Path, checkpoints: checkpoint.
                 last_save_seconds = last_save_end - save_start
                 saved.append(completed)
             if due or completed == end:   # the policy goes with every checkpoint and the end
-                _save_policy(out, config, layout, state, completed)
+                _save_policy(out, config, layout, state, completed, record)
             # A row follows its chunk's checkpoint (when one was due): resuming never goes behind it.
             if runtime.is_primary():
                 io.append_jsonl(out / "metrics.jsonl", [_row(config, history, chunk_index)])
@@ -258,12 +259,14 @@ def _output_dir(options: Options, config: Config) -> Path:
     return out
 
 
-def _save_policy(out: Path, config: Config, layout: program_lib.Layout, state, completed: int):
+def _save_policy(out: Path, config: Config, layout: program_lib.Layout, state, completed: int,
+                 record: dict):
     """`out/policy.npz`: every seed's actor and normaliser after `completed` chunks."""
     actor, normalizer = layout.unpad((state.params["actor"], state.normalizer))  # every process
     if runtime.is_primary():
         policy.save_policy(out, config, actor, normalizer, evaluations=completed,
-                           env_steps=completed * config.iterations_per_eval * config.batch_size)
+                           env_steps=completed * config.iterations_per_eval * config.batch_size,
+                           provenance=record)
 
 
 # --- divergence ---------------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ class Experiment:
     """Minibatch updates per generated batch (forward lag)."""
     objectives: tuple[str, ...] = ("ppo_clip", "vaco")
     """Objectives to compare (any of ppo_clip, vaco, pg)."""
-    out: str = "results/llm/cpu"
+    out: str = "runs/llm/cpu"
     """Results directory: config.json, results.jsonl (one row per N, objective, seed), summary.json."""
     plot: bool = True
     """Draw accuracy and the clip/filter fractions against N into `out/forward_lag.png`."""
