@@ -141,16 +141,56 @@ def test_resuming_with_a_different_config_is_refused(partial_run, capsys):
     assert snapshot_files(partial_run) == before  # nothing loaded, nothing written
 
 
-def test_checkpoint_from_other_library_versions_is_refused(partial_run):
+def test_checkpoint_from_other_library_versions_is_refused_unless_allowed(partial_run, uninterrupted):
     meta_file = partial_run / "checkpoints" / "3" / "meta" / "metadata"
     meta = json.loads(meta_file.read_text())
     meta["versions"]["jax"] = "0.0.1"
     meta_file.write_text(json.dumps(meta))
     before = snapshot_files(partial_run)
     with pytest.raises(CheckpointError, match=r"different library versions \(jax 0\.0\.1 in the "
-                                              rf"checkpoint, {jax.__version__} here\)"):
+                                              rf"checkpoint, {jax.__version__} here\).*"
+                                              r"--allow-version-change"):
         run(BASE, options(resume=str(partial_run)))
     assert snapshot_files(partial_run) == before
+
+    # Allowed: a warning names the change, and the run continues (here the same jax, so exactly).
+    with pytest.warns(UserWarning, match=r"other library versions \(jax 0\.0\.1 in the checkpoint"):
+        summary = run(BASE, options(resume=str(partial_run), allow_version_change=True))
+    assert summary["finished"] and summary["resumed_from_chunk"] == 3
+    assert io.read_jsonl(partial_run / "metrics.jsonl") == io.read_jsonl(uninterrupted / "metrics.jsonl")
+
+
+def test_checkpoint_arrays_are_stored_by_pytree_path(partial_run):
+    """Each leaf is stored under its path in the train state, so a checkpoint can be read (e.g.
+    with orbax alone) without this code's flattening order."""
+    import orbax.checkpoint as ocp
+
+    stored = ocp.StandardCheckpointer().restore((partial_run / "checkpoints/3/arrays").absolute())
+    assert set(stored["state"]) >= {"params", "opt_state", "normalizer", "buffer"}, sorted(stored)
+    kernel = stored["state"]["params"]["actor"]["MLP_0"]["Dense_0"]["kernel"]
+    assert kernel.shape[0] == BASE.num_seeds and kernel.shape[-1] == 16, kernel.shape
+    restored = final_state(partial_run)
+    np.testing.assert_array_equal(kernel, restored.state.params["actor"]["MLP_0"]["Dense_0"]["kernel"])
+    meta = restored.meta
+    assert meta["format"] == 2 and ["params/actor/MLP_0/Dense_0/kernel", list(kernel.shape),
+                                    "float32"] in meta["leaves"]
+
+
+def test_a_checkpoint_of_the_previous_format_still_resumes(partial_run, tmp_path, monkeypatch):
+    """Format 1 stored leaves by their index in the flattened state; it is still read."""
+    from vaco_jax import checkpoint
+
+    restored = final_state(partial_run)
+    old = RunCheckpoints(tmp_path / "old")
+    monkeypatch.setattr(checkpoint, "FORMAT", 1)
+    old.save(restored.chunk, restored.state, restored.history, BASE)
+    old.close()
+    monkeypatch.undo()
+    assert (tmp_path / "old/checkpoints/3/arrays").is_dir()
+    again = final_state(tmp_path / "old")
+    assert again.meta["format"] == 1 and again.chunk == 3
+    assert_same_state(again.state, restored.state)
+    assert all(np.array_equal(again.history[k], v, equal_nan=True) for k, v in restored.history.items())
 
 
 def test_corrupt_checkpoint_is_refused(partial_run):

@@ -6,16 +6,18 @@ divergence records) and the metrics history so far, `{name: [num_evals, num_seed
 it with the same config reproduces the uninterrupted run bit for bit (on the same platform and
 device count).
 
-Layout: `<run>/checkpoints/<n>/` with two orbax items: `arrays` (the state's non-empty leaves, keyed
-by their index in the flattened state, and the history) and `meta` (JSON: the config, library
-versions, the flattened state's paths/shapes/dtypes, and a SHA-256 of every byte saved). Orbax
+Layout: `<run>/checkpoints/<n>/` with two orbax items: `arrays` (the state's non-empty leaves,
+nested by their pytree path — `state/params/actor/MLP_0/Dense_0/kernel`, `state/buffer/versions`,
+... — and the history) and `meta` (JSON: the config, library versions, every leaf's path, shape and
+dtype, and a SHA-256 of every byte saved). Orbax
 writes each checkpoint to a temporary directory and renames it when complete, so a crash never
 leaves a half-written checkpoint that looks finished; temporary leftovers are removed on the next
 start.
 
 Restoring refuses, with a message saying why and what to do, a checkpoint that is unreadable or
-whose bytes do not match their checksum (corrupt), that was written by a different config or
-library versions, or whose state layout differs from what this code builds. Nothing is returned
+whose bytes do not match their checksum (corrupt), that was written by a different config or (unless
+`allow_version_change`) other library versions, or whose state layout differs from what this code
+builds. Nothing is returned
 unless everything matched: a checkpoint is never half loaded.
 """
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import time
+import warnings
 from pathlib import Path
 
 import jax
@@ -36,7 +39,8 @@ from vaco_jax.errors import CheckpointError, ConfigError
 from vaco_jax.options import RESUME_MAY_CHANGE
 from vaco_jax.runtime import to_host
 
-FORMAT = 1
+FORMAT = 2
+READABLE_FORMATS = (1, 2)   # 1: leaves keyed by their index in the flattened state
 # A different version of any of these can change results, so resuming across them is refused.
 CHECKED_LIBRARIES = ("vaco_jax", "jax", "jaxlib", "flax", "optax", "distrax", "brax", "mujoco",
                      "mujoco-mjx", "numpy", "orbax-checkpoint")
@@ -77,7 +81,7 @@ class RunCheckpoints:
 
     # --- writing ---------------------------------------------------------------------------------
     def save(self, chunk: int, state, history: dict, config: Config, *, wait: bool = True) -> None:
-        paths, leaves, treedef = _flatten(state)
+        paths, leaves, treedef = _flatten(state, FORMAT)
         # Copies: the caller goes on filling `history` while orbax may still be writing.
         host_leaves, host_history = to_host(leaves), {k: np.array(v) for k, v in history.items()}
         meta = {
@@ -94,8 +98,7 @@ class RunCheckpoints:
             "git_commit": self._git_commit,
             "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
         }
-        arrays = {"state": {_key(i): x for i, x in enumerate(leaves) if np.size(x)},
-                  "history": host_history}
+        arrays = {"state": _nest(paths, leaves, FORMAT), "history": host_history}
         self.manager.save(chunk, args=ocp.args.Composite(arrays=ocp.args.StandardSave(arrays),
                                                          meta=ocp.args.JsonSave(meta)))
         if wait:
@@ -121,16 +124,19 @@ class RunCheckpoints:
                 chunk, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
         except Exception as error:  # noqa: BLE001 — any failure to read means unusable
             raise self._unreadable(chunk, error) from error
-        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        if not isinstance(meta, dict) or meta.get("format") not in READABLE_FORMATS:
             raise CheckpointError(f"checkpoint {str(self.path(chunk))!r} is not a vaco_jax checkpoint "
-                                  f"of format {FORMAT} (its metadata is missing or different)")
+                                  f"of a format this version reads ({READABLE_FORMATS}; its metadata "
+                                  f"is missing or different)")
         return meta
 
-    def restore(self, chunk: int, abstract_state, config: Config) -> Restored:
+    def restore(self, chunk: int, abstract_state, config: Config, *,
+                allow_version_change: bool = False) -> Restored:
         """Load checkpoint `chunk` into the structure/shardings of `abstract_state`, or refuse."""
         meta = self.read_meta(chunk)
-        check_compatible(meta, config, self.path(chunk))
-        paths, abstract_leaves, treedef = _flatten(abstract_state)
+        check_compatible(meta, config, self.path(chunk), allow_version_change=allow_version_change)
+        fmt = meta["format"]
+        paths, abstract_leaves, treedef = _flatten(abstract_state, fmt)
         expected = [[p, list(x.shape), str(np.dtype(x.dtype))] for p, x in zip(paths, abstract_leaves)]
         if meta["leaves"] != expected:
             saved_on, here = meta.get("devices", {}).get("count"), jax.device_count()
@@ -152,7 +158,7 @@ class RunCheckpoints:
 
         num_seeds = config.num_seeds
         target = {
-            "state": {_key(i): x for i, x in enumerate(abstract_leaves) if np.prod(x.shape)},
+            "state": _nest(paths, abstract_leaves, fmt),
             "history": {name: np.zeros((config.num_evals, num_seeds), dtype)
                         for name, dtype in _history_dtypes(meta).items()},
         }
@@ -161,9 +167,10 @@ class RunCheckpoints:
                 chunk, args=ocp.args.Composite(arrays=ocp.args.StandardRestore(target))).arrays
         except Exception as error:  # noqa: BLE001
             raise self._unreadable(chunk, error) from error
-        leaves = [arrays["state"][_key(i)] if np.prod(x.shape) else
+        stored = dict(zip(*_flatten(arrays["state"])[:2]))
+        leaves = [stored[_storage_name(i, path, fmt)] if np.prod(x.shape) else
                   jax.device_put(np.zeros(x.shape, x.dtype), x.sharding)
-                  for i, x in enumerate(abstract_leaves)]
+                  for i, (path, x) in enumerate(zip(paths, abstract_leaves))]
         history = {name: np.asarray(v) for name, v in arrays["history"].items()}
         if _digest(to_host(leaves), history) != meta["sha256"]:
             raise CheckpointError(
@@ -172,18 +179,21 @@ class RunCheckpoints:
                 f"({self._others(chunk)}), or start a new run")
         return Restored(jax.tree.unflatten(treedef, leaves), history, chunk, meta)
 
-    def check_latest(self, config: Config) -> int:
-        """The newest checkpoint's chunk, after checking it was written by `config` and these
-        library versions (cheap: reads only its metadata)."""
+    def check_latest(self, config: Config, *, allow_version_change: bool = False) -> int:
+        """The newest checkpoint's chunk, after checking it was written by `config` and (unless
+        `allow_version_change`) these library versions (cheap: reads only its metadata)."""
         chunk = self.latest_chunk()
         if chunk is None:
             raise CheckpointError(f"cannot resume: {str(self.directory)!r} holds no complete "
                                   f"checkpoint; start a new run with --out")
-        check_compatible(self.read_meta(chunk), config, self.path(chunk))
+        check_compatible(self.read_meta(chunk), config, self.path(chunk),
+                         allow_version_change=allow_version_change, warn=False)
         return chunk
 
-    def restore_latest(self, abstract_state, config: Config) -> Restored:
-        return self.restore(self.check_latest(config), abstract_state, config)
+    def restore_latest(self, abstract_state, config: Config, *,
+                       allow_version_change: bool = False) -> Restored:
+        chunk = self.check_latest(config, allow_version_change=allow_version_change)
+        return self.restore(chunk, abstract_state, config, allow_version_change=allow_version_change)
 
     def _others(self, chunk: int) -> str:
         others = [c for c in self.manager.all_steps() if c != chunk]
@@ -212,17 +222,24 @@ def stored_config(run_dir) -> Config:
                               f"version of vaco_jax: {error}") from error
 
 
-def check_compatible(meta: dict, config: Config, where) -> None:
-    """Refuse a checkpoint written with other library versions or another config."""
+def check_compatible(meta: dict, config: Config, where, *, allow_version_change: bool = False,
+                     warn: bool = True) -> None:
+    """Refuse a checkpoint written with another config, or with other library versions unless
+    `allow_version_change` (then `warn` names them)."""
     ours = _versions()
     theirs = meta.get("versions", {})
     changed = [f"{name} {theirs.get(name)} in the checkpoint, {ours[name]} here"
                for name in CHECKED_LIBRARIES if theirs.get(name) != ours[name]]
-    if changed:
+    if changed and not allow_version_change:
         raise CheckpointError(
             f"checkpoint {str(where)!r} was written with different library versions "
             f"({'; '.join(changed)}); results would not continue the run exactly. Install the "
-            f"versions it was written with (its config.json lists them all) or start a new run")
+            f"versions it was written with (its config.json lists them all), pass "
+            f"--allow-version-change to continue anyway, or start a new run")
+    if changed and warn:
+        warnings.warn(f"resuming checkpoint {str(where)!r} written with other library versions "
+                      f"({'; '.join(changed)}): the continuation may differ from an uninterrupted "
+                      f"run", stacklevel=2)
     stored = meta["config"]
     ours_config = to_json_dict(config)
     differences = [f"`{name}` = {ours_config[name]!r} here but {stored.get(name, '(absent)')!r} in the "
@@ -244,13 +261,31 @@ def _flag(field: str) -> str:
     return "--" + field.replace("_", "-")
 
 
-def _key(index: int) -> str:
-    return f"{index:05d}"
-
-
-def _flatten(tree):
+def _flatten(tree, fmt: int = FORMAT):
+    """(leaf paths, leaves, treedef); paths as `io.leaf_names` (format 1: `jax.tree_util.keystr`)."""
     with_paths, treedef = jax.tree_util.tree_flatten_with_path(tree)
-    return [jax.tree_util.keystr(p) for p, _ in with_paths], [x for _, x in with_paths], treedef
+    paths = (io.leaf_names(tree) if fmt >= 2 else
+             [jax.tree_util.keystr(p) for p, _ in with_paths])
+    return paths, [x for _, x in with_paths], treedef
+
+
+def _storage_name(index: int, path: str, fmt: int) -> str:
+    return path if fmt >= 2 else f"{index:05d}"
+
+
+def _nest(paths, leaves, fmt: int) -> dict:
+    """The `state` item: non-empty leaves in nested dicts, one level per part of their path
+    (format 1: a flat dict keyed by index)."""
+    tree: dict = {}
+    for index, (path, x) in enumerate(zip(paths, leaves)):
+        if not np.prod(np.shape(x)):
+            continue
+        *parents, name = _storage_name(index, path, fmt).split("/")
+        node = tree
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[name] = x
+    return tree
 
 
 def _digest(leaves, history: dict) -> str:

@@ -66,6 +66,21 @@ def _git_commit() -> str | None:
         return None
 
 
+def leaf_names(tree) -> list[str]:
+    """The name of every leaf of `tree`, in `jax.tree.leaves` order: its pytree path with `/`
+    between dict keys, dataclass fields and sequence indices (`params/actor/Dense_0/kernel`)."""
+    import jax
+
+    def name(entry) -> str:
+        for attribute in ("key", "name", "idx"):
+            if hasattr(entry, attribute):
+                return str(getattr(entry, attribute))
+        return str(entry)
+
+    paths, _ = jax.tree_util.tree_flatten_with_path(tree)
+    return ["/".join(name(entry) for entry in path) for path, _ in paths]
+
+
 def to_jsonable(value):
     """Arrays → lists, numpy scalars → Python numbers, non-finite floats → None (valid JSON)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):

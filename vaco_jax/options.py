@@ -26,6 +26,10 @@ class Options:
     resume: str = ""
     """Continue the run in this directory from its newest checkpoint. Other flags may be left out
     (the run's own config is used); any config flag given must agree with it."""
+    allow_version_change: bool = False
+    """With --resume: continue a checkpoint written with other versions of jax, brax, numpy, ...
+    (a warning names them; the continuation may then differ from an uninterrupted run). Without
+    it such a resume is refused."""
     checkpoint_every: int = 1
     """Save the whole train state after every this many evaluation chunks (0 = never)."""
     checkpoint_budget: float = 0.05
@@ -52,8 +56,8 @@ class Options:
 
 
 # Options that a resumed run may set anew (the others name the run or are implied by resuming).
-RESUME_MAY_CHANGE = ("progress", "checkpoint_every", "checkpoint_budget", "checkpoint_max_age",
-                     "keep_checkpoints", "on_nan", "compile_cache", "verbose")
+RESUME_MAY_CHANGE = ("progress", "allow_version_change", "checkpoint_every", "checkpoint_budget",
+                     "checkpoint_max_age", "keep_checkpoints", "on_nan", "compile_cache", "verbose")
 
 _UNITS = {"": 1.0, "s": 1.0, "min": 60.0, "h": 3600.0}
 

@@ -36,17 +36,9 @@ FORMAT = 1
 _META = "__meta__"
 
 
-def _name(entry) -> str:
-    for attribute in ("key", "name", "idx"):
-        if hasattr(entry, attribute):
-            return str(getattr(entry, attribute))
-    return str(entry)
-
-
 def flatten(tree) -> dict[str, Any]:
     """`{"a/b/c": leaf}` for every leaf of `tree` (dict keys, dataclass fields, list indices)."""
-    leaves, _ = jax.tree_util.tree_flatten_with_path(tree)
-    return {"/".join(_name(e) for e in path): leaf for path, leaf in leaves}
+    return dict(zip(io.leaf_names(tree), jax.tree.leaves(tree)))
 
 
 def save_policy(run_dir, config: Config, actor_params, normalizer, *, env_steps: int,

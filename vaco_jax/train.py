@@ -103,7 +103,8 @@ def dry_run(config: Config) -> dict:
 def _train(config: Config, options: Options, out: Path, checkpoints: checkpoint.RunCheckpoints,
            stop_after: int | None) -> dict:
     if options.resume:  # refuse a mismatched checkpoint before building anything
-        if checkpoints.check_latest(config) == config.num_evals and (out / "summary.json").exists():
+        allow = options.allow_version_change
+        if checkpoints.check_latest(config, allow_version_change=allow) == config.num_evals and (out / "summary.json").exists():
             if runtime.is_primary():
                 print(f"{out} holds a finished run: nothing to resume", file=sys.stderr)
             return json.loads((out / "summary.json").read_text())
@@ -112,7 +113,8 @@ def _train(config: Config, options: Options, out: Path, checkpoints: checkpoint.
     num_evals = config.num_evals
     record = io.provenance() if runtime.is_primary() else {}  # once: it hashes the source
     if options.resume:
-        restored = checkpoints.restore_latest(program.abstract_state, config)
+        restored = checkpoints.restore_latest(program.abstract_state, config,
+                                              allow_version_change=options.allow_version_change)
         state, history, done = restored.state, restored.history, restored.chunk
         # Rows written after that checkpoint belong to lost chunks: rewrite the file from it.
         if runtime.is_primary():
