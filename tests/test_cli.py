@@ -26,7 +26,7 @@ ARGS = ["--env", "toy_reach", "--algo", "vaco", "--capacity", "2", "--num-seeds"
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("cli") / "run"
-    assert main(ARGS + ["--out", str(out)]) == 0
+    assert main(ARGS + ["--out", str(out), "--logger", "tensorboard"]) == 0
     return out
 
 
@@ -67,6 +67,76 @@ def test_without_a_progress_bar_each_evaluation_prints_a_line(tmp_path, capsys):
     assert [line.split(":")[0] for line in lines] == ["evaluation 1/3", "evaluation 2/3",
                                                       "evaluation 3/3"]
     assert "step 768, eval return" in lines[-1] and "(mean of 2 seeds)" in lines[-1]
+
+
+def test_tensorboard_gets_the_metrics_rows_at_their_steps(run_dir):
+    from tensorboard.backend.event_processing import event_accumulator
+
+    events = event_accumulator.EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    for name in set(rows[0]) - {"step", "iteration"}:
+        assert {f"{name}/mean", f"{name}/seed_0", f"{name}/seed_1"} <= tags, name
+    assert "perf/steps_per_second" in tags
+    for tag, pick in [("eval_return/mean", np.mean), ("eval_return/seed_1", lambda v: v[1]),
+                      ("tv_estimate/seed_0", lambda v: v[0])]:
+        scalars = events.Scalars(tag)
+        assert [e.step for e in scalars] == [row["step"] for row in rows] == [256, 512, 768]
+        np.testing.assert_allclose([e.value for e in scalars],
+                                   [pick(row[tag.split("/")[0]]) for row in rows], rtol=1e-6)
+
+
+def test_wandb_offline_gets_per_seed_and_mean_scalars(tmp_path, monkeypatch):
+    from vaco_jax import Config, loggers
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    logger = loggers.make("wandb", tmp_path, Config(num_seeds=2, seed=5), wandb_project="test")
+    logger.log(100, loggers.scalars({"step": 100, "eval_return": [1.0, 3.0]}, [5, 6]))
+    logger.log(200, loggers.scalars({"step": 200, "eval_return": [2.0, float("nan")]}, [5, 6]))
+    summary = dict(logger.run.summary)
+    logger.close()
+    # The last value of each; a NaN (a diverged seed) is left out rather than logged.
+    assert summary["eval_return/mean"] == 2.0 and summary["eval_return/seed_5"] == 2.0
+    assert summary["eval_return/seed_6"] == 3.0 and summary["_step"] == 200
+    [record] = list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert record.read_bytes().count(b"eval_return/seed_6") >= 1   # what `wandb sync` uploads
+    assert (tmp_path / "wandb_run_id").read_text() in record.name   # a resume continues this run
+
+
+def test_a_logger_without_its_package_is_refused_naming_the_install(monkeypatch):
+    import importlib.util
+
+    from vaco_jax import Options
+    from vaco_jax.options import validate_options
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "wandb" else find_spec(name, *a))
+    with pytest.raises(ConfigError, match=r"`logger` = 'wandb' is invalid: needs the wandb "
+                                          r'package: pip install -e "\.\[wandb\]"'):
+        validate_options(Options(logger="wandb"))
+    validate_options(Options(logger="tensorboard"))
+
+
+def test_a_run_starts_from_a_saved_config_and_flags_override_it(run_dir, tmp_path, capsys):
+    from vaco_jax.train import with_stored_config
+
+    for source in (run_dir, run_dir / "config.json"):
+        argv = ["--config", str(source), "--seed", "7", "--no-progress"]
+        command = with_stored_config(parse(argv), argv)
+        assert command.config == dataclasses.replace(parse(ARGS).config, seed=7)
+    bare = tmp_path / "fields.json"
+    bare.write_text(json.dumps({"env": "hopper", "capacity": 4}))
+    config = with_stored_config(parse(["--config", str(bare)]), ["--config", str(bare)]).config
+    assert (config.env, config.capacity, config.algo) == ("hopper", 4, "vaco")
+
+    bare.write_text(json.dumps({"capacty": 4}))
+    assert main(["--config", str(bare)]) == 2
+    assert "`config` = " in (err := capsys.readouterr().err) and "['capacty']" in err
+    assert main(["--config", str(run_dir), "--resume", str(run_dir)]) == 2
+    assert "invalid with --resume" in capsys.readouterr().err
 
 
 def test_cli_refuses_to_overwrite_a_finished_run(run_dir):

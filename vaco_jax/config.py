@@ -292,3 +292,29 @@ def from_json_dict(data: dict) -> Config:
             value = tuple(value)
         values[name] = value
     return Config(**values)
+
+
+def read_config_file(path) -> Config:
+    """The config stored in `path`: a run's `config.json` (or its run directory), or a JSON object
+    of config fields. Raises `ConfigError` naming the file and what is wrong with it."""
+    import json
+    from pathlib import Path
+
+    path = Path(path)
+    if path.is_dir():
+        path = path / "config.json"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"option `config` = {str(path)!r} is invalid: cannot read it as JSON "
+                          f"({type(error).__name__}: {error})") from None
+    if isinstance(data, dict) and isinstance(data.get("config"), dict):
+        data = data["config"]   # a run's config.json: {"config": ..., "options": ..., "versions": ...}
+    if not isinstance(data, dict):
+        raise ConfigError(f"option `config` = {str(path)!r} is invalid: it holds no JSON object of "
+                          f"config fields")
+    try:
+        return from_json_dict(data)
+    except (ConfigError, TypeError) as error:
+        raise ConfigError(f"option `config` = {str(path)!r} is invalid: {error}") from None
+

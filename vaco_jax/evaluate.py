@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import jax
@@ -148,8 +149,10 @@ def write_video(path, frames, fps: int) -> None:
         iio.imwrite(path, frames, extension=".gif", duration=1000.0 / fps, loop=0)
     else:
         try:
-            iio.imwrite(path, frames, extension=".mp4", fps=fps, codec="libx264",
-                        macro_block_size=1)
+            with warnings.catch_warnings():   # ffmpeg runs as a subprocess: Python's fork notice
+                warnings.filterwarnings("ignore", "os.fork", RuntimeWarning)
+                iio.imwrite(path, frames, extension=".mp4", fps=fps, codec="libx264",
+                            macro_block_size=1)
         except (ImportError, RuntimeError) as error:
             raise RuntimeError(f"writing {path.name} needs ffmpeg: pip install -e \".[video]\" "
                                f"(or write a .gif) ({error})") from error

@@ -45,6 +45,11 @@ class Options:
     on_nan: Literal["stop", "skip-seed"] = "stop"
     """When a seed's loss, gradient or parameters become non-finite: `stop` the run (the last good
     checkpoint is kept) or `skip-seed` (freeze that seed, report it, continue the others)."""
+    logger: Literal["none", "tensorboard", "wandb"] = "none"
+    """Also send every evaluation's metrics to TensorBoard (`<out>/tensorboard/`, needs the
+    `tensorboard` extra) or Weights & Biases (the `wandb` extra; WANDB_MODE=offline keeps it local)."""
+    wandb_project: str = "vaco_jax"
+    """The W&B project of --logger wandb."""
     compile_cache: str = "default"
     """JAX's persistent compilation cache: `default` (JAX_COMPILATION_CACHE_DIR if set, else the
     per-user cache, `vaco_jax.cache`), `off`, or a directory. A repeated run skips compiling."""
@@ -57,7 +62,8 @@ class Options:
 
 # Options that a resumed run may set anew (the others name the run or are implied by resuming).
 RESUME_MAY_CHANGE = ("progress", "allow_version_change", "checkpoint_every", "checkpoint_budget",
-                     "checkpoint_max_age", "keep_checkpoints", "on_nan", "compile_cache", "verbose")
+                     "checkpoint_max_age", "keep_checkpoints", "on_nan", "compile_cache", "verbose",
+                     "logger", "wandb_project")
 
 _UNITS = {"": 1.0, "s": 1.0, "min": 60.0, "h": 3600.0}
 
@@ -75,6 +81,17 @@ def duration_seconds(text: str) -> float:
     return seconds
 
 
+# --logger: the package each backend imports, and the extra that installs it.
+LOGGER_PACKAGES = {"tensorboard": ("tensorboardX", "tensorboard"), "wandb": ("wandb", "wandb")}
+
+
+def _missing_logger_package(logger: str):
+    import importlib.util
+
+    package = LOGGER_PACKAGES.get(logger)
+    return package if package and importlib.util.find_spec(package[0]) is None else None
+
+
 def validate_options(options: Options) -> None:
     """Raise `ConfigError` naming the first bad option (before anything compiles)."""
     check_types(options)
@@ -88,6 +105,10 @@ def validate_options(options: Options) -> None:
     except ValueError:
         raise invalid("checkpoint_max_age", options.checkpoint_max_age,
                       "must be a duration such as 90s, 10min or 2h (0 = no maximum)") from None
+    missing = _missing_logger_package(options.logger)
+    if missing:
+        raise invalid("logger", options.logger,
+                      f"needs the {missing[0]} package: pip install -e \".[{missing[1]}]\"")
     if options.checkpoint_every < 0:
         raise invalid("checkpoint_every", options.checkpoint_every,
                       "must be an integer >= 0 (evaluation chunks between checkpoints; 0 = never)")

@@ -35,8 +35,8 @@ import jax
 import numpy as np
 import tyro
 
-from vaco_jax import checkpoint, io, policy, program as program_lib, runtime
-from vaco_jax.config import Config, to_json_dict, validate
+from vaco_jax import checkpoint, io, loggers, policy, program as program_lib, runtime
+from vaco_jax.config import Config, read_config_file, to_json_dict, validate
 from vaco_jax.errors import CheckpointError, ConfigError, DivergenceError
 from vaco_jax.options import Options, duration_seconds, validate_options
 from vaco_jax.runtime import Cluster
@@ -135,6 +135,11 @@ def _train(config: Config, options: Options, out: Path, checkpoints: checkpoint.
 
     end = num_evals if stop_after is None else min(num_evals, done + stop_after)
     progress = _progress_bar(config, options, done)
+    steps_per_chunk = config.iterations_per_eval * config.batch_size
+    logger = (loggers.make(options.logger, out, config, wandb_project=options.wandb_project,
+                           first_step=done * steps_per_chunk + 1 if done else 0)
+              if runtime.is_primary() else None)
+    seeds = list(range(config.seed, config.seed + config.num_seeds))
     loop_start = last_save_end = time.perf_counter()
     loop_cpu_start = time.process_time()
     last_save_seconds, saved = 0.0, []
@@ -166,10 +171,13 @@ def _train(config: Config, options: Options, out: Path, checkpoints: checkpoint.
             if due or completed == end:   # the policy goes with every checkpoint and the end
                 _save_policy(out, config, layout, state, completed, record)
             # A row follows its chunk's checkpoint (when one was due): resuming never goes behind it.
+            row = _row(config, history, chunk_index)
             if runtime.is_primary():
-                io.append_jsonl(out / "metrics.jsonl", [_row(config, history, chunk_index)])
+                io.append_jsonl(out / "metrics.jsonl", [row])
             sps = _steps_per_second(config, completed - done, time.perf_counter() - loop_start)
-            step = completed * config.iterations_per_eval * config.batch_size
+            step = completed * steps_per_chunk
+            if logger is not None:
+                logger.log(step, {**loggers.scalars(row, seeds), "perf/steps_per_second": sps})
             finite = metrics["eval_return"][np.isfinite(metrics["eval_return"])]
             eval_return = finite.mean() if finite.size else np.nan
             if progress is not None:
@@ -182,6 +190,8 @@ def _train(config: Config, options: Options, out: Path, checkpoints: checkpoint.
     finally:
         if progress is not None:
             progress.close()
+        if logger is not None:
+            logger.close()
     train_seconds = time.perf_counter() - loop_start  # everything but compilation, writes included
     train_cpu_seconds = time.process_time() - loop_cpu_start  # this process's threads, likewise
     finished = end == num_evals
@@ -366,6 +376,9 @@ class Command:
     config: Annotated[Config, tyro.conf.OmitArgPrefixes] = Config()
     options: Annotated[Options, tyro.conf.OmitArgPrefixes] = Options()
     cluster: Annotated[Cluster, tyro.conf.OmitArgPrefixes] = Cluster()
+    config_file: Annotated[str, tyro.conf.arg(name="config", metavar="FILE")] = ""
+    """Start from the config in this file: a run's config.json (or its directory) or a JSON object
+    of config fields; config flags given override it (e.g. another --seed or --total-steps)."""
 
 
 def parse(argv: list[str], default: Command | None = None) -> Command:
@@ -376,10 +389,17 @@ def parse(argv: list[str], default: Command | None = None) -> Command:
 
 def with_stored_config(command: Command, argv: list[str]) -> Command:
     """With `--resume DIR`, the stored run's config is the default of every config flag (flags
-    given must agree with it, which `run` checks)."""
-    if not command.options.resume:
+    given must agree with it, which `run` checks); with `--config FILE`, the file's (flags given
+    override it)."""
+    if command.options.resume and command.config_file:
+        raise ConfigError("option `config` is invalid with --resume: a resumed run continues with "
+                          "its own config; leave --config out")
+    if command.options.resume:
+        stored = checkpoint.stored_config(command.options.resume)
+    elif command.config_file:
+        stored = read_config_file(command.config_file)
+    else:
         return command
-    stored = checkpoint.stored_config(command.options.resume)
     return parse(argv, default=dataclasses.replace(command, config=stored))
 
 
