@@ -83,7 +83,8 @@ def returns(policy: Policy, key, *, episodes: int, stochastic: bool = False, env
 
 
 def rollout_positions(policy: Policy, key, *, steps: int, stochastic: bool = False, env=None):
-    """Joint positions `[n, nq]` of one episode (its initial state first), up to `steps` steps."""
+    """Joint positions `[n, nq]` of one episode (its initial state first), up to `steps` steps
+    (a toy env: its whole state, e.g. toy_reach's point and target `[n, 4]`)."""
     env = env if env is not None else make_env(policy.config.env, policy.config.mjx_solver)
 
     def step(carry, t):
@@ -91,17 +92,21 @@ def rollout_positions(policy: Policy, key, *, steps: int, stochastic: bool = Fal
         action = policy.act(state.obs, jax.random.fold_in(key, t) if stochastic else None)
         stepped = env.step(state, action)
         alive = alive & (stepped.done < 0.5)
-        return (stepped, alive), (stepped.pipeline_state.qpos, alive)
+        return (stepped, alive), (_positions(stepped), alive)
 
     def run(key):
         state = env.reset(key)
         _, (qpos, alive) = jax.lax.scan(step, (state, jnp.bool_(True)), jnp.arange(steps))
-        return state.pipeline_state.qpos, qpos, alive
+        return _positions(state), qpos, alive
 
     first, qpos, alive = jax.device_get(jax.jit(run)(key))
     # Keep the steps up to and including the one that ended the episode.
     length = int(np.argmin(alive)) + 1 if not alive.all() else steps
     return np.concatenate([first[None], qpos[:length]])
+
+
+def _positions(state):
+    return getattr(state.pipeline_state, "qpos", state.pipeline_state)
 
 
 def render(env, positions, *, width: int = 480, height: int = 360):

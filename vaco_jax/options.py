@@ -20,7 +20,8 @@ class Options:
     """Output directory for config.json, metrics.jsonl, checkpoints/ and summary.json (default
     runs/<env>_<algo>_C<capacity>_<time>)."""
     progress: bool = True
-    """Show a progress bar (without one: a line per evaluation on stderr, for batch-job logs)."""
+    """Show a progress bar on a terminal or in a notebook (without one, or when stderr is a file:
+    a line per evaluation on stderr, for batch-job logs)."""
     overwrite: bool = False
     """Allow writing into an output directory that already holds a finished or unfinished run."""
     resume: str = ""

@@ -13,15 +13,20 @@ Placement (`Layout`): a 1-D mesh over every device of every process (`jax.device
   expensive part) runs on every device and XLA's partitioner inserts what the update gathers.
 
 `TrainProgram` is the MuJoCo trainer's program (init + one chunk of iterations and an evaluation),
-compiled ahead of time, with its per-device memory (`memory()`) known before it runs.
+compiled ahead of time, with its per-device memory (`memory()`) known before it runs. A chunk is
+two programs, the learner iterations and the evaluation, compiled at the same time in two threads
+(XLA compiles outside the GIL) and run one after the other: the same results as one
+`jit(vmap(Trainer.run_chunk))`, the compile time of the larger part, and each part timed apart.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import functools
 import sys
 import time
+from typing import Any
 
 import jax
 import numpy as np
@@ -174,6 +179,51 @@ def seed_keys(seeds) -> np.ndarray:
     return np.stack([np.asarray(jax.random.PRNGKey(s)) for s in seeds])
 
 
+@dataclasses.dataclass(frozen=True)
+class CompiledChunk:
+    """One chunk, `chunk(state) -> (state, metrics)` like `jit(vmap(Trainer.run_chunk))`, as two
+    compiled programs run one after the other: `learn` (the iterations) and `evaluate`."""
+
+    learn: Any
+    evaluate: Any
+
+    def __call__(self, state):
+        state, metrics = self.learn(state)
+        eval_return, key = self.evaluate(state.params["actor"], state.normalizer, state.key)
+        return state.replace(key=key), {**metrics, "eval_return": eval_return}
+
+
+class ChunkTimer:
+    """Seconds the two parts of the chunks given to `track` took on the devices, measured by a
+    thread that waits for each part's outputs in turn: parts run in the order they were
+    dispatched, so a part took the time from the end of the one before it to its own end (time
+    the devices wait for the host counts to the learner part). `seconds()` waits for the last."""
+
+    def __init__(self):
+        self._learn = self._evaluate = 0.0
+        self._last = time.perf_counter()
+        self._waiter = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+
+    def track(self, metrics) -> None:
+        """`metrics`: a chunk's outputs as `CompiledChunk` returns them (not waited for here)."""
+        self._waiter.submit(self._wait, metrics["iteration"], metrics["eval_return"])
+
+    def _wait(self, learned, evaluated) -> None:
+        jax.block_until_ready(learned)
+        now = time.perf_counter()
+        self._learn, self._last = self._learn + now - self._last, now
+        jax.block_until_ready(evaluated)
+        now = time.perf_counter()
+        self._evaluate, self._last = self._evaluate + now - self._last, now
+
+    def seconds(self) -> dict:
+        """`{"learn_seconds", "eval_seconds", "eval_fraction"}` of every chunk tracked."""
+        self._waiter.shutdown(wait=True)
+        total = self._learn + self._evaluate
+        return {"learn_seconds": self._learn, "eval_seconds": self._evaluate,
+                "eval_fraction": self._evaluate / total if total > 0 else 0.0}
+
+
 @dataclasses.dataclass
 class TrainProgram:
     """`init(keys, hparams)` and one chunk `state -> (state, metrics)` of `Trainer`, vmapped over
@@ -183,8 +233,9 @@ class TrainProgram:
     layout: Layout
     abstract_state: object  # ShapeDtypeStructs with shardings, padded runs (also the restore target)
     init: object
-    chunk: object
-    compiled: object = None
+    learn: object         # jit(vmap(Trainer.learn_chunk))
+    evaluate: object      # jit(vmap(Trainer.evaluate))
+    compiled: CompiledChunk | None = None
     compile_seconds: float = 0.0
 
     @classmethod
@@ -203,18 +254,29 @@ class TrainProgram:
         """The initial state of the runs: `keys` `[num_runs, 2]`, `hparams` stacked `[num_runs]`."""
         return self.init(*self.layout.put((keys, hparams)))
 
-    def compiled_chunk(self):
-        """The chunk compiled ahead of time, and the seconds that took (0 when compiled before)."""
+    def compiled_chunk(self) -> tuple[CompiledChunk, float]:
+        """The chunk compiled ahead of time (its two programs at once), and the seconds that took
+        (0 when compiled before)."""
         if self.compiled is not None:
             return self.compiled, 0.0
         start = time.perf_counter()
-        self.compiled = self.chunk.lower(self.abstract_state).compile()
+        state = self.abstract_state
+        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+            learn = pool.submit(lambda: self.learn.lower(state).compile())
+            evaluate = pool.submit(lambda: self.evaluate.lower(
+                state.params["actor"], state.normalizer, state.key).compile())
+            self.compiled = CompiledChunk(learn.result(), evaluate.result())
         self.compile_seconds = time.perf_counter() - start
         return self.compiled, self.compile_seconds
 
     def memory(self) -> dict:
-        """Per-device bytes of the compiled chunk (compiling it if needed)."""
-        return memory_report(self.compiled_chunk()[0])
+        """Per-device bytes of the compiled chunk (compiling it if needed): the learner program's,
+        with the peak of the evaluation (which runs while the state is held) if that is higher."""
+        compiled = self.compiled_chunk()[0]
+        report, evaluation = memory_report(compiled.learn), memory_report(compiled.evaluate)
+        if report and evaluation:
+            report["peak"] = max(report["peak"], report["argument"] + evaluation["peak"])
+        return report
 
     def dry_run(self) -> dict:
         """Compile the chunk (nothing runs) and report the placement, the compile seconds and the
@@ -238,12 +300,15 @@ def _build(config: Config, placed: Layout, donate: bool) -> TrainProgram:
     state_shardings = placed.shardings(abstract, env_state=lambda state: state.env_state)
     init = jax.jit(batched_init, in_shardings=(placed.runs(), placed.runs()),
                    out_shardings=state_shardings)
-    chunk = jax.jit(jax.vmap(trainer.run_chunk), in_shardings=(state_shardings,),
+    learn = jax.jit(jax.vmap(trainer.learn_chunk), in_shardings=(state_shardings,),
                     out_shardings=(state_shardings, placed.runs()),
                     donate_argnums=(0,) if donate else ())
+    policy = (state_shardings.params["actor"], state_shardings.normalizer, state_shardings.key)
+    evaluate = jax.jit(jax.vmap(trainer.evaluate), in_shardings=policy,
+                       out_shardings=(placed.runs(), state_shardings.key))
     abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                             abstract, state_shardings)
-    return TrainProgram(trainer, placed, abstract, init, chunk)
+    return TrainProgram(trainer, placed, abstract, init, learn, evaluate)
 
 
 def log_to_stderr(message: str) -> None:

@@ -4,9 +4,10 @@
         --total-steps 300000 --out runs/ip_vaco_c4
     python -m vaco_jax.train --resume runs/ip_vaco_c4      # continue after a crash or pre-emption
 
-The run is a Python loop over `num_evals` chunks. Each chunk is one compiled program — `Trainer.run_chunk`
-vmapped over seeds and placed on every device of every process (`vaco_jax.program`): a scan over
-iterations, then a deterministic evaluation. While one chunk computes, the previous one is checked
+The run is a Python loop over `num_evals` chunks. Each chunk is `Trainer.run_chunk` vmapped over
+seeds and placed on every device of every process (`vaco_jax.program`): a scan over iterations,
+then a deterministic evaluation, compiled as two programs at once and timed apart (`summary.json`:
+`learn_seconds`, `eval_seconds`, `eval_fraction`). While one chunk computes, the previous one is checked
 and written: the whole train state and the metrics so far are saved (`vaco_jax.checkpoint`) after
 every chunk, or less often when writing would take more than `--checkpoint-budget` (5%) of the run's
 time, but never less often than `--checkpoint-max-age` (10 min); a killed run resumes, bit for bit,
@@ -143,10 +144,12 @@ def _train(config: Config, options: Options, out: Path, checkpoints: checkpoint.
     loop_start = last_save_end = time.perf_counter()
     loop_cpu_start = time.process_time()
     last_save_seconds, saved = 0.0, []
+    timer = program_lib.ChunkTimer()
     try:
         pending = compiled_chunk(state) if done < end else None
         for chunk_index in range(done, end):
             state, metrics = pending
+            timer.track(metrics)
             if chunk_index + 1 < end:
                 # Dispatch the next chunk now: it computes while this one is checked and written.
                 pending = compiled_chunk(state)
@@ -207,6 +210,7 @@ def _train(config: Config, options: Options, out: Path, checkpoints: checkpoint.
         "sps": _steps_per_second(config, end - done, train_seconds),
         "compile_seconds": compile_seconds,
         "train_seconds": train_seconds,
+        **timer.seconds(),
         "train_cpu_seconds": train_cpu_seconds,
         "num_seeds": config.num_seeds,
         "devices": layout.describe(),
@@ -361,7 +365,9 @@ def _steps_per_second(config: Config, chunks: int, seconds: float) -> float:
 
 
 def _progress_bar(config: Config, options: Options, done: int):
-    if not options.progress or not runtime.is_primary():
+    """A tqdm bar on a terminal or in a notebook; None (a line per evaluation) in batch logs."""
+    interactive = sys.stderr.isatty() or "ipykernel" in sys.modules
+    if not options.progress or not interactive or not runtime.is_primary():
         return None
     from tqdm.auto import tqdm
 
@@ -422,7 +428,8 @@ def main(argv: list[str] | None = None) -> int:
     returns = [None if r is None or not np.isfinite(r) else round(float(r), 1)
                for r in np.asarray(summary["final_eval_return"], dtype=float)]
     print(f"final eval return per seed: {returns}  ({summary['env_steps']:,} steps/seed, "
-          f"{summary['sps']:,.0f} steps/s, compile {summary['compile_seconds']:.1f} s, "
+          f"{summary['sps']:,.0f} steps/s, compile {summary['compile_seconds']:.1f} s, evaluation "
+          f"{summary['eval_fraction']:.0%} of the time, "
           f"{summary['devices']}) -> {summary['out']}")
     return 0
 

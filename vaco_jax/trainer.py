@@ -264,23 +264,36 @@ class Trainer:
     # --- chunks and the whole run ------------------------------------------------------------
     def run_chunk(self, state: TrainState) -> tuple[TrainState, dict]:
         """`iterations_per_eval` iterations, then a deterministic evaluation; scalar metrics."""
-        config = self.config
+        state, metrics = self.learn_chunk(state)
+        metrics["eval_return"], key = self.evaluate(state.params["actor"], state.normalizer,
+                                                    state.key)
+        return state.replace(key=key), metrics
+
+    def learn_chunk(self, state: TrainState) -> tuple[TrainState, dict]:
+        """`iterations_per_eval` iterations; their mean metrics (`train_return`: the mean return
+        of the training episodes that ended in them)."""
         state, per_iteration = jax.lax.scan(lambda s, _: self.iteration(s), state, None,
-                                            length=config.iterations_per_eval)
+                                            length=self.config.iterations_per_eval)
         metrics = jax.tree.map(jnp.mean, per_iteration)
         episodes = jnp.sum(per_iteration.pop("episodes"))
         returns = jnp.sum(per_iteration.pop("episode_return_sum"))
         del metrics["episodes"], metrics["episode_return_sum"]
         metrics["train_return"] = jnp.where(episodes > 0, returns / jnp.maximum(episodes, 1.0),
                                             jnp.nan)
-        eval_key, key = jax.random.split(state.key)
-        metrics["eval_return"] = evaluation.evaluate(
-            self.env, self.actor, state.params["actor"], state.normalizer, eval_key,
-            num_episodes=config.eval_envs, episode_length=config.episode_length,
-            normalize_obs=config.normalize_observations)
         metrics["env_steps"] = state.env_steps
         metrics["iteration"] = state.iteration
-        return state.replace(key=key), metrics
+        return state, metrics
+
+    def evaluate(self, actor_params, normalizer, key) -> tuple[jax.Array, jax.Array]:
+        """The deterministic evaluation of `run_chunk`: (mean return of `eval_envs` episodes of
+        the Gaussian mean, the run's next key)."""
+        config = self.config
+        eval_key, key = jax.random.split(key)
+        eval_return = evaluation.evaluate(
+            self.env, self.actor, actor_params, normalizer, eval_key,
+            num_episodes=config.eval_envs, episode_length=config.episode_length,
+            normalize_obs=config.normalize_observations)
+        return eval_return, key
 
     def train(self, key, hparams: HParams | None = None) -> tuple[TrainState, dict]:
         """The whole run: metrics are stacked over evaluations, `[num_evals]` per leaf."""

@@ -136,10 +136,11 @@ def run_cell(cell: Cell, progress: Callable[[int, int], None] | None = None) -> 
     state = program.init_state(program_lib.seed_keys([r.seed for r in cell.runs]), hparams)
     chunk, compile_seconds = program.compiled_chunk()
 
-    rows, train_seconds = [], 0.0
+    rows, train_seconds, timer = [], 0.0, program_lib.ChunkTimer()
     for eval_index in range(config.num_evals):
         chunk_start = time.perf_counter()
         state, metrics = chunk(state)
+        timer.track(metrics)
         metrics, health = program.layout.unpad((metrics, state.health))
         train_seconds += time.perf_counter() - chunk_start
         rows.extend(_rows(cell, eval_index, metrics, health.nonfinite != 0))
@@ -149,7 +150,8 @@ def run_cell(cell: Cell, progress: Callable[[int, int], None] | None = None) -> 
     record = {
         "cell": cell.cell_id, "fingerprint": cell.fingerprint(), "runs": len(cell.runs),
         "env_steps_per_run": config.env_steps, "compile_seconds": compile_seconds,
-        "train_seconds": train_seconds, "wall_seconds": time.perf_counter() - start,
+        "train_seconds": train_seconds, **timer.seconds(),
+        "wall_seconds": time.perf_counter() - start,
         "sps": steps / train_seconds, "diverged_runs": _diverged(cell, health),
         "devices": program.layout.describe(), "processes": jax.process_count(),
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"), **io.provenance(),
