@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Annotated
 
 import jax
+from typing import Literal
+
 import tyro
 
 from vaco_jax import program, runtime
@@ -30,11 +32,16 @@ from vaco_jax.errors import ConfigError
 from vaco_jax.runtime import Cluster
 
 
+PresetName = Literal[tuple(presets.PRESETS)]
+StudyName = Literal[tuple(presets.STUDIES)]
+
+
 @dataclasses.dataclass
 class Args:
-    preset: str = "cpu"
-    """Scale: tiny, smoke, cpu or paper (see vaco_jax.study.presets.PRESETS)."""
-    studies: tuple[str, ...] = ("main",)
+    preset: PresetName = "cpu"
+    """Scale (vaco_jax.study.presets.PRESETS): tiny and smoke check the pipeline, cpu is the
+    2-core CPU study, hopper-1m hopper at 1M steps, paper the paper's scale for accelerators."""
+    studies: tuple[StudyName, ...] = ("main",)
     """main (5 algorithms), delta (VACO δ sensitivity), ablations (pairings and filter switches)."""
     out: str = ""
     """Output directory (default runs/sweeps/<preset>)."""

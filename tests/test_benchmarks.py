@@ -84,3 +84,17 @@ def test_a_frozen_case_sets_the_learning_rate_of_every_config_and_none_keeps_the
     frozen = Case(env="toy_reach", learning_rate=1e-20)
     assert frozen.config("ppo_clip").learning_rate == 1e-20
     assert frozen.config("vaco", capacity=8).capacity == 8
+
+
+def test_the_compile_benchmark_times_each_stage_and_counts_the_env_step_copies():
+    from benchmarks import compile as compile_benchmark
+
+    iteration = compile_benchmark.measure("iteration_ppo_clip", "toy_reach")
+    assert iteration["trace_s"] > 0 and iteration["lower_s"] > 0 and iteration["xla_compile_s"] > 0
+    assert iteration["compile_s"] == pytest.approx(
+        iteration["trace_s"] + iteration["lower_s"] + iteration["xla_compile_s"])
+    # One rollout body steps the envs; resets come from the fresh-state pool.
+    assert iteration["step"] >= 1 and iteration["hlo_instructions"] > 100
+    evaluation = compile_benchmark.measure("evaluation", "toy_reach")
+    assert evaluation["step"] == 1 and evaluation["reset"] == 1   # one while-loop body, one reset
+    assert evaluation["hlo_instructions"] < iteration["hlo_instructions"]

@@ -109,6 +109,11 @@ PRESETS: dict[str, Preset] = {
         config={**_CPU_SHAPES, "total_steps": 204_800},
         env_config={"hopper": {"total_steps": 102_400}},
         description="2-core CPU, main study < 45 min (see README)"),
+    "hopper-1m": Preset(
+        "hopper-1m", envs=("hopper",), capacities=(1, 16), num_seeds=5,
+        config={**_CPU_SHAPES, "total_steps": 1_000_000, "num_evals": 20, "mjx_solver": "fast"},
+        description="hopper at 1M env steps per run, synchronous and C = 16: hours on a 2-core "
+                    "CPU, resumable (run it with --algos vaco ppo_clip ppo_kl)"),
     "paper": Preset(
         "paper", envs=("ant", "halfcheetah", "hopper", "walker2d", "humanoid"),
         capacities=(1, 2, 4, 8, 16), num_seeds=10,
