@@ -35,8 +35,10 @@ class Config:
     # --- what to run ------------------------------------------------------------------------
     env: str = "inverted_pendulum"
     """Environment: ant, halfcheetah, hopper, humanoid, humanoidstandup, inverted_pendulum,
-    inverted_double_pendulum, pusher, reacher, walker2d (Brax on MJX), or toy_reach, toy_bandit
-    (pure JAX, for tests)."""
+    inverted_double_pendulum, pusher, reacher, walker2d (Brax on MJX); dmc:<Task>, a DeepMind
+    Control Suite task of MuJoCo Playground (dmc:CheetahRun, dmc:CartpoleSwingup, dmc:WalkerWalk,
+    ... — all 25 in the README; needs the dmc extra); or toy_reach, toy_bandit (pure JAX, for
+    tests)."""
     algo: str = "vaco"
     """Algorithm: vaco, ppo_clip, ppo_kl, spo, impala, pg, or any `<estimator>+<objective>` pairing
     (estimators gae, vtrace_once, vtrace_every; objectives tv_filter, ppo_clip, ppo_kl, spo,
@@ -205,7 +207,12 @@ def validate(config: Config) -> None:
     check_types(config)
     hints = typing.get_type_hints(Config)
     if config.env not in envs.ENV_NAMES:
+        if config.env.startswith(envs.DMC_PREFIX):
+            _fail("env", config.env, f"the DM Control Suite tasks are {list(envs.DMC_ENVS)}")
         _fail("env", config.env, f"allowed values are {sorted(envs.ENV_NAMES)}")
+    if config.env in envs.DMC_ENVS and not envs.dmc_available():
+        _fail("env", config.env, f"DM Control Suite tasks need MuJoCo Playground: "
+                                 f"{envs.DMC_INSTALL}")
     algorithms.parse(config.algo)  # raises ConfigError naming `algo`
 
     positive_ints = ["num_seeds", "total_steps", "num_envs", "unroll_length", "num_epochs",

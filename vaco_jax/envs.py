@@ -10,7 +10,10 @@ get wrong for bootstrapping:
 Observation normalisation is per seed and lives in the train state (it travels with each policy
 snapshot), not here.
 
-Two tiny pure-JAX envs (`toy_reach`, `toy_bandit`) share the Brax `Env` interface for fast unit tests.
+The DeepMind Control Suite comes from MuJoCo Playground (`dmc:<Task>`, e.g. `dmc:CheetahRun`;
+`pip install -e ".[dmc]"`), with MJX's JAX implementation, behind the same interface and wrapper
+(`PlaygroundEnv`). Two tiny pure-JAX envs (`toy_reach`, `toy_bandit`) share the Brax `Env`
+interface for fast unit tests.
 """
 
 from __future__ import annotations
@@ -36,8 +39,28 @@ MJX_ENVS = (
     "ant", "halfcheetah", "hopper", "humanoid", "humanoidstandup", "inverted_pendulum",
     "inverted_double_pendulum", "pusher", "reacher", "walker2d",
 )
+# The DM Control Suite of MuJoCo Playground 0.2.0 (the version the `dmc` extra pins); its XML
+# assets ship in the package. Playground's locomotion and manipulation envs need the MuJoCo
+# Menagerie downloaded at run time and are not offered.
+DMC_PREFIX = "dmc:"
+DMC_TASKS = (
+    "AcrobotSwingup", "AcrobotSwingupSparse", "BallInCup", "CartpoleBalance",
+    "CartpoleBalanceSparse", "CartpoleSwingup", "CartpoleSwingupSparse", "CheetahRun", "FingerSpin",
+    "FingerTurnEasy", "FingerTurnHard", "FishSwim", "HopperHop", "HopperStand", "HumanoidRun",
+    "HumanoidStand", "HumanoidWalk", "PendulumSwingup", "PointMass", "ReacherEasy", "ReacherHard",
+    "SwimmerSwimmer6", "WalkerRun", "WalkerStand", "WalkerWalk",
+)
+DMC_ENVS = tuple(DMC_PREFIX + task for task in DMC_TASKS)
+DMC_INSTALL = 'pip install -e ".[dmc]"'
 TOY_ENVS = ("toy_reach", "toy_bandit")
-ENV_NAMES = MJX_ENVS + TOY_ENVS
+ENV_NAMES = MJX_ENVS + DMC_ENVS + TOY_ENVS
+
+
+def dmc_available() -> bool:
+    """Is MuJoCo Playground (the `dmc` extra) installed?"""
+    import importlib.util
+
+    return importlib.util.find_spec("mujoco_playground") is not None
 
 
 class ToyReach(Env):
@@ -135,6 +158,8 @@ def make_env(name: str, mjx_solver: str = "default", **kwargs) -> Env:
         return ToyReach()
     if name == "toy_bandit":
         return ToyBandit()
+    if name.startswith(DMC_PREFIX):
+        return PlaygroundEnv.load(name[len(DMC_PREFIX):])
     if name not in MJX_ENVS:
         raise ValueError(f"unknown env {name!r}; allowed values are {list(ENV_NAMES)}")
     if mjx_solver not in ("default", "fast"):
@@ -147,6 +172,63 @@ def make_env(name: str, mjx_solver: str = "default", **kwargs) -> Env:
     if mjx_solver == "fast" and name in FAST_SOLVER:
         set_solver(env, **FAST_SOLVER[name])
     return env
+
+
+class PlaygroundEnv(Env):
+    """A MuJoCo Playground env behind the Brax `Env` interface that `VecEnv` steps: Playground's
+    `State.data` (an `mjx.Data`) is the `pipeline_state`; a dict observation (no DM Control task
+    has one without vision) is flattened, its arrays concatenated in sorted key order. Time limits,
+    truncation and resets are `VecEnv`'s, as for every env."""
+
+    def __init__(self, env):
+        self.env = env
+
+    @classmethod
+    def load(cls, task: str) -> "PlaygroundEnv":
+        """DM Control Suite `task` with MJX's JAX implementation (Playground's default is Warp)."""
+        with contextlib.redirect_stdout(io.StringIO()):   # the same "Failed to import warp" notice
+            from mujoco_playground import registry
+        return cls(registry.load(task, config_overrides={"impl": "jax"}))
+
+    @staticmethod
+    def _flat(obs):
+        if isinstance(obs, dict):
+            return jnp.concatenate([jnp.ravel(obs[k]) for k in sorted(obs)])
+        return obs
+
+    def _ours(self, state) -> State:
+        return State(state.data, self._flat(state.obs), state.reward, state.done, state.metrics,
+                     state.info)
+
+    def reset(self, rng) -> State:
+        return self._ours(self.env.reset(rng))
+
+    def step(self, state: State, action) -> State:
+        from mujoco_playground import State as PlaygroundState
+
+        theirs = PlaygroundState(state.pipeline_state, state.obs, state.reward, state.done,
+                                 state.metrics, state.info)
+        return self._ours(self.env.step(theirs, action))
+
+    @property
+    def observation_size(self) -> int:
+        return int(jax.eval_shape(self.reset, jax.random.PRNGKey(0)).obs.shape[-1])
+
+    @property
+    def action_size(self) -> int:
+        return int(self.env.action_size)
+
+    @property
+    def backend(self) -> str:
+        return "mjx"
+
+    @property
+    def dt(self) -> float:
+        return float(self.env.dt)
+
+    @property
+    def mj_model(self):
+        return self.env.mj_model
 
 
 def set_solver(env: Env, **options) -> Env:

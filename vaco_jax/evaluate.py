@@ -32,7 +32,7 @@ import numpy as np
 import tyro
 
 from vaco_jax import evaluation, io, runtime
-from vaco_jax.envs import TOY_ENVS, make_env
+from vaco_jax.envs import DMC_ENVS, TOY_ENVS, PlaygroundEnv, make_env
 from vaco_jax.errors import CheckpointError, ConfigError, invalid
 from vaco_jax.policy import Policy, load_policy
 
@@ -113,7 +113,7 @@ def render(env, positions, *, width: int = 480, height: int = 360):
     """RGB frames `[n, height, width, 3]` uint8 of an MJX env at the given joint positions."""
     import mujoco
 
-    model = env.sys.mj_model
+    model = env.mj_model if isinstance(env, PlaygroundEnv) else env.sys.mj_model
     data = mujoco.MjData(model)
     camera = "track" if any(model.camera(i).name == "track" for i in range(model.ncam)) else -1
     try:
@@ -188,6 +188,9 @@ def main(argv: list[str] | None = None) -> int:
             if getattr(args, field) and policy.env in TOY_ENVS:
                 raise invalid(field, getattr(args, field), f"{policy.env} is a pure-JAX test env "
                                                            f"with no model to render; an MJX env is")
+        if args.html and policy.env in DMC_ENVS:
+            raise invalid("html", args.html, "Brax's viewer shows Brax envs only; for a DM Control "
+                                             "task write a --video")
         if args.video and not args.video.endswith(".gif"):
             import importlib.util
             if importlib.util.find_spec("imageio_ffmpeg") is None:
