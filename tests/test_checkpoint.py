@@ -194,10 +194,11 @@ def test_a_checkpoint_of_the_previous_format_still_resumes(partial_run, tmp_path
 
 
 def test_corrupt_checkpoint_is_refused(partial_run):
-    # The largest chunk of array data (orbax's OCDBT data files live in `.../d/`; its JSON metadata
-    # files can be larger, and orbax does not need them to restore into a known structure).
-    data = max((p for p in (partial_run / "checkpoints" / "3" / "arrays").rglob("*")
-                if p.is_file() and p.parent.name == "d"), key=lambda p: p.stat().st_size)
+    # The largest chunk of array data: orbax's OCDBT data files live in `ocdbt.process_<i>/d/`.
+    # (The top-level `d/` holds the B-tree of leaf names, and its JSON metadata files can be
+    # larger; orbax does not need those to restore into a known structure.)
+    data = max((p for p in (partial_run / "checkpoints" / "3" / "arrays").glob("ocdbt.process_*/d/*")
+                if p.is_file()), key=lambda p: p.stat().st_size)
     raw = bytearray(data.read_bytes())
     raw[len(raw) // 2] ^= 0xFF  # one flipped byte in the middle of the largest array data file
     data.write_bytes(bytes(raw))

@@ -262,5 +262,6 @@ def test_help_documents_every_flag_and_lists_the_choices():
             head = lines[i].strip(" │")
             rest = re.sub(r"^(--[\w-]+,? ?)+(\S+ )?", "", head).strip() or lines[i + 1].strip(" │")
             assert rest and not rest.startswith("--"), flag
-    for name in envs.ENV_NAMES + tuple(algorithms.REGISTRY):
+    for name in envs.MJX_ENVS + envs.TOY_ENVS + tuple(algorithms.REGISTRY):
         assert name in text, name
+    assert "dmc:<Task>" in text and "dmc:CheetahRun" in text   # the 25 tasks: README and errors

@@ -173,7 +173,11 @@ def test_cli_plan_lists_the_cpu_preset(capsys):
     assert mujoco_lag_sweep.main(["--preset", "cpu", "--plan"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 11 and lines[-1].startswith("10 cells")
-    assert mujoco_lag_sweep.main(["--preset", "nope", "--plan"]) == 2
+    with pytest.raises(SystemExit) as refused:   # tyro refuses it, listing the presets
+        mujoco_lag_sweep.main(["--preset", "nope", "--plan"])
+    assert refused.value.code == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "invalid choice 'nope'" in err and "'tiny', 'smoke', 'cpu', 'hopper-1m', 'paper'" in err
 
 
 def test_dry_run_plans_memory_and_splits_a_cell_that_does_not_fit(full_sweep, cells, capsys, tmp_path):
