@@ -39,3 +39,15 @@ def test_read_jsonl_ignores_a_torn_last_line(tmp_path):
     with open(path, "a") as f:
         f.write('{"step": 3, "ret')            # a crash mid-write
     assert io.read_jsonl(path) == [{"step": 1}, {"step": 2}]
+
+
+def test_atomic_writes_get_the_permissions_of_any_new_file(tmp_path):
+    import os
+
+    umask = os.umask(0o022)
+    try:
+        io.write_json_atomic(tmp_path / "summary.json", {"a": 1})
+    finally:
+        os.umask(umask)
+    assert (tmp_path / "summary.json").stat().st_mode & 0o777 == 0o644   # not private (0600)
+    assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import logging
 import warnings
 from typing import Any
 
@@ -186,9 +187,18 @@ class PlaygroundEnv(Env):
     @classmethod
     def load(cls, task: str) -> "PlaygroundEnv":
         """DM Control Suite `task` with MJX's JAX implementation (Playground's default is Warp)."""
+        import mujoco
+
         with contextlib.redirect_stdout(io.StringIO()):   # the same "Failed to import warp" notice
             from mujoco_playground import registry
-        return cls(registry.load(task, config_overrides={"impl": "jax"}))
+        # MuJoCo's compiler warns on stdout (and in MUJOCO_LOG.TXT) about attributes some of the
+        # suite's XML files use (e.g. CheetahRun's deprecated `settotalmass`); send them to the log.
+        previous = mujoco.get_mju_user_warning()
+        mujoco.set_mju_user_warning(lambda text: logging.getLogger(__name__).info("MuJoCo: %s", text))
+        try:
+            return cls(registry.load(task, config_overrides={"impl": "jax"}))
+        finally:
+            mujoco.set_mju_user_warning(previous)
 
     @staticmethod
     def _flat(obs):

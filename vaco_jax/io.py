@@ -9,8 +9,8 @@ import json
 import math
 import os
 import platform
+import secrets
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +103,10 @@ def write_bytes_atomic(path, data: bytes) -> None:
     """Write `data` so that `path` holds either the old or the new content, never half of one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    # Created like any new file (0666 less the umask; mkstemp's would be private, 0600), so a
+    # result stays readable by whoever can read its directory.
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(8)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
