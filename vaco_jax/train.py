@@ -104,8 +104,8 @@ def dry_run(config: Config) -> dict:
 def _train(config: Config, options: Options, out: Path, checkpoints: checkpoint.RunCheckpoints,
            stop_after: int | None) -> dict:
     if options.resume:  # refuse a mismatched checkpoint before building anything
-        allow = options.allow_version_change
-        if checkpoints.check_latest(config, allow_version_change=allow) == config.num_evals and (out / "summary.json").exists():
+        latest = checkpoints.check_latest(config, allow_version_change=options.allow_version_change)
+        if latest == config.num_evals and (out / "summary.json").exists():
             if runtime.is_primary():
                 print(f"{out} holds a finished run: nothing to resume", file=sys.stderr)
             return json.loads((out / "summary.json").read_text())
