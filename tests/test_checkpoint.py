@@ -194,21 +194,23 @@ def test_a_checkpoint_of_the_previous_format_still_resumes(partial_run, tmp_path
 
 
 def test_corrupt_checkpoint_is_refused(partial_run):
-    # The largest chunk of array data: orbax's OCDBT data files live in `ocdbt.process_<i>/d/`.
-    # (The top-level `d/` holds the B-tree of leaf names, and its JSON metadata files can be
-    # larger; orbax does not need those to restore into a known structure.)
-    data = max((p for p in (partial_run / "checkpoints" / "3" / "arrays").glob("ocdbt.process_*/d/*")
-                if p.is_file()), key=lambda p: p.stat().st_size)
-    raw = bytearray(data.read_bytes())
-    raw[len(raw) // 2] ^= 0xFF  # one flipped byte in the middle of the largest array data file
-    data.write_bytes(bytes(raw))
+    # Orbax's OCDBT array data files live in `ocdbt.process_<i>/d/` (the top-level `d/` holds the
+    # B-tree of leaf names): one flipped byte in the middle of each of them.
+    data_files = [p for p in (partial_run / "checkpoints" / "3" / "arrays").glob("ocdbt.process_*/d/*")
+                  if p.is_file()]
+    assert data_files
+    for data in data_files:
+        raw = bytearray(data.read_bytes())
+        raw[len(raw) // 2] ^= 0xFF
+        data.write_bytes(bytes(raw))
     before = snapshot_files(partial_run)
     with pytest.raises(CheckpointError, match=r"checkpoints/3' (is corrupt|cannot be read).*"
                                               r"other checkpoints: \[2\]"):
         run(BASE, options(resume=str(partial_run)))
     assert snapshot_files(partial_run) == before
 
-    data.unlink()  # a missing file is refused as well
+    for data in data_files:  # missing files are refused as well
+        data.unlink()
     with pytest.raises(CheckpointError, match="cannot be read|is corrupt"):
         run(BASE, options(resume=str(partial_run)))
 
