@@ -11,7 +11,7 @@ measures side by side, each configuration in its own subprocess (so each peak RS
   wrapper    the same through our `VecEnv` (time limit, truncation, fresh auto-resets);
   brax_ppo   `brax.training.agents.ppo.train` (its own `training/sps`, compilation excluded);
   ppo_clip, vaco (C = 1), vaco_c8 (C = 8), impala: our training iterations, no evaluation;
-  chunk      the CLI's program (`jit(vmap(run_chunk))`, iterations + an evaluation): its compile
+  chunk      the CLI's chunk (`vaco_jax.program`: the iterations, then an evaluation): its compile
              time is "the compile time of the training program";
   seeds_S    S seeds in one vmapped call; sequential_S: S single-seed runs one after another.
 With `--solver both` the limit, Brax and ppo_clip rows are repeated with `mjx_solver=fast`.
