@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from vaco_jax import Config, program
-from vaco_jax.envs import VecEnv, make_env
+from vaco_jax.envs import PlaygroundEnv, VecEnv, make_env
 from vaco_jax.trainer import Trainer, stack_hparams
 
 
@@ -211,12 +211,19 @@ def brax_ppo(case: Case) -> dict:
     same `num_envs × unroll_length` batch and M minibatches of whole segments as ours. Brax's
     `training/sps` times each training epoch (`iterations` training steps, no evaluation); the
     first two epochs (compilation, and a second trace of the pmapped epoch) are dropped.
+    A DM Control task (`dmc:<Task>`) runs as MuJoCo Playground's own training scripts run it: the
+    Playground env behind Playground's Brax training wrapper (`wrap_for_brax_training`).
     """
     from brax.training.agents.ppo import networks as ppo_networks
     from brax.training.agents.ppo import train as ppo
     from flax import linen
 
     env = make_env(case.env, mjx_solver=case.mjx_solver)
+    wrap = {}
+    if isinstance(env, PlaygroundEnv):
+        from mujoco_playground import wrapper
+
+        env, wrap = env.env, {"wrap_env_fn": wrapper.wrap_for_brax_training}
     network_factory = functools.partial(
         ppo_networks.make_ppo_networks, policy_hidden_layer_sizes=case.hidden,
         value_hidden_layer_sizes=case.hidden, activation=linen.tanh)
@@ -239,7 +246,7 @@ def brax_ppo(case: Case) -> dict:
         discounting=defaults.gamma, gae_lambda=defaults.gae_lambda,
         clipping_epsilon=defaults.clip_eps, max_grad_norm=defaults.max_grad_norm,
         reward_scaling=defaults.reward_scale, normalize_observations=True, seed=0,
-        progress_fn=progress)
+        progress_fn=progress, **wrap)
     steps = case.iterations * case.batch_size
     clocks = [_Timed(steps / s, cpu_end - cpu_start)
               for s, cpu_start, cpu_end in zip(sps, cpu_marks, cpu_marks[1:])]

@@ -3,6 +3,7 @@
     python -m experiments.mujoco_lag_sweep --preset cpu                     # ~45 min, 2 CPU cores
     python -m experiments.mujoco_lag_sweep --preset cpu --studies delta ablations
     python -m experiments.mujoco_lag_sweep --preset paper                   # an accelerator
+    python -m experiments.mujoco_lag_sweep --preset cpu-dmc                 # DM Control, 2 CPU cores
     python -m experiments.mujoco_lag_sweep --preset smoke --out /tmp/smoke  # minutes: pipeline check
 
 Each (env, algorithm, variant) is one compiled program that vmaps every capacity × δ × seed and
@@ -40,7 +41,9 @@ StudyName = Literal[tuple(presets.STUDIES)]
 class Args:
     preset: PresetName = "cpu"
     """Scale (vaco_jax.study.presets.PRESETS): tiny and smoke check the pipeline, cpu is the
-    2-core CPU study, hopper-1m hopper at 1M steps, paper the paper's scale for accelerators."""
+    2-core CPU study, hopper-1m hopper at 1M steps, paper the paper's scale for accelerators;
+    cpu-dmc (DM Control's cartpole tasks on a CPU) and paper-dmc (every DM Control task at MuJoCo
+    Playground's PPO settings, for accelerators) need the dmc extra."""
     studies: tuple[StudyName, ...] = ("main",)
     """main (5 algorithms), delta (VACO δ sensitivity), ablations (pairings and filter switches)."""
     out: str = ""

@@ -13,6 +13,7 @@ import pytest
 
 from vaco_jax import Config, ConfigError, envs
 from vaco_jax.config import validate
+from vaco_jax.study import presets, sweep
 
 from test_envs import run
 
@@ -47,3 +48,23 @@ def test_a_missing_playground_is_refused_naming_the_install(monkeypatch):
     monkeypatch.setattr(envs, "dmc_available", lambda: False)
     with pytest.raises(ConfigError, match=r'need MuJoCo Playground: pip install -e "\.\[dmc\]"'):
         validate(dataclasses.replace(Config(), env="dmc:CartpoleSwingup"))
+
+
+def test_the_dmc_presets_plan_playgrounds_settings():
+    cpu = sweep.plan(presets.PRESETS["cpu-dmc"], ["main"])
+    assert [(c.env, c.algo) for c in cpu] == [
+        (env, algo) for env in ("dmc:CartpoleBalance", "dmc:CartpoleSwingup")
+        for algo in presets.MAIN_ALGOS]
+    assert all(len(c.runs) == 15 and c.config.env_steps >= 990_000 for c in cpu)
+    paper = {c.env: c.config for c in sweep.plan(presets.PRESETS["paper-dmc"], ["main"],
+                                                 algos=["vaco"])}
+    assert sorted(paper) == sorted(envs.DMC_ENVS)
+    # Playground's PPO: minibatches of 1024 unrolls of 30 steps, 16 × 32 of them per 983,040 steps.
+    config = paper["dmc:CheetahRun"]
+    assert config.batch_size // config.num_minibatches == 1024 * 30
+    assert config.num_epochs * config.num_minibatches / config.batch_size == 16 * 32 / 983_040
+    assert (config.gamma, config.learning_rate, config.ent_coef, config.reward_scale) == (
+        0.995, 1e-3, 1e-2, 10.0)
+    # Whole evaluation periods: within 2% of 60M (100M for WalkerRun).
+    assert config.env_steps >= 0.98 * 60_000_000 and paper["dmc:WalkerRun"].env_steps >= 98_000_000
+    assert paper["dmc:BallInCup"].gamma == paper["dmc:FingerSpin"].gamma == 0.95

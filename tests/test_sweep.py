@@ -177,7 +177,7 @@ def test_cli_plan_lists_the_cpu_preset(capsys):
         mujoco_lag_sweep.main(["--preset", "nope", "--plan"])
     assert refused.value.code == 2
     err = " ".join(capsys.readouterr().err.split())
-    assert "invalid choice 'nope'" in err and "'tiny', 'smoke', 'cpu', 'hopper-1m', 'paper'" in err
+    assert "invalid choice 'nope'" in err and "'tiny', 'smoke', 'cpu', 'hopper-1m', 'paper', 'cpu-dmc', 'paper-dmc'" in err
 
 
 def test_dry_run_plans_memory_and_splits_a_cell_that_does_not_fit(full_sweep, cells, capsys, tmp_path):

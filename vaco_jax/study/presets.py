@@ -1,5 +1,6 @@
 """What a sweep runs (SPEC §7): studies (algorithm × variant pairs, δ values) and presets (envs,
-capacities, seeds and the shared config at one scale: `tiny`, `smoke`, `cpu`, `paper`)."""
+capacities, seeds and the shared config at one scale: `tiny`, `smoke`, `cpu`, `hopper-1m`, `paper`,
+and the DM Control Suite's `cpu-dmc` and `paper-dmc`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import dataclasses
 from typing import Any
 
 from vaco_jax.config import Config
+from vaco_jax.envs import DMC_ENVS
 from vaco_jax.errors import ConfigError
 
 MAIN_ALGOS = ("vaco", "ppo_clip", "ppo_kl", "spo", "impala")
@@ -93,6 +95,25 @@ def preset(name: str, **overrides) -> Preset:
 _CPU_SHAPES = dict(num_envs=32, unroll_length=32, num_epochs=4, num_minibatches=8, num_actors=4,
                    episode_length=1000, num_evals=10, eval_envs=4)
 
+# MuJoCo Playground's published Brax PPO settings for the DM Control Suite (`mujoco_playground.
+# config.dm_control_suite_params.brax_ppo_config`, version 0.2.0) in our terms. Theirs: 2048 envs,
+# unrolls of 30 steps, 16 epochs of 32 minibatches of 1024 unrolls per 983,040 env steps. Ours: one
+# unroll of 30 steps from each of 2048 envs per iteration, 16 epochs of 2 minibatches of 1024
+# unrolls: the same minibatch size and SGD steps per env step. Their networks (Brax's PPO
+# defaults: policy 4 × 32, value 5 × 256, swish), discount, learning rate, entropy cost and reward
+# scaling; 60M env steps per run (100M for the tasks below). Not carried over: PendulumSwingup's
+# action repeat of 4 (we have no action repeat).
+_PLAYGROUND_PPO = dict(
+    num_envs=2048, unroll_length=30, num_epochs=16, num_minibatches=2, num_actors=16,
+    actor_hidden=(32, 32, 32, 32), critic_hidden=(256, 256, 256, 256, 256), activation="silu",
+    gamma=0.995, learning_rate=1e-3, ent_coef=1e-2, reward_scale=10.0, episode_length=1000,
+    num_evals=40, eval_envs=32, total_steps=60_000_000)
+_PLAYGROUND_PPO_PER_TASK = {
+    **{f"dmc:{task}": {"total_steps": 100_000_000}
+       for task in ("AcrobotSwingup", "AcrobotSwingupSparse", "SwimmerSwimmer6", "WalkerRun")},
+    **{f"dmc:{task}": {"gamma": 0.95} for task in ("BallInCup", "FingerSpin")},
+}
+
 PRESETS: dict[str, Preset] = {
     "tiny": Preset(
         "tiny", envs=("toy_reach",), capacities=(1, 4), num_seeds=3,
@@ -120,4 +141,14 @@ PRESETS: dict[str, Preset] = {
         config=dict(num_envs=256, unroll_length=32, num_epochs=4, num_minibatches=8, num_actors=16,
                     episode_length=1000, num_evals=40, eval_envs=32, total_steps=100_000_000),
         description="the paper's scale (100M steps); for an accelerator"),
+    "cpu-dmc": Preset(
+        "cpu-dmc", envs=("dmc:CartpoleBalance", "dmc:CartpoleSwingup"), capacities=(1, 4, 16),
+        num_seeds=5, config={**_CPU_SHAPES, "total_steps": 1_000_000},
+        description="DM Control's cartpole tasks at 1M env steps per run on a 2-core CPU "
+                    "(needs the dmc extra)"),
+    "paper-dmc": Preset(
+        "paper-dmc", envs=DMC_ENVS, capacities=(1, 2, 4, 8, 16), num_seeds=10,
+        config=_PLAYGROUND_PPO, env_config=_PLAYGROUND_PPO_PER_TASK,
+        description="every DM Control task at MuJoCo Playground's PPO budgets and settings; for "
+                    "accelerators (needs the dmc extra)"),
 }
