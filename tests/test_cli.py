@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -102,7 +103,12 @@ def test_wandb_offline_gets_per_seed_and_mean_scalars(tmp_path, monkeypatch):
     assert summary["eval_return/mean"] == 2.0 and summary["eval_return/seed_5"] == 2.0
     assert summary["eval_return/seed_6"] == 3.0 and summary["_step"] == 200
     [record] = list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
-    assert record.read_bytes().count(b"eval_return/seed_6") >= 1   # what `wandb sync` uploads
+    # What `wandb sync` uploads. W&B's service process writes the record after `finish` returns
+    # (on a loaded machine, seconds later): wait for it.
+    deadline = time.monotonic() + 60
+    while b"eval_return/seed_6" not in record.read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert record.read_bytes().count(b"eval_return/seed_6") >= 1
     assert (tmp_path / "wandb_run_id").read_text() in record.name   # a resume continues this run
 
 
