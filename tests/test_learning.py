@@ -3,7 +3,7 @@ and PPO-Clip learn DM Control's CartpoleBalance.
 
 Episode limit 200 (maximum return 200), seeds 0-3 in one vmapped call (the CLI's compiled chunk),
 the default config but for a learning rate of 1e-3 (the same for every algorithm); 60k env steps per
-seed on inverted_pendulum, 200k on CartpoleBalance. Every seed's *final* deterministic evaluation
+seed on inverted_pendulum, 300k on CartpoleBalance. Every seed's *final* deterministic evaluation
 must reach 90% of the maximum return.
 """
 
@@ -42,6 +42,6 @@ def test_every_algorithm_learns_inverted_pendulum_synchronously(algo):
 @pytest.mark.parametrize("algo", ["vaco", "ppo_clip"])
 def test_vaco_and_ppo_clip_learn_dmc_cartpole_balance(algo):
     final = final_eval_returns(Config(env="dmc:CartpoleBalance", algo=algo, capacity=1,
-                                      episode_length=200, total_steps=200_000, learning_rate=1e-3,
+                                      episode_length=200, total_steps=300_000, learning_rate=1e-3,
                                       num_evals=4))
     assert np.all(final >= 0.9 * MAX_RETURN), f"{algo}: final eval returns per seed {final}"

@@ -120,7 +120,7 @@ PRESETS: dict[str, Preset] = {
         config=dict(num_envs=8, unroll_length=8, num_epochs=2, num_minibatches=2, num_actors=2,
                     episode_length=50, num_evals=4, eval_envs=4, total_steps=16_384,
                     learning_rate=1e-3),
-        description="seconds on CPU: tests and the notebooks under VACO_JAX_TINY=1"),
+        description="seconds on CPU: tests"),
     "smoke": Preset(
         "smoke", envs=("inverted_double_pendulum",), capacities=(1, 4, 16), num_seeds=2,
         config={**_CPU_SHAPES, "num_evals": 4, "total_steps": 32_768},
