@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from absl import logging as absl_logging
 
-from vaco_jax import ConfigError, program
+from vaco_jax import ConfigError, cache, program
 from vaco_jax.config import from_json_dict
 from vaco_jax.train import main, parse, run
 
@@ -210,7 +210,7 @@ def test_compiled_programs_are_cached_per_user_by_default(tmp_path):
     user = tmp_path / "user"
     report = cache_report(tmp_path, "default", VACO_JAX_CACHE_DIR=str(user))
     assert report["off"] == "None" and report["configured"] is None
-    assert report["path"] == str(user / "xla") and report["files"]   # the program was written
+    assert report["path"] == str(user / "xla" / cache.host_tag()) and report["files"]   # written
     assert report["llm"] == str(user / "llm")
     # JAX's own setting wins over the per-user directory; an explicit directory over both.
     jax_dir = tmp_path / "jax_dir"
@@ -224,7 +224,21 @@ def test_compiled_programs_are_cached_per_user_by_default(tmp_path):
     env = {"XDG_CACHE_HOME": str(tmp_path / "xdg")}
     if "VACO_JAX_CACHE_DIR" in os.environ:
         env["VACO_JAX_CACHE_DIR"] = ""
-    assert cache_report(tmp_path, "default", **env)["path"] == str(tmp_path / "xdg" / "vaco_jax" / "xla")
+    assert cache_report(tmp_path, "default", **env)["path"] == str(
+        tmp_path / "xdg" / "vaco_jax" / "xla" / cache.host_tag())
+
+
+def test_each_kind_of_host_cpu_gets_its_own_compilation_cache(tmp_path):
+    # Programs compiled for one CPU's instruction set must not be loaded on another.
+    def tag(model, flags):
+        path = tmp_path / "cpuinfo"
+        path.write_text("".join(f"processor\t: {i}\nmodel name\t: {model}\nflags\t\t: {flags}\n\n"
+                                for i in range(2)))
+        return cache.host_tag(str(path))
+
+    assert tag("EPYC 9654", "sse avx2 avx512f") == tag("EPYC 9654", "sse avx2 avx512f")
+    assert len({tag("EPYC 9654", "sse avx2 avx512f"), tag("EPYC 7763", "sse avx2 avx512f"),
+                tag("EPYC 9654", "sse avx2")}) == 3
 
 
 def test_library_log_messages_show_only_when_verbose(caplog):
