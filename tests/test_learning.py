@@ -1,10 +1,12 @@
-"""Learning thresholds: every algorithm learns inverted_pendulum synchronously (C = 1), and VACO
-and PPO-Clip learn DM Control's CartpoleBalance.
+"""Learning thresholds: every algorithm learns synchronously (C = 1).
+
+VACO and PPO-Clip learn DM Control's CartpoleBalance (MuJoCo Playground on MJX) in 300k env steps
+per seed; PPO-KL, SPO and IMPALA learn Brax's inverted_pendulum in 60k (it takes VACO and PPO-Clip
+about 12k). Without the `dmc` extra, VACO and PPO-Clip learn inverted_pendulum instead.
 
 Episode limit 200 (maximum return 200), seeds 0-3 in one vmapped call (the CLI's compiled chunk),
-the default config but for a learning rate of 1e-3 (the same for every algorithm); 60k env steps per
-seed on inverted_pendulum, 300k on CartpoleBalance. Every seed's *final* deterministic evaluation
-must reach 90% of the maximum return.
+the default config but for a learning rate of 1e-3 (the same for every algorithm). Every seed's
+*final* deterministic evaluation must reach 90% of the maximum return.
 """
 
 import numpy as np
@@ -14,6 +16,8 @@ from vaco_jax import Config, envs, program
 from vaco_jax.trainer import stack_hparams
 
 MAX_RETURN = 200.0
+DMC = envs.dmc_available()
+ON_DMC = ("vaco", "ppo_clip")
 
 
 def final_eval_returns(config: Config) -> np.ndarray:
@@ -29,8 +33,9 @@ def final_eval_returns(config: Config) -> np.ndarray:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algo", ["vaco", "ppo_clip", "ppo_kl", "spo", "impala"])
-def test_every_algorithm_learns_inverted_pendulum_synchronously(algo):
+@pytest.mark.parametrize("algo", [a for a in ("vaco", "ppo_clip", "ppo_kl", "spo", "impala")
+                                  if not (DMC and a in ON_DMC)])
+def test_algorithms_learn_inverted_pendulum_synchronously(algo):
     final = final_eval_returns(Config(env="inverted_pendulum", algo=algo, capacity=1,
                                       episode_length=200, total_steps=60_000, learning_rate=1e-3,
                                       num_evals=5))
@@ -38,8 +43,8 @@ def test_every_algorithm_learns_inverted_pendulum_synchronously(algo):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not envs.dmc_available(), reason='needs the dmc extra: pip install -e ".[dmc]"')
-@pytest.mark.parametrize("algo", ["vaco", "ppo_clip"])
+@pytest.mark.skipif(not DMC, reason='needs the dmc extra: pip install -e ".[dmc]"')
+@pytest.mark.parametrize("algo", ON_DMC)
 def test_vaco_and_ppo_clip_learn_dmc_cartpole_balance(algo):
     final = final_eval_returns(Config(env="dmc:CartpoleBalance", algo=algo, capacity=1,
                                       episode_length=200, total_steps=300_000, learning_rate=1e-3,
