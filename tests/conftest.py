@@ -1,4 +1,4 @@
-"""Shared test set-up: JAX's persistent compilation cache and small compiled trainers."""
+"""Shared test set-up: JAX's persistent compilation cache and the order tests are handed out."""
 
 import atexit
 import os
@@ -19,27 +19,43 @@ jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
-# pytest-xdist (`-n 2`, the default in pyproject.toml): a module's tests run on one worker, so its
-# shared compiled fixtures are built once, while the tests of SPREAD modules (independent and
-# compile-heavy, no shared fixture) are scheduled one by one, first, over both workers.
+# pytest-xdist (`-n 2`, the default in pyproject.toml) hands out work in scopes, each run by one
+# worker so its shared compiled fixtures are built once: a module, or for BY_FUNCTION modules a
+# test function (all its parameters: test_learning's envs share their evaluation programs).
+# Scopes go out heaviest first, in the order of HEAVY_FIRST (roughly their seconds on two cores:
+# 230, 220, 150, 140, 115, 110, 75, 70, 50, 45, 40), so the two workers finish together.
 # (xdist's own --dist loadgroup cannot be used: it renames node ids, which pytest 9 ignores.)
-SPREAD = {"test_learning.py"}
+BY_FUNCTION = {"test_learning.py"}
+HEAVY_FIRST = [
+    "test_learning.py::test_algorithms_learn_inverted_pendulum_synchronously",
+    "test_scale_out.py", "test_trainer.py",
+    "test_learning.py::test_vaco_and_ppo_clip_learn_dmc_cartpole_balance",
+    "test_sweep.py", "test_notebooks.py", "test_benchmarks.py", "test_cli.py", "test_dmc.py",
+    "test_policy.py", "test_checkpoint.py", "test_llm_grpo.py", "test_envs.py", "test_llm_model.py",
+]
 
 
-def _spread(nodeid: str) -> bool:
-    return pathlib.PurePath(nodeid.split("::", 1)[0]).name in SPREAD
+def scope(nodeid: str) -> str:
+    path, _, rest = nodeid.partition("::")
+    module = pathlib.PurePath(path).name
+    return f"{module}::{rest.split('[', 1)[0]}" if module in BY_FUNCTION else module
+
+
+def _rank(nodeid: str) -> int:
+    name = scope(nodeid)
+    return HEAVY_FIRST.index(name) if name in HEAVY_FIRST else len(HEAVY_FIRST)
 
 
 def pytest_collection_modifyitems(items):
-    items.sort(key=lambda item: not _spread(item.nodeid))   # stable: SPREAD tests first
+    items.sort(key=lambda item: _rank(item.nodeid))   # stable: a module's tests keep their order
 
 
 def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
-    class ByModule(LoadScopeScheduling):
+    class ByScope(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return nodeid if _spread(nodeid) else nodeid.split("::", 1)[0]
+            return scope(nodeid)
 
-    config.option.loadscopereorder = False   # keep the collection order: SPREAD tests first
-    return ByModule(config, log)
+    config.option.loadscopereorder = False   # keep the collection order: heaviest scopes first
+    return ByScope(config, log)
