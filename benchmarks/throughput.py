@@ -2,6 +2,7 @@
 
     python -m benchmarks.throughput --preset cpu                    # inverted_pendulum and hopper
     python -m benchmarks.throughput --preset cpu --env hopper --rounds 3
+    python -m benchmarks.throughput --preset cpu --env dmc:CheetahRun    # DM Control (dmc extra)
     python -m benchmarks.throughput --preset gpu                    # one large accelerator
     python -m benchmarks.throughput --preset smoke                  # seconds; used by the tests
 
@@ -9,7 +10,8 @@ For each env, on the same shapes (num_envs, unroll length, epochs, minibatches, 
 measures side by side, each configuration in its own subprocess (so each peak RSS is its own):
   limit      raw `vmap(env.step)` with random actions in a `lax.scan`;
   wrapper    the same through our `VecEnv` (time limit, truncation, fresh auto-resets);
-  brax_ppo   `brax.training.agents.ppo.train` (its own `training/sps`, compilation excluded);
+  brax_ppo   `brax.training.agents.ppo.train` (its own `training/sps`, compilation excluded; a
+             DM Control task behind MuJoCo Playground's own Brax training wrapper);
   ppo_clip, vaco (C = 1), vaco_c8 (C = 8), impala: our training iterations, no evaluation;
   chunk      the CLI's chunk (`vaco_jax.program`: the iterations, then an evaluation): its compile
              time is "the compile time of the training program";
