@@ -51,3 +51,24 @@ def test_atomic_writes_get_the_permissions_of_any_new_file(tmp_path):
         os.umask(umask)
     assert (tmp_path / "summary.json").stat().st_mode & 0o777 == 0o644   # not private (0600)
     assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]
+
+
+def test_provenance_names_the_code_imported_not_files_edited_since(tmp_path):
+    # A copy of the package: editing it while "a sweep runs" leaves the recorded source unchanged.
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    shutil.copytree(Path(io.__file__).parent, tmp_path / "vaco_jax",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    script = ("import importlib.util, sys\n"
+              "spec = importlib.util.spec_from_file_location('copied_io', sys.argv[1])\n"
+              "copied = importlib.util.module_from_spec(spec); spec.loader.exec_module(copied)\n"
+              "before = copied.source_hash()\n"
+              "open(sys.argv[2], 'a').write('# edited\\n')\n"
+              "print(before == copied.source_hash(), before == copied.source_hash.__wrapped__())")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "vaco_jax" / "io.py"),
+                           str(tmp_path / "vaco_jax" / "envs.py")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["True", "False"]   # recorded: as imported; on disk: changed

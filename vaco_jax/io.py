@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -46,9 +47,11 @@ def provenance() -> dict[str, Any]:
     }
 
 
+@functools.cache
 def source_hash() -> str:
     """SHA-256 (16 hex digits) of the package's source files: the code that made a result, also
-    without git and with uncommitted changes."""
+    without git and with uncommitted changes. Read once, when this module is imported (with the
+    rest of the package): files edited while a long sweep runs are not the code it runs."""
     package = Path(__file__).resolve().parent
     digest = hashlib.sha256()
     for path in sorted(package.rglob("*.py")):
@@ -56,7 +59,9 @@ def source_hash() -> str:
     return digest.hexdigest()[:16]
 
 
+@functools.cache
 def _git_commit() -> str | None:
+    """HEAD when this module was imported (see `source_hash`)."""
     try:
         root = Path(__file__).resolve().parent.parent
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
@@ -153,3 +158,8 @@ def read_jsonl(path) -> list[dict]:
             except json.JSONDecodeError:
                 break
     return rows
+
+
+# The code this process runs: its source and commit now, not when a result is written hours later.
+source_hash()
+_git_commit()
