@@ -23,13 +23,17 @@ ON_DMC = ("vaco", "ppo_clip")
 def final_eval_returns(config: Config) -> np.ndarray:
     """Seeds 0-3 trained with the CLI's programs; the final evaluation's return per seed. (The
     evaluation and init programs are the same for every algorithm, so the persistent compilation
-    cache compiles them once per env.)"""
+    cache compiles them once per env.) Every chunk's losses and TV estimate must be finite."""
     built = program.TrainProgram.build(config, 4, donate=True)
     state = built.init_state(program.seed_keys(range(4)), stack_hparams([config.hparams()] * 4))
     chunk, _ = built.compiled_chunk()
     for _ in range(config.num_evals):
         state, metrics = chunk(state)
-    return built.layout.unpad(metrics)["eval_return"]
+        metrics = built.layout.unpad(metrics)
+        for key in ["loss", "policy_loss", "value_loss", "tv_estimate"]:
+            assert np.all(np.isfinite(metrics[key])), (config.algo, key, metrics[key])
+    assert np.all(metrics["env_steps"] == config.env_steps)
+    return metrics["eval_return"]
 
 
 @pytest.mark.slow
