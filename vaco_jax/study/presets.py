@@ -8,7 +8,7 @@ import dataclasses
 from typing import Any
 
 from vaco_jax.config import Config
-from vaco_jax.envs import DMC_ENVS
+from vaco_jax.envs import DMC_ENVS, DMC_PREFIX
 from vaco_jax.errors import ConfigError
 
 MAIN_ALGOS = ("vaco", "ppo_clip", "ppo_kl", "spo", "impala")
@@ -109,9 +109,9 @@ _PLAYGROUND_PPO = dict(
     gamma=0.995, learning_rate=1e-3, ent_coef=1e-2, reward_scale=10.0, episode_length=1000,
     num_evals=40, eval_envs=32, total_steps=60_000_000)
 _PLAYGROUND_PPO_PER_TASK = {
-    **{f"dmc:{task}": {"total_steps": 100_000_000}
+    **{DMC_PREFIX + task: {"total_steps": 100_000_000}
        for task in ("AcrobotSwingup", "AcrobotSwingupSparse", "SwimmerSwimmer6", "WalkerRun")},
-    **{f"dmc:{task}": {"gamma": 0.95} for task in ("BallInCup", "FingerSpin")},
+    **{DMC_PREFIX + task: {"gamma": 0.95} for task in ("BallInCup", "FingerSpin")},
 }
 
 PRESETS: dict[str, Preset] = {
