@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import numpy as np
@@ -65,7 +66,6 @@ def test_cli_seeds_match_single_seed_runs(run_dir, tmp_path):
 def test_without_a_terminal_each_evaluation_prints_a_line(tmp_path, capsys, monkeypatch):
     # Not --no-progress: stderr is not a terminal here (batch-job logs), so no progress bar, also
     # in a process that imported Jupyter's modules without being a notebook kernel (nbclient).
-    import types
     monkeypatch.setitem(sys.modules, "ipykernel", types.ModuleType("ipykernel"))
     assert main([a for a in ARGS if a != "--no-progress"] + ["--out", str(tmp_path / "run")]) == 0
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("evaluation")]

@@ -3,6 +3,10 @@
 import json
 import math
 import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -55,11 +59,6 @@ def test_atomic_writes_get_the_permissions_of_any_new_file(tmp_path):
 
 def test_provenance_names_the_code_imported_not_files_edited_since(tmp_path):
     # A copy of the package: editing it while "a sweep runs" leaves the recorded source unchanged.
-    import shutil
-    import subprocess
-    import sys
-    from pathlib import Path
-
     shutil.copytree(Path(io.__file__).parent, tmp_path / "vaco_jax",
                     ignore=shutil.ignore_patterns("__pycache__"))
     script = ("import importlib.util, sys\n"
