@@ -112,7 +112,7 @@ def measure(name: str, env: str) -> dict:
             return {**result, **counter.take()}
         config = case.config("vaco", capacity=1, max_capacity=16)
         runs = 6 if name == "sweep_cell" else 1
-        built = program.TrainProgram.build(config, runs, donate=True)
+        built = program.TrainProgram.build(config, runs, donate=True, store=False)
         counter.take()
         if name == "evaluation":
             state = built.abstract_state

@@ -193,7 +193,7 @@ def ours_chunk(case: Case, algo: str) -> dict:
     """
     config = case.config(algo)
     # A copy without the compiled chunk that an earlier call in this process may have cached.
-    built = dataclasses.replace(program.TrainProgram.build(config, 1, donate=True), compiled=None)
+    built = dataclasses.replace(program.TrainProgram.build(config, 1, donate=True, store=False), compiled=None)
     state = built.init_state(program.seed_keys([0]), stack_hparams([config.hparams()]))
     with Clock() as compile_clock:
         compiled, _ = built.compiled_chunk()

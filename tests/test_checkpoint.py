@@ -272,3 +272,51 @@ def test_resuming_a_finished_run_changes_nothing(uninterrupted):
     summary = run(BASE, options(resume=str(uninterrupted)))
     assert summary == json.loads((uninterrupted / "summary.json").read_text())
     assert snapshot_files(uninterrupted) == before
+
+
+
+# Last in this module: it empties the in-process cache of built programs.
+def test_a_program_loaded_from_the_store_runs_exactly_as_compiled(tmp_path):
+    from vaco_jax import cache, program
+    from vaco_jax.trainer import stack_hparams
+
+    # A program no earlier session has in JAX's cache: only a program compiled in this process is
+    # stored (one JAX loaded from its cache could not run again).
+    config = dataclasses.replace(BASE, actor_hidden=(random.randrange(17, 500), 16))
+
+    def build():   # as a fresh process would: nothing built in this one
+        program._build.cache_clear()
+        return program.TrainProgram.build(config, 2, donate=True, store=cache.ProgramStore(tmp_path))
+
+    def first_chunk(built):
+        state = built.init_state(program.seed_keys([0, 1]), stack_hparams([config.hparams()] * 2))
+        return built.compiled_chunk()[0](state)
+
+    compiled = build()
+    expected = first_chunk(compiled)
+    assert not compiled.loaded and sorted(p.name.split("-")[1] for p in tmp_path.iterdir()) == [
+        "evaluate.program", "learn.program"]
+    loaded = build()
+    assert loaded.loaded and loaded.compiled is not None      # nothing traced or compiled
+    assert_same_state(first_chunk(loaded), expected)
+    assert jax.tree.map(lambda x: (x.shape, x.dtype), loaded.abstract_state) == jax.tree.map(
+        lambda x: (x.shape, x.dtype), compiled.abstract_state)
+    # A damaged file is dropped and the program built again (not compiled yet: no chunk asked).
+    learn_file = next(tmp_path.glob("*-learn.program"))
+    learn_file.write_bytes(b"not a program")
+    assert not build().loaded and not learn_file.exists()
+    program._build.cache_clear()
+
+
+def test_programs_loaded_from_jaxs_cache_are_counted():
+    from vaco_jax import cache
+    size = random.randrange(100, 100_000)   # a program no earlier session has cached
+    threshold = jax.config.jax_persistent_cache_min_compile_time_secs
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    try:
+        before = cache.xla_cache_hits()
+        for _ in range(2):   # a new function each time: only the persistent cache can share them
+            jax.jit(lambda x: jax.numpy.sin(x) * 2)(jax.numpy.ones(size)).block_until_ready()
+        assert cache.xla_cache_hits() == before + 1
+    finally:
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", threshold)

@@ -7,18 +7,29 @@
            programs are compiled for the CPU's instruction-set extensions, and a home directory
            shared by different cluster nodes must not hand one node's programs to another.
     llm/   LLM warm-start parameters, keyed by a hash of the model, task and SFT config
+
+Beside JAX's compilation cache, in its `programs/` subdirectory, `ProgramStore` keeps the MuJoCo
+trainer's compiled programs whole, keyed by everything they are built from (`program_key`): JAX's
+cache still traces and lowers a program before it can look it up (most of a warm start's time);
+a stored program is loaded without either.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
+import pickle
 import platform
 from pathlib import Path
 
 import jax
+from jax.experimental import serialize_executable
+
+from vaco_jax import io
 
 COMPILE_CACHE_BYTES = 4 << 30   # least recently used entries are evicted beyond this
+PROGRAM_STORE_BYTES = 1 << 30   # the same for `ProgramStore`
 
 
 def user_dir(kind: str = "") -> Path:
@@ -59,3 +70,97 @@ def enable_compile_cache(setting: str = "default") -> Path | None:
     if jax.config.jax_compilation_cache_max_size < 0:
         jax.config.update("jax_compilation_cache_max_size", COMPILE_CACHE_BYTES)
     return path
+
+
+# JAX settings that change what a traced program computes (the key of a stored program holds them).
+_TRACE_SETTINGS = ("jax_enable_x64", "jax_default_matmul_precision", "jax_default_prng_impl",
+                   "jax_threefry_partitionable", "jax_debug_nans", "jax_debug_infs")
+
+
+def program_key(*parts) -> str:
+    """A hash of `parts` (reprs of what a program is built from: its static config, placement)
+    and of everything else it depends on: this package's source, the library versions, the JAX
+    settings above, `XLA_FLAGS` and the kind of host CPU."""
+    context = (io.source_hash(), io.library_versions(), host_tag(), os.environ.get("XLA_FLAGS", ""),
+               [(name, getattr(jax.config, name, None)) for name in _TRACE_SETTINGS])
+    return hashlib.sha256(repr((parts, context)).encode()).hexdigest()[:24]
+
+
+_XLA_CACHE_HIT = "/jax/compilation_cache/cache_hits"
+_xla_cache_hits: list[int] = []   # [count] once counting
+
+
+def _count_xla_cache_hit(event: str, **_) -> None:
+    if event == _XLA_CACHE_HIT:
+        _xla_cache_hits[0] += 1
+
+
+def xla_cache_hits() -> int:
+    """Programs loaded from JAX's compilation cache in this process since the first call."""
+    if not _xla_cache_hits:
+        _xla_cache_hits.append(0)
+        jax.monitoring.register_event_listener(_count_xla_cache_hit)
+    return _xla_cache_hits[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class ProgramStore:
+    """Compiled programs on disk (`jax.experimental.serialize_executable`), one file per
+    `(key, name)`: what `load` returns runs exactly as the program that was saved. A file that
+    cannot be read is removed and reported as missing (the caller compiles again); beyond
+    `max_bytes` the least recently used files are removed."""
+
+    directory: Path
+    max_bytes: int = PROGRAM_STORE_BYTES
+
+    def __post_init__(self):
+        object.__setattr__(self, "directory", Path(self.directory))
+
+    @classmethod
+    def default(cls) -> "ProgramStore | None":
+        """The store beside JAX's compilation cache: none when that cache is off, and none in a
+        multi-process run (each process would load its own copy of a program compiled for all)."""
+        directory = jax.config.jax_compilation_cache_dir
+        if (not directory or not jax.config.jax_enable_compilation_cache
+                or jax.process_count() > 1 or jax.config.jax_disable_jit):
+            return None
+        return cls(Path(directory) / "programs")
+
+    def _path(self, key: str, name: str) -> Path:
+        return self.directory / f"{key}-{name}.program"
+
+    def load(self, key: str, name: str):
+        """The `jax.stages.Compiled` saved as `(key, name)`, or None."""
+        path = self._path(key, name)
+        try:
+            payload = path.read_bytes()
+        except OSError:
+            return None
+        try:
+            compiled = serialize_executable.deserialize_and_load(*pickle.loads(payload))
+        except Exception:  # noqa: BLE001 -- unreadable (truncated, other jaxlib): compile again
+            path.unlink(missing_ok=True)
+            return None
+        os.utime(path)   # recently used
+        return compiled
+
+    def save(self, key: str, name: str, compiled) -> bool:
+        """Keep `compiled` as `(key, name)`; False when this program cannot be serialised. Only
+        for programs compiled in this process: with this jaxlib, serialising one that was loaded
+        from JAX's compilation cache writes a program that cannot run, and breaks the one loaded."""
+        try:
+            payload = pickle.dumps(serialize_executable.serialize(compiled))
+        except (ValueError, NotImplementedError, TypeError, pickle.PicklingError):
+            return False
+        io.write_bytes_atomic(self._path(key, name), payload)
+        self._evict()
+        return True
+
+    def _evict(self) -> None:
+        files = sorted(self.directory.glob("*.program"), key=lambda p: p.stat().st_mtime)
+        total = sum(p.stat().st_size for p in files)
+        for path in files[:-1]:   # never the newest
+            if total <= self.max_bytes:
+                break
+            total -= path.stat().st_size
+            path.unlink(missing_ok=True)

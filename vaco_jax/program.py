@@ -17,6 +17,9 @@ compiled ahead of time, with its per-device memory (`memory()`) known before it 
 two programs, the learner iterations and the evaluation, compiled at the same time in two threads
 (XLA compiles outside the GIL) and run one after the other: the same results as one
 `jit(vmap(Trainer.run_chunk))`, the compile time of the larger part, and each part timed apart.
+With JAX's compilation cache on, the compiled learner and evaluation programs are also kept
+whole (`vaco_jax.cache.ProgramStore`): a later process building the same program loads them without
+tracing anything.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from vaco_jax import cache
 from vaco_jax.config import Config, HParams
 from vaco_jax.runtime import to_host
 from vaco_jax.trainer import Trainer, stack_hparams
@@ -232,42 +236,57 @@ class TrainProgram:
     trainer: Trainer      # built from the shared static config: every run's values are in HParams
     layout: Layout
     abstract_state: object  # ShapeDtypeStructs with shardings, padded runs (also the restore target)
-    init: object
+    init: object          # jit(vmap(Trainer.init))
     learn: object         # jit(vmap(Trainer.learn_chunk))
     evaluate: object      # jit(vmap(Trainer.evaluate))
     compiled: CompiledChunk | None = None
     compile_seconds: float = 0.0
+    store: cache.ProgramStore | None = None
+    store_key: str = ""
+    loaded: bool = False  # the compiled programs came from the store
+    _reported: bool = False
 
     @classmethod
-    def build(cls, config: Config, num_runs: int, *, donate: bool = False, log=None) -> "TrainProgram":
+    def build(cls, config: Config, num_runs: int, *, donate: bool = False,
+              store: "bool | cache.ProgramStore" = True, log=None) -> "TrainProgram":
         """The program of `num_runs` runs of `config`'s static fields. `donate`: the chunk reuses
-        the input state's memory (the caller must not keep the state it passes in)."""
+        the input state's memory (the caller must not keep the state it passes in). `store`: where
+        compiled programs are loaded from and kept: True for `ProgramStore.default()` (beside JAX's
+        compilation cache, when that is on), False for nowhere (always compile, e.g. to measure
+        compilation), or a `ProgramStore`."""
         # The program depends on neither the seed nor the hyper-parameters (arguments of `init`,
         # then state leaves): normalise them so configs that differ only there share one program.
         shared = {f.name: f.default for f in dataclasses.fields(Config)
                   if f.name in _HPARAM_FIELDS or f.name in ("seed", "num_seeds")}
         shared.update(capacity=1, max_capacity=config.slots)
         placed = layout(num_runs, num_envs=config.num_envs, log=log)
-        return _build(dataclasses.replace(config, **shared), placed, donate)
+        return _build(dataclasses.replace(config, **shared), placed, donate,
+                      cache.ProgramStore.default() if store is True else store or None)
 
     def init_state(self, keys, hparams: HParams):
         """The initial state of the runs: `keys` `[num_runs, 2]`, `hparams` stacked `[num_runs]`."""
         return self.init(*self.layout.put((keys, hparams)))
 
     def compiled_chunk(self) -> tuple[CompiledChunk, float]:
-        """The chunk compiled ahead of time (its two programs at once), and the seconds that took
-        (0 when compiled before)."""
-        if self.compiled is not None:
-            return self.compiled, 0.0
-        start = time.perf_counter()
-        state = self.abstract_state
-        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-            learn = pool.submit(lambda: self.learn.lower(state).compile())
-            evaluate = pool.submit(lambda: self.evaluate.lower(
-                state.params["actor"], state.normalizer, state.key).compile())
-            self.compiled = CompiledChunk(learn.result(), evaluate.result())
-        self.compile_seconds = time.perf_counter() - start
-        return self.compiled, self.compile_seconds
+        """The chunk compiled ahead of time (its two programs at once), or loaded from the store,
+        and the seconds that took (0 after the first call)."""
+        if self.compiled is None:
+            start, xla_cache_hits = time.perf_counter(), cache.xla_cache_hits()
+            state = self.abstract_state
+            with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+                learn = pool.submit(lambda: self.learn.lower(state).compile())
+                evaluate = pool.submit(lambda: self.evaluate.lower(
+                    state.params["actor"], state.normalizer, state.key).compile())
+                self.compiled = CompiledChunk(learn.result(), evaluate.result())
+            # Kept only when compiled here (see `ProgramStore.save`): after a change of this
+            # package's source, JAX's cache may still hold the programs, and they are loaded from
+            # there (traced, not compiled) until they are next compiled.
+            if self.store is not None and cache.xla_cache_hits() == xla_cache_hits:
+                self.store.save(self.store_key, "evaluate", self.compiled.evaluate)
+                self.store.save(self.store_key, "learn", self.compiled.learn)   # last: marks it whole
+            self.compile_seconds = time.perf_counter() - start
+        seconds, self._reported = (0.0 if self._reported else self.compile_seconds), True
+        return self.compiled, seconds
 
     def memory(self) -> dict:
         """Per-device bytes of the compiled chunk (compiling it if needed): the learner program's,
@@ -290,10 +309,18 @@ _HPARAM_FIELDS = {f.name for f in dataclasses.fields(HParams)}
 
 
 @functools.lru_cache(maxsize=8)
-def _build(config: Config, placed: Layout, donate: bool) -> TrainProgram:
+def _build(config: Config, placed: Layout, donate: bool,
+           store: cache.ProgramStore | None) -> TrainProgram:
     """Built once per (static config, layout), so repeated runs in one process reuse the traced and
-    compiled program."""
+    compiled program; loaded from `store` when a process before built the same."""
     trainer = Trainer(config)
+    if store is not None:
+        devices = [(d.platform, d.device_kind, d.id) for d in placed.mesh.devices.flat]
+        key = cache.program_key(config, placed.axis, placed.padded_runs, placed.num_envs, devices,
+                                donate)
+        loaded = _load(trainer, placed, store, key)
+        if loaded is not None:
+            return loaded
     batched_init = jax.vmap(trainer.init)
     abstract = jax.eval_shape(batched_init, seed_keys(range(placed.padded_runs)),
                               stack_hparams([config.hparams()] * placed.padded_runs))
@@ -308,7 +335,27 @@ def _build(config: Config, placed: Layout, donate: bool) -> TrainProgram:
                        out_shardings=(placed.runs(), state_shardings.key))
     abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                             abstract, state_shardings)
-    return TrainProgram(trainer, placed, abstract, init, learn, evaluate)
+    if store is None:
+        return TrainProgram(trainer, placed, abstract, init, learn, evaluate)
+    return TrainProgram(trainer, placed, abstract, init, learn, evaluate, store=store, store_key=key)
+
+
+def _load(trainer: Trainer, placed: Layout, store: cache.ProgramStore, key: str):
+    """The program `key` from the store (its learner and evaluation programs), or None. (The init
+    program is not kept: it is small, and arrays made by a deserialised init program crash this
+    jaxlib when passed on.)"""
+    start = time.perf_counter()
+    learn = store.load(key, "learn")
+    evaluate = store.load(key, "evaluate") if learn is not None else None
+    if evaluate is None:
+        return None
+    init = jax.jit(jax.vmap(trainer.init), in_shardings=(placed.runs(), placed.runs()),
+                   out_shardings=learn.input_shardings[0][0])
+    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
+                            learn.out_info[0])
+    return TrainProgram(trainer, placed, abstract, init, learn, evaluate,
+                        CompiledChunk(learn, evaluate), time.perf_counter() - start, store, key,
+                        loaded=True)
 
 
 def log_to_stderr(message: str) -> None:
