@@ -73,7 +73,7 @@ class Args:
     """GB of memory per device to plan for in a dry run (0: what the device reports; the CPU
     reports none). Cells that do not fit are split (--runs-per-call) until they do."""
     progress: bool = True
-    """Show a progress bar per cell."""
+    """Show a progress bar per cell (on a terminal or in a notebook; a line per cell in logs)."""
     compile_cache: str = "default"
     """JAX's persistent compilation cache: default (JAX_COMPILATION_CACHE_DIR, else the per-user
     cache), off, or a directory."""

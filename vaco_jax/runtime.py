@@ -143,6 +143,16 @@ def to_host(tree):
     return jax.tree.map(whole, tree)
 
 
+def interactive() -> bool:
+    """Progress bars belong here: a terminal, or a Jupyter kernel (not merely a process that
+    imported ipykernel's modules); batch logs get a line per evaluation instead."""
+    if sys.stderr.isatty():
+        return True
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
+
+
 # Loggers of the libraries we drive; their INFO/WARNING messages (e.g. orbax's save timings) are
 # internal details, shown with --verbose.
 LIBRARY_LOGGERS = ("absl", "orbax", "jax", "etils", "tensorstore")

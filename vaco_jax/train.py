@@ -364,17 +364,9 @@ def _steps_per_second(config: Config, chunks: int, seconds: float) -> float:
     return steps / seconds if seconds > 0 else 0.0
 
 
-def _in_notebook() -> bool:
-    """Running in a Jupyter kernel (not merely a process that imported ipykernel's modules)."""
-    ipython = sys.modules.get("IPython")
-    shell = ipython.get_ipython() if ipython is not None else None
-    return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
-
-
 def _progress_bar(config: Config, options: Options, done: int):
     """A tqdm bar on a terminal or in a notebook; None (a line per evaluation) in batch logs."""
-    interactive = sys.stderr.isatty() or _in_notebook()
-    if not options.progress or not interactive or not runtime.is_primary():
+    if not options.progress or not runtime.interactive() or not runtime.is_primary():
         return None
     from tqdm.auto import tqdm
 

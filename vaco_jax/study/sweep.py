@@ -239,7 +239,8 @@ def run_sweep(cells: Sequence[Cell], out: str | Path, *, preset: Preset | None =
         f"running {len(todo)}")
     ran = []
     for n, cell in enumerate(todo, 1):
-        bar = _progress_bar(cell, n, len(todo)) if progress and primary else None
+        bar = (_progress_bar(cell, n, len(todo)) if progress and primary and runtime.interactive()
+               else None)
         rows, record = run_cell(cell, (lambda i, total: bar.update(1)) if bar else None)
         if bar is not None:
             bar.close()
