@@ -98,3 +98,19 @@ def test_the_compile_benchmark_times_each_stage_and_counts_the_env_step_copies()
     evaluation = compile_benchmark.measure("evaluation", "toy_reach")
     assert evaluation["step"] == 1 and evaluation["reset"] == 1   # one while-loop body, one reset
     assert evaluation["hlo_instructions"] < iteration["hlo_instructions"]
+
+
+def test_the_profile_times_every_part_of_an_iteration(tmp_path):
+    from benchmarks import profile
+    out = tmp_path / "profile.json"
+    profile.main(["--preset", "smoke", "--algos", "vaco", "--regime", "frozen", "--calls", "2",
+                  "--out", str(out)])
+    written = json.loads(out.read_text())
+    (row,) = written["profiles"]
+    seconds = row["seconds"]
+    assert (row["env"], row["algo"], row["regime"]) == ("toy_reach", "vaco", "frozen")
+    assert all(seconds[part] > 0 for part in profile.PARTS), seconds
+    assert seconds["other"] == pytest.approx(seconds["iteration"] - sum(
+        seconds[p] for p in ("acting", "realign", "update", "publish")))
+    assert row["sps"] == pytest.approx(row["env_steps_per_iteration"] / seconds["iteration"])
+    assert row["limit_sps"] > 0 and written["versions"]["jax"]
