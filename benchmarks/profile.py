@@ -29,10 +29,8 @@ compared. Brax's PPO trainer is one program without such seams; its whole-iterat
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
