@@ -320,3 +320,19 @@ def test_programs_loaded_from_jaxs_cache_are_counted():
         assert cache.xla_cache_hits() == before + 1
     finally:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", threshold)
+
+
+def test_programs_of_envs_whose_code_cannot_be_read_are_not_stored():
+    # The env's code is part of the key (a user's own Brax env can change without any version
+    # changing); a class without a source file (e.g. defined in a notebook) keeps the program out.
+    from vaco_jax import program
+    from vaco_jax.envs import make_env
+
+    class Wrapper:
+        def __init__(self, env):
+            self.env = env
+
+    toy = make_env("toy_reach")
+    assert program._env_source(toy) and program._env_source(Wrapper(toy)) != program._env_source(toy)
+    unreadable = type("Unreadable", (), {"__module__": "defined_in_a_notebook"})()
+    assert program._env_source(unreadable) is None and program._env_source(Wrapper(unreadable)) is None

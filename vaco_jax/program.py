@@ -27,8 +27,11 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import functools
+import hashlib
+import inspect
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -314,10 +317,13 @@ def _build(config: Config, placed: Layout, donate: bool,
     """Built once per (static config, layout), so repeated runs in one process reuse the traced and
     compiled program; loaded from `store` when a process before built the same."""
     trainer = Trainer(config)
+    env_source = _env_source(trainer.env)
+    if env_source is None:   # an env whose code cannot be read (e.g. defined in a notebook)
+        store = None
     if store is not None:
         devices = [(d.platform, d.device_kind, d.id) for d in placed.mesh.devices.flat]
         key = cache.program_key(config, placed.axis, placed.padded_runs, placed.num_envs, devices,
-                                donate)
+                                donate, env_source)
         loaded = _load(trainer, placed, store, key)
         if loaded is not None:
             return loaded
@@ -338,6 +344,25 @@ def _build(config: Config, placed: Layout, donate: bool,
     if store is None:
         return TrainProgram(trainer, placed, abstract, init, learn, evaluate)
     return TrainProgram(trainer, placed, abstract, init, learn, evaluate, store=store, store_key=key)
+
+
+def _env_source(env) -> str | None:
+    """A hash of the source files of the env's classes (and of the envs it wraps): an env
+    registered with Brax by the user is part of the program, and its code can change without any
+    version changing. None when a class has no readable source file."""
+    digest = hashlib.sha256()
+    seen = set()
+    while env is not None and id(env) not in seen:
+        seen.add(id(env))
+        for cls in type(env).__mro__:
+            if cls.__module__ == "builtins":
+                continue
+            try:
+                digest.update(Path(inspect.getsourcefile(cls)).read_bytes())
+            except (TypeError, OSError):
+                return None
+        env = getattr(env, "env", None)
+    return digest.hexdigest()[:16]
 
 
 def _load(trainer: Trainer, placed: Layout, store: cache.ProgramStore, key: str):
