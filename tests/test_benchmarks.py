@@ -114,3 +114,13 @@ def test_the_profile_times_every_part_of_an_iteration(tmp_path):
         seconds[p] for p in ("acting", "realign", "update", "publish")))
     assert row["sps"] == pytest.approx(row["env_steps_per_iteration"] / seconds["iteration"])
     assert row["limit_sps"] > 0 and written["versions"]["jax"]
+
+
+def test_ratios_are_medians_of_rounds_with_their_spread_and_the_limit(smoke):
+    _, written = smoke
+    env = written["envs"]["toy_reach"]
+    (measured,) = [r["toy_reach"] for r in written["rounds"]]    # the smoke preset: one round
+    assert env["limit_sps"] == measured["limit"]["sps"]
+    value = env["ratios"]["ppo_clip/brax_ppo"]
+    assert env["ratio_spread"]["ppo_clip/brax_ppo"] == [value, value]
+    assert throughput.PRESETS["cpu"]["rounds"] >= 5 and throughput.PRESETS["smoke"]["rounds"] == 1
