@@ -9,10 +9,11 @@ same policy; `learning`: the default rate), it builds the trainer on the through
 shapes (`benchmarks.throughput`), runs a few iterations so the envs are mid-episode, then times
 (median of `calls` calls, each waited for) the parts of `Trainer.iteration` compiled on their own:
 
-  env        `num_envs × unroll_length` steps of our `VecEnv` with random actions (physics, time
-             limit, truncation bookkeeping, fresh-state auto-resets);
+  env        the rollout's `num_envs × unroll_length` steps of our `VecEnv` alone, replaying the
+             actions `acting` takes (physics, time limit, truncation bookkeeping, fresh-state
+             auto-resets);
   acting     the iteration's rollout: snapshot draw, the actor groups' policy passes, sampling and
-             the same env steps (`acting − env` is the cost of acting beyond the simulator);
+             the same env steps, from the same state (`acting − env`: the cost of acting);
   realign    the learner's pass over the batch: normalisation, π_T and V_φT (twice), the
              advantage estimator (VACO's V-trace, GAE, …), the lag diagnostics;
   update     the K epochs × M minibatches of gradient steps;
@@ -71,15 +72,15 @@ def profile(case: Case, algo: str, calls: int = 20, warmup_iterations: int = 4) 
     state = warm(state)
     jax.block_until_ready(state)
 
-    def env(env_state, key):
-        def step(env_state, step_key):
-            action_key, reset_key = jax.random.split(step_key)
-            action = jax.random.uniform(action_key, (config.num_envs, vec_env.action_size),
-                                        minval=-1.0, maxval=1.0)
-            env_state, result = vec_env.step(env_state, action, reset_key)
+    def env(env_state, actions, key):
+        """The rollout's env steps alone: the actions `acting` took, the same reset keys."""
+        def step(env_state, inputs):
+            action, step_key = inputs
+            env_state, result = vec_env.step(env_state, action, jax.random.split(step_key)[1])
             return env_state, result.reward
-        env_state, rewards = jax.lax.scan(step, env_state,
-                                          jax.random.split(key, config.unroll_length))
+        rollout_key = jax.random.split(key)[1]
+        env_state, rewards = jax.lax.scan(
+            step, env_state, (actions, jax.random.split(rollout_key, config.unroll_length)))
         return env_state, jnp.sum(rewards)
 
     def acting(env_state, buffer, key):
@@ -104,11 +105,13 @@ def profile(case: Case, algo: str, calls: int = 20, warmup_iterations: int = 4) 
     batch, _ = jax.jit(trainer.realign)(state.params, state.normalizer, traj, hp)
     # Copies: the carried arguments are donated, and must not share buffers with `state`.
     copy = jax.jit(lambda tree: jax.tree.map(lambda x: x + 0 if x.dtype != bool else ~~x, tree))
+    # `env` and `acting` start from the same state every call, with the same keys: `env` replays
+    # exactly the steps `acting` takes, so `acting − env` is the cost of acting.
     seconds = {
-        "env": _median_seconds(jax.jit(env, donate_argnums=0), (copy(state.env_state), key),
-                               calls, carry=True),
-        "acting": _median_seconds(jax.jit(acting, donate_argnums=0),
-                                  (copy(state.env_state), state.buffer, key), calls, carry=True),
+        "env": _median_seconds(jax.jit(env), (state.env_state, traj.action, key), calls,
+                               carry=False),
+        "acting": _median_seconds(jax.jit(acting), (state.env_state, state.buffer, key), calls,
+                                  carry=False),
         "realign": _median_seconds(jax.jit(trainer.realign),
                                    (state.params, state.normalizer, traj, hp), calls, carry=False),
         "update": _median_seconds(jax.jit(update), (state.params, state.opt_state, batch, key),
