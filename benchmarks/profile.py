@@ -39,7 +39,7 @@ import jax.numpy as jnp
 from benchmarks.measure import Case, limit
 from benchmarks.throughput import PRESETS as THROUGHPUT_PRESETS
 from vaco_jax import io, networks, ring_buffer, rollout
-from vaco_jax.trainer import Trainer
+from vaco_jax.trainer import Trainer, make_optimizer
 
 REGIMES = {"frozen": 1e-20, "learning": None}
 PARTS = ("env", "acting", "realign", "update", "publish", "iteration")
@@ -92,7 +92,6 @@ def profile(case: Case, algo: str, calls: int = 20, warmup_iterations: int = 4) 
                                normalize_obs=config.normalize_observations)
 
     def update(params, opt_state, batch, key):
-        from vaco_jax.trainer import make_optimizer
         return trainer.update_epochs(params, opt_state, batch, key,
                                      make_optimizer(hp, hp.learning_rate), hp, state.kl_coef)
 
