@@ -102,7 +102,8 @@ def profile(case: Case, algo: str, calls: int = 20, warmup_iterations: int = 4) 
     key = jax.random.PRNGKey(1)
     _, traj = jax.jit(acting)(state.env_state, state.buffer, key)
     batch, _ = jax.jit(trainer.realign)(state.params, state.normalizer, traj, hp)
-    # Copies: the carried arguments are donated, and must not share buffers with `state`.
+    # A copy: the whole iteration donates the state it is given, which must not share the
+    # buffers of `state`.
     copy = jax.jit(lambda tree: jax.tree.map(lambda x: x + 0 if x.dtype != bool else ~~x, tree))
     # `env` and `acting` start from the same state every call, with the same keys: `env` replays
     # exactly the steps `acting` takes, so `acting − env` is the cost of acting.

@@ -242,9 +242,8 @@ def main(argv: list[str] | None = None) -> dict:
             unit = " s" if name.startswith("compile") else ""
             cpu = cpu_ratios.get(name)
             cpu_shown = f"({cpu:.2f}{unit})" if cpu is not None else ""
-            low, high = min(per_round[name]), max(per_round[name])
-            print(f"{env:>18} {name:<28} {value:>7.2f}{unit:2}  [{low:.2f}, {high:.2f}]"
-                  f"{'':<{max(0, 16 - len(f'[{low:.2f}, {high:.2f}]'))}} "
+            spread = f"[{min(per_round[name]):.2f}, {max(per_round[name]):.2f}]"
+            print(f"{env:>18} {name:<28} {value:>7.2f}{unit:2}  {spread:<16} "
                   f"{verdict(name, value):<28} {cpu_shown}")
 
     from vaco_jax import io

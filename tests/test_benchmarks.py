@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from benchmarks import throughput
+from benchmarks import profile, throughput
 from benchmarks.measure import Case
 
 SMOKE_ROWS = ["limit", "brax_ppo", "ppo_clip", "chunk", "seeds_2", "sequential_2"]
@@ -101,7 +101,6 @@ def test_the_compile_benchmark_times_each_stage_and_counts_the_env_step_copies()
 
 
 def test_the_profile_times_every_part_of_an_iteration(tmp_path):
-    from benchmarks import profile
     out = tmp_path / "profile.json"
     profile.main(["--preset", "smoke", "--algos", "vaco", "--regime", "frozen", "--calls", "2",
                   "--out", str(out)])

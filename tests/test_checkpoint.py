@@ -16,10 +16,12 @@ import jax
 import numpy as np
 import pytest
 
-from vaco_jax import Config, ConfigError, Options, io
+from vaco_jax import Config, ConfigError, Options, cache, io, program
 from vaco_jax.checkpoint import CheckpointError, RunCheckpoints
+from vaco_jax.envs import make_env
 from vaco_jax.train import build_program, checkpoint_due, main, run
 from vaco_jax.options import duration_seconds, validate_options
+from vaco_jax.trainer import stack_hparams
 
 from conftest import CACHE_DIR
 
@@ -277,8 +279,6 @@ def test_resuming_a_finished_run_changes_nothing(uninterrupted):
 
 # Last in this module: it empties the in-process cache of built programs.
 def test_a_program_loaded_from_the_store_runs_exactly_as_compiled(tmp_path):
-    from vaco_jax import cache, program
-    from vaco_jax.trainer import stack_hparams
 
     # A program no earlier session has in JAX's cache: only a program compiled in this process is
     # stored (one JAX loaded from its cache could not run again).
@@ -309,7 +309,6 @@ def test_a_program_loaded_from_the_store_runs_exactly_as_compiled(tmp_path):
 
 
 def test_programs_loaded_from_jaxs_cache_are_counted():
-    from vaco_jax import cache
     size = random.randrange(100, 100_000)   # a program no earlier session has cached
     threshold = jax.config.jax_persistent_cache_min_compile_time_secs
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
@@ -325,8 +324,6 @@ def test_programs_loaded_from_jaxs_cache_are_counted():
 def test_programs_of_envs_whose_code_cannot_be_read_are_not_stored():
     # The env's code is part of the key (a user's own Brax env can change without any version
     # changing); a class without a source file (e.g. defined in a notebook) keeps the program out.
-    from vaco_jax import program
-    from vaco_jax.envs import make_env
 
     class Wrapper:
         def __init__(self, env):
