@@ -155,7 +155,8 @@ def test_bad_config_fields_are_named():
              "grpo.capacity": dict(grpo=dict(capacity=3, max_capacity=2)),
              "model.max_len": dict(model=dict(max_len=20)),
              "model.dtype": dict(model=dict(dtype="float16")),
-             "grpo.eval_every": dict(grpo=dict(eval_every=3))}
+             "grpo.eval_every": dict(grpo=dict(eval_every=3)),
+             "task.direct_fraction": dict(task=dict(direct_fraction=1.5))}
     for field, change in cases.items():
         with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
             llm_config.validate(llm_config.replace(base, **change))

@@ -78,6 +78,19 @@ def test_difficulty_controls_steps_and_values():
 
 
 # --- GSM8K loader -------------------------------------------------------------------------------
+def test_a_direct_fraction_of_demonstrations_keeps_only_the_answer():
+    train = problems.generate("train", 200, 0)
+    mixed = problems.without_working(train, 0.3, 0)
+    direct = [m for m in mixed if not m.solution]
+    assert len(direct) == 60 and all(m.target == f"#### {m.answer}" for m in direct)
+    assert all(verifier.reward(m.target, m.answer) == 1.0 for m in mixed)
+    # Same questions and answers; the rest keep their worked steps; the subset is seeded.
+    assert [(m.question, m.answer) for m in mixed] == [(p.question, p.answer) for p in train]
+    assert all(m == p for m, p in zip(mixed, train) if m.solution)
+    assert problems.without_working(train, 0.3, 0) == mixed != problems.without_working(train, 0.3, 1)
+    assert problems.without_working(train, 0.0, 0) == train
+
+
 def test_gsm8k_loader_on_our_sample_file():
     loaded = problems.load_gsm8k_jsonl(SAMPLE)
     assert [p.answer for p in loaded] == [15, 16, 45, 1000, -5, 8]   # blank line skipped

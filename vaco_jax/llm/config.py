@@ -37,6 +37,10 @@ class TaskConfig:
     answer_len: int = 30
     seed: int = 0
     """Seed of the problem draws (train and test streams are separate and split by arithmetic)."""
+    direct_fraction: float = 0.0
+    """Fraction of the warm-start demonstrations written as the final answer alone (`#### 9`), the
+    rest with their worked steps: the warm start then answers some problems directly and some by
+    working, and RL can learn which pays (a seeded, fixed subset of the train problems)."""
     gsm8k_train: str = ""
     gsm8k_test: str = ""
 
@@ -150,6 +154,8 @@ def validate(config: LLMConfig) -> LLMConfig:
         _bad("task.source", t.source, "one of ('procedural', 'gsm8k')")
     if t.source == "gsm8k" and not (t.gsm8k_train and t.gsm8k_test):
         _bad("task.gsm8k_train", t.gsm8k_train, "task.source=gsm8k needs both JSONL paths")
+    if not 0.0 <= t.direct_fraction <= 1.0:
+        _bad("task.direct_fraction", t.direct_fraction, "must be in [0, 1]")
     for field in ("num_train", "num_test", "prompt_len", "answer_len"):
         if getattr(t, field) < 1:
             _bad(f"task.{field}", getattr(t, field), "must be >= 1")

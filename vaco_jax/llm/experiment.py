@@ -72,6 +72,7 @@ def load_problems(config: LLMConfig):
     else:
         train = problems.generate("train", t.num_train, t.seed, t.difficulty)
         test = problems.generate("test", t.num_test, t.seed, t.difficulty)
+    train = problems.without_working(train, t.direct_fraction, t.seed)
     return (dataset.encode(train, t.prompt_len, t.answer_len),
             dataset.encode(test, t.prompt_len, t.answer_len))
 

@@ -136,6 +136,14 @@ def generate(split: str, n: int, seed: int, difficulty: Difficulty = Difficulty(
                      f"raise max_steps or max_value")
 
 
+def without_working(problems: list[Problem], fraction: float, seed: int) -> list[Problem]:
+    """A copy in which a seeded `fraction` of the problems has no worked solution (target `#### N`)."""
+    count = int(round(fraction * len(problems)))
+    direct = set(np.random.default_rng([seed, 2]).permutation(len(problems))[:count].tolist())
+    return [dataclasses.replace(p, solution="") if i in direct else p
+            for i, p in enumerate(problems)]
+
+
 def parse_gsm8k_answer(answer: str) -> tuple[str, int]:
     """Split a GSM8K `answer` field into (worked solution, integer after the last `####`)."""
     if "####" not in answer:
