@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from benchmarks import profile, throughput
+from benchmarks import profile, throughput, time_to_return
 from benchmarks.measure import Case
 
 SMOKE_ROWS = ["limit", "brax_ppo", "ppo_clip", "chunk", "seeds_2", "sequential_2"]
@@ -123,3 +123,28 @@ def test_ratios_are_medians_of_rounds_with_their_spread_and_the_limit(smoke):
     value = env["ratios"]["ppo_clip/brax_ppo"]
     assert env["ratio_spread"]["ppo_clip/brax_ppo"] == [value, value]
     assert throughput.PRESETS["cpu"]["rounds"] >= 5 and throughput.PRESETS["smoke"]["rounds"] == 1
+
+
+def test_time_to_return_reads_the_first_crossing_of_the_seed_mean_and_the_return_at_budgets():
+    # Brax-like: two seeds run one after another, one return each per evaluation.
+    brax = [[{"seconds": 10, "steps": 100, "returns": [50.0]},
+             {"seconds": 20, "steps": 200, "returns": [150.0]},
+             {"seconds": 30, "steps": 300, "returns": [300.0]}],
+            [{"seconds": 12, "steps": 100, "returns": [70.0]},
+             {"seconds": 24, "steps": 200, "returns": [30.0]}]]   # stopped one evaluation early
+    curve = time_to_return.aggregate(brax)
+    assert [p["seconds"] for p in curve] == [11.0, 22.0]          # only evaluations both reached
+    assert [p["mean_return"] for p in curve] == [60.0, 90.0]
+    # Ours: every seed in one run, all returns in each point.
+    ours = time_to_return.aggregate([[{"seconds": 5, "steps": 64, "returns": [10.0, 30.0]},
+                                      {"seconds": 9, "steps": 128, "returns": [100.0, 120.0]}]])
+    assert [p["mean_return"] for p in ours] == [20.0, 110.0]
+    summary = time_to_return.summarise({"brax_ppo": curve, "vaco": ours}, threshold=80.0,
+                                       budgets=[8, 30])
+    assert summary["brax_ppo"]["seconds_to_threshold"] == 22.0     # the mean, not one seed's 150
+    assert summary["vaco"]["seconds_to_threshold"] == 9
+    assert summary["vaco"]["ratio_to_brax"] == pytest.approx(9 / 22)
+    assert summary["vaco"]["return_at"] == {"8": 20.0, "30": 110.0}
+    assert summary["brax_ppo"]["return_at"] == {"8": None, "30": 90.0}
+    never = time_to_return.summarise({"brax_ppo": curve, "vaco": ours}, threshold=1e9, budgets=[8])
+    assert never["vaco"]["seconds_to_threshold"] is None and never["vaco"]["ratio_to_brax"] is None
