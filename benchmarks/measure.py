@@ -19,6 +19,7 @@ import time
 
 import jax
 import jax.numpy as jnp
+from brax.envs.wrappers import training as training_wrappers
 
 from vaco_jax import Config, program
 from vaco_jax.envs import PlaygroundEnv, VecEnv, make_env
@@ -110,14 +111,23 @@ def _result(steps_per_call: int, clocks: list, compile_clock, **extra) -> dict:
 
 # --- the limit: the simulator alone -------------------------------------------------------------
 
-def limit(case: Case, wrapper: bool = False) -> dict:
+WRAPPERS = ("none", "ours", "brax")
+
+
+def limit(case: Case, wrapper: str = "none") -> dict:
     """Raw env stepping with uniform random actions in a `lax.scan` (no policy, no learning).
 
-    `wrapper=False`: `vmap(env.step)` of the Brax env, no resets (the simulator's own speed).
-    `wrapper=True`: our `VecEnv.step` (time limit, truncation bookkeeping, fresh auto-resets).
+    `wrapper="none"`: `vmap(env.step)` of the Brax env, no resets (the simulator's own speed).
+    `wrapper="ours"`: our `VecEnv.step` (time limit, truncation bookkeeping, fresh auto-resets).
+    `wrapper="brax"`: the wrappers Brax's PPO trainer steps through (`EpisodeWrapper` time limit,
+    `AutoResetWrapper` back to each env's first state), on the same actions as `ours`.
     """
+    if wrapper not in WRAPPERS:
+        raise ValueError(f"wrapper must be one of {WRAPPERS}, got {wrapper!r}")
     env = make_env(case.env, mjx_solver=case.mjx_solver)
     vec_env = VecEnv(env, case.num_envs, case.episode_length)
+    brax_env = training_wrappers.AutoResetWrapper(training_wrappers.EpisodeWrapper(
+        training_wrappers.VmapWrapper(env), case.episode_length, action_repeat=1))
     steps = case.iterations * case.unroll_length
 
     def run(carry):
@@ -128,10 +138,10 @@ def limit(case: Case, wrapper: bool = False) -> dict:
             action_key, reset_key = jax.random.split(step_key)
             action = jax.random.uniform(action_key, (case.num_envs, vec_env.action_size),
                                         minval=-1.0, maxval=1.0)
-            if wrapper:
+            if wrapper == "ours":
                 state, result = vec_env.step(state, action, reset_key)
                 return state, result.reward
-            state = jax.vmap(env.step)(state, action)
+            state = (brax_env.step if wrapper == "brax" else jax.vmap(env.step))(state, action)
             return state, state.reward
 
         state, rewards = jax.lax.scan(step, state, jax.random.split(scan_key, steps))
@@ -139,8 +149,10 @@ def limit(case: Case, wrapper: bool = False) -> dict:
 
     key = jax.random.PRNGKey(0)
     # Jitted, so no two leaves share a buffer (donation refuses aliased inputs).
-    state = jax.jit(vec_env.reset if wrapper else
-                    lambda k: jax.vmap(env.reset)(jax.random.split(k, case.num_envs)))(key)
+    resets = {"none": lambda k: jax.vmap(env.reset)(jax.random.split(k, case.num_envs)),
+              "ours": vec_env.reset,
+              "brax": lambda k: brax_env.reset(jax.random.split(k, case.num_envs))}
+    state = jax.jit(resets[wrapper])(key)
     compiled, compile_clock = _compile(jax.jit(run, donate_argnums=0), (state, key))
     _, clocks = _time_calls(compiled, (state, key), case.repeats)
     return _result(steps * case.num_envs, clocks, compile_clock)

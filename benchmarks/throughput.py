@@ -10,6 +10,9 @@ For each env, on the same shapes (num_envs, unroll length, epochs, minibatches, 
 measures side by side, each configuration in its own subprocess (so each peak RSS is its own):
   limit      raw `vmap(env.step)` with random actions in a `lax.scan`;
   wrapper    the same through our `VecEnv` (time limit, truncation, fresh auto-resets);
+  brax_wrapper  the same through the wrappers Brax's PPO trainer uses (time limit, auto-reset to
+             each env's first state): `wrapper/brax_wrapper` is our env wrapper's cost against
+             Brax's on the same actions;
   brax_ppo   `brax.training.agents.ppo.train` (its own `training/sps`, compilation excluded; a
              DM Control task behind MuJoCo Playground's own Brax training wrapper);
   ppo_clip, vaco (C = 1), vaco_c8 (C = 8), impala: our training iterations, no evaluation;
@@ -72,7 +75,8 @@ def rows_for(env: str, preset: str, solver: str, seeds: tuple[int, ...]) -> list
     def row(name, kind, **kwargs):
         return {"env": env, "name": name, "kind": kind, "kwargs": kwargs, "solver": "default"}
 
-    rows = [row("limit", "limit"), row("wrapper", "limit", wrapper=True),
+    rows = [row("limit", "limit"), row("wrapper", "limit", wrapper="ours"),
+            row("brax_wrapper", "limit", wrapper="brax"),
             row("brax_ppo", "brax_ppo"), row("ppo_clip", "ours", algo="ppo_clip"),
             row("vaco", "ours", algo="vaco"), row("vaco_c8", "ours", algo="vaco", capacity=8),
             row("impala", "ours", algo="impala"), row("chunk", "ours_chunk", algo="ppo_clip")]
@@ -131,6 +135,7 @@ def ratios(results: dict[str, dict], seeds: tuple[int, ...], key: str = "sps") -
         "impala/vaco": ratio("impala", "vaco"),
         "ppo_clip/limit": ratio("ppo_clip", "limit"),
         "wrapper/limit": ratio("wrapper", "limit"),
+        "wrapper/brax_wrapper": ratio("wrapper", "brax_wrapper"),
         "compile_s(chunk)": results.get("chunk", {}).get(
             "compile_s" if key == "sps" else "compile_cpu_s"),
     }

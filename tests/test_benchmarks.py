@@ -11,7 +11,7 @@ import pytest
 from benchmarks import profile, throughput, time_to_return
 from benchmarks.measure import Case
 
-SMOKE_ROWS = ["limit", "brax_ppo", "ppo_clip", "chunk", "seeds_2", "sequential_2"]
+SMOKE_ROWS = ["limit", "wrapper", "brax_wrapper", "brax_ppo", "ppo_clip", "chunk", "seeds_2", "sequential_2"]
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +44,8 @@ def test_smoke_ratios_are_the_quotients_of_the_measurements(smoke):
                                              / sum(sequential["per_seed_s"]))
     assert env["ratios"]["vmapped/sequential"] == pytest.approx(expected)
     assert env["ratios"]["compile_s(chunk)"] == measured["chunk"]["compile_s"]
+    assert env["ratios"]["wrapper/brax_wrapper"] == pytest.approx(
+        measured["wrapper"]["sps"] / measured["brax_wrapper"]["sps"])
     assert set(env["verdicts"]) == {"ppo_clip/brax_ppo", "vmapped/sequential", "compile_s(chunk)",
                                     "ppo_clip/limit"}
     assert env["verdicts"]["ppo_clip/limit"] == "report"
