@@ -27,7 +27,7 @@ def presets():
     return {
         "tiny": ("Seconds: a 1-layer model on 1-step problems (tests, notebook).",
                  Experiment(preset("tiny"), ns=(1, 4), out="runs/llm/tiny", fast_compile=True)),
-        "cpu": ("The CPU preset: 113k-parameter model, N in 1..32, 3 seeds.",
+        "cpu": ("The CPU preset: 113k-parameter model, N in 1..32, 5 seeds.",
                 Experiment(preset("cpu"), out="runs/llm/cpu")),
         "gpu": ("A ~0.3B-parameter bf16 model for one accelerator (not run on CPU).",
                 Experiment(preset("gpu"), ns=(1, 2, 4, 8, 16), out="runs/llm/gpu")),

@@ -103,6 +103,21 @@ def test_ppo_clip_on_token_ratios():
     assert clipped.any() and np.all(grad[clipped] == 0.0) and np.all(grad[~mask] == 0.0)
 
 
+def test_sgd_steps_along_the_clipped_gradient_where_adam_moves_every_weight_alike():
+    grads = {"a": jnp.array([3.0, -4.0]), "b": jnp.array([1e-3])}   # global norm 5 > 1
+    moves = {}
+    for name in ("sgd", "adam"):
+        config = llm_config.validate(llm_config.replace(TINY, grpo=dict(optimizer=name)))
+        optimizer = grpo.GRPO(config, None, None).optimizer
+        moves[name], _ = optimizer.update(grads, optimizer.init(grads))
+    np.testing.assert_allclose(moves["sgd"]["a"], [0.6, -0.8], rtol=1e-4)    # clipped to norm 1
+    np.testing.assert_allclose(moves["sgd"]["b"], [2e-4], rtol=1e-3)
+    np.testing.assert_allclose(moves["adam"]["a"], [1.0, -1.0], rtol=1e-3)   # about ±1 per weight
+    np.testing.assert_allclose(moves["adam"]["b"], [1.0], rtol=0.1)
+    with pytest.raises(ConfigError, match="grpo.optimizer"):
+        llm_config.validate(llm_config.replace(TINY, grpo=dict(optimizer="rmsprop")))
+
+
 # --- the GRPO loop ------------------------------------------------------------------------------
 def parity_reward(answers, targets):
     # Random-looking but deterministic rewards for an untrained policy (the verifiable reward is

@@ -76,6 +76,9 @@ class GRPOConfig:
     eval_every: int = 8
     """Iterations between held-out greedy evaluations (must divide iterations)."""
     learning_rate: float = 1e-4
+    optimizer: Literal["adam", "sgd"] = "adam"
+    """`adam` (the step moves every weight by about the learning rate, whatever the gradient's
+    size) or `sgd` (the step is the learning rate times the clipped gradient). Static."""
     max_grad_norm: float = 1.0
     adam_eps: float = 1e-8
     clip_eps: float = 0.2
@@ -191,6 +194,8 @@ def validate(config: LLMConfig) -> LLMConfig:
         _bad("grpo.capacity", g.capacity, f"must be in 1..max_capacity ({g.slots})")
     if g.snapshot_sampling not in ("uniform", "oldest", "newest"):
         _bad("grpo.snapshot_sampling", g.snapshot_sampling, "one of ('uniform', 'oldest', 'newest')")
+    if g.optimizer not in ("adam", "sgd"):
+        _bad("grpo.optimizer", g.optimizer, "one of ('adam', 'sgd')")
     if g.tv_reference not in ("behavior", "learner"):
         _bad("grpo.tv_reference", g.tv_reference, "one of ('behavior', 'learner')")
     return config
@@ -212,8 +217,13 @@ PRESETS = {
         sft=SFTConfig(steps=60, batch_size=16, learning_rate=3e-3, warmup_steps=10),
         grpo=GRPOConfig(num_prompts=4, group_size=4, iterations=4, eval_every=2, num_seeds=2,
                         learning_rate=1e-4, delta=0.005)),
-    # experiments/llm_forward_lag.py on a 2-core CPU: a 113k-parameter model, 1–2 step problems.
-    "cpu": LLMConfig(),
+    # experiments/llm_forward_lag.py on a 2-core CPU: a 113k-parameter model, 1–2 step problems;
+    # half the warm-start demonstrations answer directly, which the model does unreliably, so
+    # on-policy RL has something to learn (to work the problem).
+    "cpu": LLMConfig(
+        task=TaskConfig(num_train=32_768, num_test=1024, direct_fraction=0.5),
+        sft=SFTConfig(steps=3000),
+        grpo=GRPOConfig(num_prompts=16, group_size=8, iterations=32, eval_every=8, num_seeds=5)),
     # A ~0.3B-parameter model for one accelerator (constructed and shape-checked here, not trained).
     "gpu": LLMConfig(
         model=ModelConfig(d_model=1024, num_layers=24, num_heads=16, d_ff=2816, max_len=512,

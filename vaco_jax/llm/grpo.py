@@ -115,8 +115,8 @@ class GRPO:
         self.config, self.data, self.reward_fn = config, Data(train_set, test_set), reward_fn
         self.apply = Transformer(config.model).apply
         g = config.grpo
-        self.optimizer = optax.chain(optax.clip_by_global_norm(g.max_grad_norm),
-                                     optax.scale_by_adam(eps=g.adam_eps))
+        direction = optax.scale_by_adam(eps=g.adam_eps) if g.optimizer == "adam" else optax.identity()
+        self.optimizer = optax.chain(optax.clip_by_global_norm(g.max_grad_norm), direction)
 
     # --- state ----------------------------------------------------------------------------
     def init(self, key, params, hparams: GRPOHParams | None = None) -> GRPOState:
@@ -160,7 +160,7 @@ class GRPO:
         return batch, info
 
     def update(self, params, opt_state, batch: Batch, hp: GRPOHParams):
-        """One minibatch step: gradient of the objective, Adam, learning rate from `hp`."""
+        """One minibatch step: gradient of the objective, Adam or SGD, learning rate from `hp`."""
         g = self.config.grpo
 
         def loss_fn(p):
