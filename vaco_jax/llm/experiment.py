@@ -273,9 +273,10 @@ def run(experiment: Experiment, log=print) -> dict:
     if experiment.plot:
         g = config.grpo
         figure = out / FIGURE
+        optimizer = "SGD" if g.optimizer == "sgd" else "Adam"
         plot(summary, figure,
              f"GRPO under forward lag: {num_params(params) / 1e3:.0f}k-parameter transformer, "
-             f"{g.num_seeds} seeds, lr {g.learning_rate:g}, PPO ε = {g.clip_eps:g}, "
+             f"{g.num_seeds} seeds, {optimizer} lr {g.learning_rate:g}, PPO ε = {g.clip_eps:g}, "
              f"VACO δ = {g.delta:g}")
         log(f"plot: {figure}")
     log(f"done in {summary['wall_seconds']:.0f} s")
