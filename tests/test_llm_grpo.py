@@ -11,6 +11,7 @@ import pytest
 
 from vaco_jax.config import ConfigError
 from vaco_jax.llm import config as llm_config
+from vaco_jax import io
 from vaco_jax.llm import experiment, grpo, model, sft
 
 TINY = llm_config.preset("tiny")
@@ -250,6 +251,17 @@ def test_sweep_resumes_summarises_and_refuses_other_configs(tmp_path, monkeypatc
                              log=lambda _: None)
     assert calls == [(1, ("pg",)), (4, ("pg",))]
     assert set(summary["by_objective"]) == {"ppo_clip", "vaco", "pg"}
+    # Each row records the code that made it; rows from other code are shown, not hidden.
+    rows = io.read_jsonl(tmp_path / "out" / "results.jsonl")
+    assert {r["source"] for r in rows} == {io.source_hash()} and len(rows) == 12
+    assert summary["sources"] == [io.source_hash()]
+    rows[0]["source"] = "0123456789abcdef"
+    io.write_jsonl_atomic(tmp_path / "out" / "results.jsonl", rows)
+    lines = []
+    summary = experiment.run(dataclasses.replace(run, objectives=("ppo_clip", "vaco", "pg")),
+                             log=lines.append)
+    assert summary["sources"] == sorted(["0123456789abcdef", io.source_hash()])
+    assert any("2 versions of the code" in line for line in lines)
     # Another configuration in the same directory is refused before anything runs.
     other = dataclasses.replace(run, config=llm_config.replace(TINY, grpo=dict(delta=0.1)))
     with pytest.raises(ConfigError, match="out"):

@@ -246,6 +246,8 @@ def run(experiment: Experiment, log=print) -> dict:
             log(f"N={n:>2}: already in {results_path}, skipped")
             continue
         new_rows = train_one_n(config, n, todo, params, train_set, test_set, log, options)
+        for row in new_rows:   # the code that made it: a resumed sweep may mix versions
+            row["source"] = io.source_hash()
         if primary:
             io.append_jsonl(results_path, new_rows)
         rows += io.to_jsonable(new_rows)
@@ -257,6 +259,10 @@ def run(experiment: Experiment, log=print) -> dict:
 
     wanted = [r for r in rows if r["n"] in experiment.ns and r["objective"] in experiment.objectives]
     summary = summarize(wanted, warm["base_accuracy"])
+    summary["sources"] = sorted({r.get("source", "unrecorded") for r in wanted})
+    if len(summary["sources"]) > 1:
+        log(f"note: these results were made by {len(summary['sources'])} versions of the code "
+            f"(source hashes {', '.join(summary['sources'])}; each row records its own)")
     summary.update(warm_start={k: warm[k] for k in ("base_accuracy", "final_loss", "seconds",
                                                     "cached", "key")},
                    num_params=num_params(params))
