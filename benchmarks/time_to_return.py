@@ -150,9 +150,13 @@ def summarise(curves: dict[str, list[dict]], threshold: float, budgets: list[flo
                      "return_at": {str(b): return_at(curve, b) for b in budgets},
                      "final": curve[-1] if curve else None}
     brax = out.get("brax_ppo", {}).get("seconds_to_threshold")
+    brax_curve = curves.get("brax_ppo") or []
     for name in out:
         mine = out[name]["seconds_to_threshold"]
         out[name]["ratio_to_brax"] = (mine / brax if mine is not None and brax else None)
+        if mine is not None and brax is None and brax_curve:
+            # Brax had not reached the threshold when it stopped: the ratio is at most this.
+            out[name]["ratio_to_brax_at_most"] = mine / brax_curve[-1]["seconds"]
     return out
 
 
@@ -208,7 +212,7 @@ def main(argv: list[str] | None = None) -> dict:
               f"{last.get('seconds', 0):.0f} s / {last.get('steps', 0):,} steps: mean return "
               f"{last.get('mean_return', float('nan')):.1f}   [{time.perf_counter() - started:.0f} s]",
               flush=True)
-    budgets = [b for b in (30, 60, 120, 300, 600, 900, 1800) if b <= budget] or [budget]
+    budgets = sorted({b for b in (30, 60, 120, 300, 600, 900, 1800) if b < budget} | {budget})
     summary = summarise(curves, threshold, budgets)
     print(f"\n{args.env}: seconds until the mean evaluation return of {len(seeds)} seeds reaches "
           f"{threshold:g} (compilation included), and the mean return at equal wall-clock budgets")
@@ -216,10 +220,17 @@ def main(argv: list[str] | None = None) -> dict:
           + " | ".join(f"return at {b:g} s" for b in budgets) + " |")
     print("|---|---:|---:|" + "---:|" * len(budgets))
     for name, row in summary.items():
-        fmt = lambda x, spec: "never" if x is None else format(x, spec)  # noqa: E731
-        print(f"| {name} | {fmt(row['seconds_to_threshold'], '.0f')} | "
-              f"{fmt(row['ratio_to_brax'], '.2f')} | "
-              + " | ".join(fmt(row["return_at"][str(b)], ".0f") for b in budgets) + " |")
+        seconds = row["seconds_to_threshold"]
+        if seconds is None:
+            seconds_shown = f"not within {curves[name][-1]['seconds']:.0f}" if curves[name] else "–"
+        else:
+            seconds_shown = f"{seconds:.0f}"
+        ratio = row["ratio_to_brax"]
+        bound = row.get("ratio_to_brax_at_most")
+        ratio_shown = f"{ratio:.2f}" if ratio is not None else f"≤ {bound:.2f}" if bound else "–"
+        returns = " | ".join("–" if row["return_at"][str(b)] is None
+                             else f"{row['return_at'][str(b)]:.0f}" for b in budgets)
+        print(f"| {name} | {seconds_shown} | {ratio_shown} | {returns} |")
     if "brax_ppo" in raw:
         summary["brax_ppo"]["sequential_seconds"] = float(sum(r[-1]["seconds"] for r in raw["brax_ppo"]))
 

@@ -150,3 +150,9 @@ def test_time_to_return_reads_the_first_crossing_of_the_seed_mean_and_the_return
     assert summary["brax_ppo"]["return_at"] == {"8": None, "30": 90.0}
     never = time_to_return.summarise({"brax_ppo": curve, "vaco": ours}, threshold=1e9, budgets=[8])
     assert never["vaco"]["seconds_to_threshold"] is None and never["vaco"]["ratio_to_brax"] is None
+    # Brax stopped (at 22 s) before reaching what ours reached at 9 s: the ratio is at most 9/22.
+    bounded = time_to_return.summarise({"brax_ppo": curve, "vaco": ours}, threshold=100.0,
+                                       budgets=[8])
+    assert bounded["brax_ppo"]["seconds_to_threshold"] is None
+    assert bounded["vaco"]["ratio_to_brax"] is None
+    assert bounded["vaco"]["ratio_to_brax_at_most"] == pytest.approx(9 / 22)
