@@ -146,6 +146,7 @@ def summarize(rows, base_accuracy: float):
                 "std": float(acc.std(ddof=1)) if len(acc) > 1 else 0.0,
                 "min": float(acc.min()), "max": float(acc.max()),
                 "curve_mean": np.mean([r["eval_accuracy"] for r in runs], 0).tolist(),
+                "curve_iterations": list(runs[0]["eval_iterations"]),
                 "train_reward": mean_of("reward"),
                 "clip_fraction": mean_of("clip_fraction_mean"),
                 "filtered_fraction": mean_of("filtered_fraction_mean"),
@@ -158,15 +159,26 @@ def summarize(rows, base_accuracy: float):
 
 
 def plot(summary, path, title=""):
-    """Two panels against N (log scale): final held-out accuracy (mean ± std over seeds, each seed
-    a dot, the warm start dashed) and the fractions (PPO clip fraction, VACO filtered fraction,
-    with VACO's TV estimate on a second axis)."""
+    """Three panels: against N (log scale), final held-out accuracy (mean ± std over seeds, each
+    seed a dot, the warm start dashed) and the fractions (PPO clip fraction, VACO filtered
+    fraction, with VACO's TV estimate on a second axis); and the held-out accuracy over training
+    (mean over seeds) at the smallest and the largest N."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     colors = {"ppo_clip": "tab:red", "vaco": "tab:blue", "pg": "tab:gray"}
-    fig, (ax_acc, ax_frac) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (ax_acc, ax_frac, ax_curve) = plt.subplots(1, 3, figsize=(16, 4))
+    for objective, table in summary["by_objective"].items():
+        ns = sorted(int(n) for n in table)
+        for n, style in ((ns[0], "-"), (ns[-1], "--")) if len(ns) > 1 else ((ns[0], "-"),):
+            entry = table[str(n)]
+            iterations = entry.get("curve_iterations") or list(range(1, len(entry["curve_mean"]) + 1))
+            ax_curve.plot([0] + iterations, [summary["base_accuracy"]] + entry["curve_mean"], style,
+                          color=colors.get(objective), label=f"{objective}, N = {n}")
+    ax_curve.set_xlabel("generated batches")
+    ax_curve.set_ylabel("held-out greedy accuracy (mean over seeds)")
+    ax_curve.legend(fontsize=8)
     for objective, table in summary["by_objective"].items():
         ns = np.array(sorted(int(n) for n in table))
         mean = np.array([table[str(n)]["mean"] for n in ns])
