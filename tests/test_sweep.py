@@ -82,13 +82,27 @@ def test_tidy_table(full_sweep, cells):
 
 
 def test_each_run_equals_a_single_run_with_its_capacity_and_seed(full_sweep, cells):
+    """A run trained in the cell's vmapped batch and the same run alone (a batch of one) are the
+    same computation, but XLA may order a batch's float arithmetic differently (it does on some
+    CPUs), and training amplifies rounding ~1000× per evaluation chunk. So every metric is
+    compared closely after the first chunk, where rounding has not grown: a wrong seed, capacity
+    or δ, or runs leaking into each other, differ there by far more than the tolerance."""
     out, _ = full_sweep
     table = sweep.load_results(out)
     cell = cells[0]
     alone = dataclasses.replace(cell, runs=(sweep.Run(4, 0.2, 2),))
     rows, _ = sweep.run_cell(alone)
-    expected = table[(table["algo"] == cell.algo) & (table["capacity"] == 4) & (table["seed"] == 2)]
-    np.testing.assert_allclose([r["eval_return"] for r in rows], expected["eval_return"], rtol=1e-4)
+    assert [r["eval_index"] for r in rows] == list(range(cell.config.num_evals))
+    first = table[(table["algo"] == cell.algo) & (table["eval_index"] == 0)].set_index(["capacity", "seed"])
+    twin, others = first.loc[(4, 2)], first.drop(index=[(4, 2)])
+    metrics = [k for k, v in rows[0].items() if isinstance(v, float) and k not in ("delta",)]
+    assert {"eval_return", "behavior_tv", "filtered_fraction", "policy_loss"} <= set(metrics)
+    for key in metrics:
+        np.testing.assert_allclose(rows[0][key], twin[key], rtol=1e-4, atol=1e-6, err_msg=key)
+    # The comparison tells runs apart: every other run of the cell is 100× the tolerance away.
+    for index, other in others.iterrows():
+        assert not np.allclose(other[metrics].astype(float), twin[metrics].astype(float), rtol=1e-2), index
+    assert all(np.isfinite(r["eval_return"]) and not r["diverged"] for r in rows)
 
 
 def test_interrupted_sweep_resumes_without_redoing_finished_cells(full_sweep, cells, tmp_path):
