@@ -95,7 +95,7 @@ def test_each_run_equals_a_single_run_with_its_capacity_and_seed(full_sweep, cel
     assert [r["eval_index"] for r in rows] == list(range(cell.config.num_evals))
     first = table[(table["algo"] == cell.algo) & (table["eval_index"] == 0)].set_index(["capacity", "seed"])
     twin, others = first.loc[(4, 2)], first.drop(index=[(4, 2)])
-    metrics = [k for k, v in rows[0].items() if isinstance(v, float) and k not in ("delta",)]
+    metrics = [k for k, v in rows[0].items() if isinstance(v, float) and k != "delta"]
     assert {"eval_return", "behavior_tv", "filtered_fraction", "policy_loss"} <= set(metrics)
     for key in metrics:
         np.testing.assert_allclose(rows[0][key], twin[key], rtol=1e-4, atol=1e-6, err_msg=key)

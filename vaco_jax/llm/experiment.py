@@ -170,20 +170,15 @@ def plot(summary, path, title=""):
     colors = {"ppo_clip": "tab:red", "vaco": "tab:blue", "pg": "tab:gray"}
     fig, (ax_acc, ax_frac, ax_curve) = plt.subplots(1, 3, figsize=(16, 4))
     for objective, table in summary["by_objective"].items():
-        ns = sorted(int(n) for n in table)
-        for n, style in ((ns[0], "-"), (ns[-1], "--")) if len(ns) > 1 else ((ns[0], "-"),):
-            entry = table[str(n)]
-            iterations = entry.get("curve_iterations") or list(range(1, len(entry["curve_mean"]) + 1))
-            ax_curve.plot([0] + iterations, [summary["base_accuracy"]] + entry["curve_mean"], style,
-                          color=colors.get(objective), label=f"{objective}, N = {n}")
-    ax_curve.set_xlabel("generated batches")
-    ax_curve.set_ylabel("held-out greedy accuracy (mean over seeds)")
-    ax_curve.legend(fontsize=8)
-    for objective, table in summary["by_objective"].items():
         ns = np.array(sorted(int(n) for n in table))
         mean = np.array([table[str(n)]["mean"] for n in ns])
         std = np.array([table[str(n)]["std"] for n in ns])
         c = colors.get(objective)
+        for n, style in zip(sorted({ns[0], ns[-1]}), ("-", "--")):
+            entry = table[str(n)]
+            iterations = entry.get("curve_iterations") or list(range(1, len(entry["curve_mean"]) + 1))
+            ax_curve.plot([0] + iterations, [summary["base_accuracy"]] + entry["curve_mean"], style,
+                          color=c, label=f"{objective}, N = {n}")
         ax_acc.plot(ns, mean, "o-", color=c, label=objective)
         ax_acc.fill_between(ns, mean - std, mean + std, color=c, alpha=0.15)
         for n in ns:
@@ -210,6 +205,9 @@ def plot(summary, path, title=""):
     ax_acc.legend(fontsize=8)
     ax_frac.set_ylabel("fraction of answer tokens (mean over steps)")
     ax_frac.legend(loc="upper left", fontsize=8)
+    ax_curve.set_xlabel("generated batches")
+    ax_curve.set_ylabel("held-out greedy accuracy (mean over seeds)")
+    ax_curve.legend(fontsize=8)
     fig.suptitle(title or "GRPO under forward lag")
     fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
