@@ -314,7 +314,12 @@ def guard_divergence(old: TrainState, new: TrainState, update_metrics) -> TrainS
                  | jnp.where(jnp.isfinite(update_metrics["grad_norm"]), 0, NONFINITE_GRADIENT)
                  | jnp.where(params_finite, 0, NONFINITE_PARAMS)).astype(jnp.int32)
     already = old.health.nonfinite != 0
-    diverged = already | (nonfinite != 0)
+    # One flag for every leaf below, reduced from a vector so that XLA computes it once: as a chain
+    # of scalar ops XLA would copy it into the select of each state leaf (hundreds of copies; a
+    # quarter of the learner program). XLA turns a reduction over a few stacked scalars into such a
+    # chain, hence a vector it cannot split.
+    flags = jnp.zeros(64, jnp.int32).at[0].set(already).at[1].set(nonfinite)
+    diverged = jnp.any(flags != 0)
     health = Health(jnp.where(already, old.health.nonfinite, nonfinite),
                     jnp.where(already, old.health.iteration,
                               jnp.where(nonfinite != 0, old.iteration, -1)).astype(jnp.int32))
