@@ -136,3 +136,25 @@ def test_reset_pool_hands_each_fresh_state_out_once_and_refills_only_when_overdr
     np.testing.assert_array_equal(refilled, used_before + n_ended > 4)
     np.testing.assert_array_equal(used_after[refilled], n_ended[refilled])
     assert 10 <= refilled.sum() <= 20    # 40 ends, 1–2 per step: at most 4 and at least 2 per refill
+
+
+def test_a_vmapped_rollout_traces_the_env_reset_once():
+    # The refill's reset sits in a branch that `cond_any` builds twice under vmap; tracing the
+    # reset twice would double the most expensive trace of a learner program (MJX's forward).
+    resets = []
+
+    class CountedToyReach(envs.ToyReach):
+        def reset(self, key):
+            resets.append(key)
+            return super().reset(key)
+
+    vec_env = envs.VecEnv(CountedToyReach(), num_envs=3, episode_length=4)
+    keys = jax.random.split(jax.random.PRNGKey(0), 2)
+
+    def rollout(key):   # under vmap, as in the trainer: the pool's refill is batched
+        action = jnp.zeros((vec_env.num_envs, vec_env.action_size))
+        step = lambda state, key: (vec_env.step(state, action, key)[0], None)
+        return jax.lax.scan(step, vec_env.reset(key), jax.random.split(key, 8))[0]
+
+    jax.jit(jax.vmap(rollout)).trace(keys)
+    assert len(resets) == 2   # VecEnv.reset (the initial states) and the pool's refill
