@@ -68,7 +68,7 @@ def test_the_check_is_compiled_once_not_into_every_state_leaf():
     # Every leaf of the state is selected (kept or replaced) with one flag per iteration. XLA may
     # instead copy the whole non-finite test into the select of each leaf: it did here (240 is-finite
     # instructions for 95 state leaves), and on hopper that was a quarter of the learner program's
-    # instructions and 15% of its XLA compile time.
+    # instructions and about a tenth of its XLA compile time.
     program = build_program(BASE)
     chunk, _ = program.compiled_chunk()
     tests = len(re.findall(r" is-finite\(", chunk.learn.as_text()))
