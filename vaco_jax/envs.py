@@ -282,11 +282,6 @@ class VecEnv:
         self.episode_length = episode_length
 
     @functools.cached_property
-    def _reset_one(self):
-        """The env's `reset`, jitted: traced once however often a program calls it."""
-        return jax.jit(self.env.reset)
-
-    @functools.cached_property
     def observation_size(self) -> int:
         return int(self.env.observation_size)
 
@@ -322,12 +317,7 @@ class VecEnv:
 
         def refill(operand):
             needed, key, pool, used = operand
-            # `cond_any` under vmap builds this branch twice (unbatched, then batched); the reset is
-            # a jitted function so the second build reuses the first's trace (the most expensive
-            # one here: MJX's forward pass). The mesh is set explicitly because the two builds run
-            # under differently represented empty meshes, which JAX's trace cache tells apart.
-            with jax.sharding.use_abstract_mesh(jax.sharding.get_abstract_mesh()):
-                fresh = jax.vmap(self._reset_one)(jax.random.split(key, self.num_envs))
+            fresh = jax.vmap(self.env.reset)(jax.random.split(key, self.num_envs))
             fresh = fresh.replace(metrics=pool.metrics, info=pool.info)
             pool = jax.tree.map(lambda f, p: jnp.where(needed, f, p), fresh, pool)
             return needed, key, pool, jnp.where(needed, 0, used)
@@ -353,9 +343,15 @@ def cond_any(pred, branch, operand):
     its operand unchanged for a member whose `pred` is false, which the caller must guarantee
     (`VecEnv.step`'s refill selects the new pool only where it was needed).
     """
+    # Under vmap the branch is built twice (unbatched below, batched in the rule); jitted, the
+    # second build reuses the first's trace. The mesh is set explicitly because the two builds run
+    # under differently represented empty meshes, which JAX's trace cache tells apart.
+    branch = jax.jit(branch)
+
     @jax.custom_batching.custom_vmap
     def branch_if(pred, operand):
-        return jax.lax.cond(pred, branch, lambda x: x, operand)
+        with jax.sharding.use_abstract_mesh(jax.sharding.get_abstract_mesh()):
+            return jax.lax.cond(pred, branch, lambda x: x, operand)
 
     @branch_if.def_vmap
     def branch_if_any(axis_size, in_batched, pred, operand):
