@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from brax.envs.base import Env, State
 
-from vaco_jax import evaluation, io, networks
+from vaco_jax import envs, evaluation, io, networks
 from vaco_jax.study import presets, references, sweep
 from vaco_jax.config import Config, ConfigError
 
@@ -157,6 +157,28 @@ def test_evaluation_ignores_steps_after_the_end():
     returns = evaluation.episode_returns(env, act, jax.random.PRNGKey(1), num_episodes=2,
                                          episode_length=10)
     np.testing.assert_array_equal(returns, [3.0, 3.0])
+
+
+def test_a_seed_vmapped_evaluation_batches_its_env_step_once(monkeypatch):
+    # `lax.while_loop` batches its body again until the set of batched carries stops growing; the
+    # evaluation starts every carry batched, so its env step (MJX's in real runs, the largest part
+    # of the evaluation program's trace) is batched once. Counted where JAX batches a jaxpr afresh
+    # (a JAX internal: its cache hits are not counted).
+    from jax._src.interpreters import batching
+    batched = []
+    original = batching._batch_jaxpr_outer
+
+    def counted(fun, *args, **kwargs):
+        batched.append(fun.debug_info.func_name)
+        return original(fun, *args, **kwargs)
+
+    monkeypatch.setattr(batching, "_batch_jaxpr_outer", counted)
+    env = envs.make_env("toy_reach")
+    act = lambda state, t: jnp.zeros((3, env.action_size))  # noqa: E731
+    returns = lambda key: evaluation.episode_returns(env, act, key, num_episodes=3,  # noqa: E731
+                                                     episode_length=5)
+    jax.jit(jax.vmap(returns)).trace(jax.random.split(jax.random.PRNGKey(0), 2))
+    assert batched.count("step") == 1     # 3 when the episode counters start unbatched
 
 
 def test_random_policy_return_is_the_analytic_value():
