@@ -85,6 +85,37 @@ def test_snapshot_age_follows_the_buffer():
     assert int(state.buffer.num_pushed) == 6
 
 
+def _rollout(trainer, state, key):
+    snapshots, _ = ring_buffer.sample(state.buffer, jax.random.PRNGKey(2), TINY.num_actors,
+                                      "uniform")
+    return rollout.collect(trainer.vec_env, trainer.actor, state.env_state, snapshots, key,
+                           unroll_length=TINY.unroll_length, num_actors=TINY.num_actors,
+                           normalize_obs=True)
+
+
+def test_rollout_actions_are_the_policy_samples_of_each_step_key(vaco):
+    # The noise is drawn before the loop; each action is still the Gaussian's own sample for its
+    # step's key (so seeded runs are unchanged by where the draw happens).
+    trainer, _ = vaco
+    state, key = trainer.init(jax.random.PRNGKey(0)), jax.random.PRNGKey(1)
+    _, traj = jax.jit(lambda s, k: _rollout(trainer, s, k))(state, key)
+    for t, step_key in enumerate(jax.random.split(key, TINY.unroll_length)):
+        action_key, _ = jax.random.split(step_key)
+        sample = networks.gaussian(traj.behavior_loc[t], traj.behavior_scale[t]).sample(
+            seed=action_key)
+        np.testing.assert_array_equal(traj.action[t], sample)
+
+
+def test_the_compiled_rollout_holds_one_copy_of_the_gaussian_sampler(vaco):
+    # Drawn inside the loop, XLA copied the sampler (threefry, inverse error function) into each
+    # fusion that used the action: ten computations of this rollout held it.
+    trainer, _ = vaco
+    state = trainer.init(jax.random.PRNGKey(0))
+    hlo = jax.jit(lambda s, k: _rollout(trainer, s, k)).lower(state, jax.random.PRNGKey(1))
+    computations = hlo.compile().as_text().split("\n\n")
+    assert sum("erf_inv" in computation for computation in computations) == 1
+
+
 def test_capacity_one_vaco_without_filter_is_importance_sampled_pg_with_gae():
     """C = 1 VACO with δ = ∞ takes exactly the update of −E[w Â_GAE] (one epoch, one minibatch)."""
     config = dataclasses.replace(TINY, capacity=1, max_capacity=0, delta=math.inf, num_epochs=1,

@@ -65,6 +65,18 @@ def gaussian(loc, scale) -> distrax.MultivariateNormalDiag:
     return distrax.MultivariateNormalDiag(loc, scale)
 
 
+def standard_noise(key, shape: tuple[int, ...]) -> jax.Array:
+    """The standard-normal draw behind `gaussian(loc, scale).sample(seed=key)` for `loc.shape ==
+    shape`: `sample_with_noise` turns it into that sample (the same numbers)."""
+    return gaussian(jnp.zeros(shape), jnp.ones(shape)).distribution.sample(seed=key,
+                                                                          sample_shape=1)
+
+
+def sample_with_noise(dist: distrax.MultivariateNormalDiag, noise: jax.Array) -> jax.Array:
+    """`dist.sample(seed=key)` from `noise = standard_noise(key, dist.loc.shape)`."""
+    return jax.vmap(dist.bijector.forward)(noise)[0]
+
+
 # --- observation normalisation (Welford running statistics, per seed) ---------------------------
 
 def init_normalizer(obs_size: int):

@@ -40,17 +40,24 @@ def behavior_policy(actor, snapshots, obs, num_actors: int, normalize_obs: bool)
 def collect(env: VecEnv, actor, env_state: EnvState, snapshots, key, *, unroll_length: int,
             num_actors: int, normalize_obs: bool) -> tuple[EnvState, Transition]:
     """Run `unroll_length` steps of every env with its group's snapshot."""
+    action_keys, reset_keys = jax.vmap(jax.random.split, out_axes=1)(
+        jax.random.split(key, unroll_length))
+    # The policy's standard-normal noise of every step, drawn before the loop: the same numbers as
+    # `sample(seed=action_key)` at each step, but inside the loop XLA copied the sampler
+    # (threefry and the inverse error function) into each fusion that used the action.
+    noise = jax.vmap(networks.standard_noise, in_axes=(0, None))(
+        action_keys, (env.num_envs, env.action_size))
 
-    def step(env_state, step_key):
-        action_key, reset_key = jax.random.split(step_key)
+    def step(env_state, inputs):
+        step_noise, reset_key = inputs
         obs = env_state.obs
         loc, scale = behavior_policy(actor, snapshots, obs, num_actors, normalize_obs)
         dist = networks.gaussian(loc, scale)
-        action = dist.sample(seed=action_key)
+        action = networks.sample_with_noise(dist, step_noise)
         log_behavior = dist.log_prob(action)
         env_state, result = env.step(env_state, action, reset_key)
         transition = Transition(obs, action, result.reward, result.terminated, result.truncated,
                                 result.next_obs, log_behavior, loc, scale, result.episode_return)
         return env_state, transition
 
-    return jax.lax.scan(step, env_state, jax.random.split(key, unroll_length))
+    return jax.lax.scan(step, env_state, (noise, reset_keys))
