@@ -11,7 +11,8 @@ import pytest
 
 from vaco_jax import Config, Trainer, stack_hparams
 from vaco_jax import advantages as adv_lib
-from vaco_jax import networks, ring_buffer, rollout
+from vaco_jax import envs, networks, ring_buffer, rollout
+from vaco_jax import trainer as trainer_lib
 from vaco_jax.trainer import make_optimizer
 
 TINY = Config(env="toy_reach", algo="vaco", num_envs=8, unroll_length=8, num_epochs=2,
@@ -114,6 +115,39 @@ def test_the_compiled_rollout_holds_one_copy_of_the_gaussian_sampler(vaco):
     hlo = jax.jit(lambda s, k: _rollout(trainer, s, k)).lower(state, jax.random.PRNGKey(1))
     computations = hlo.compile().as_text().split("\n\n")
     assert sum("erf_inv" in computation for computation in computations) == 1
+
+
+def test_the_programs_of_a_run_trace_the_env_once(monkeypatch):
+    # The initial state, the learner (rollout and pool refill) and the evaluation all reset and
+    # step the env; each program used to trace MJX's reset (a forward pass) and step afresh.
+    calls = {"reset": 0, "step": 0}
+
+    class CountedToyReach(envs.ToyReach):
+        def reset(self, rng):
+            calls["reset"] += 1
+            return super().reset(rng)
+
+        def step(self, state, action):
+            calls["step"] += 1
+            return super().step(state, action)
+
+    monkeypatch.setattr(trainer_lib, "make_env", lambda *args: CountedToyReach())
+    trainer = Trainer(TINY)
+    keys = jnp.stack([jax.random.PRNGKey(i) for i in range(2)])
+    hparams = stack_hparams([TINY.hparams()] * 2)
+    state = jax.eval_shape(jax.vmap(trainer.init), keys, hparams)
+    jax.jit(jax.vmap(trainer.init)).trace(keys, hparams)
+    jax.jit(jax.vmap(trainer.learn_chunk)).trace(state)
+    jax.jit(jax.vmap(trainer.evaluate)).trace(state.params["actor"], state.normalizer, state.key)
+    assert calls == {"reset": 1, "step": 1}
+    # Inside a program, the env behind `TracedOnce` computes what the env computes.
+    def episode_start(env, key):
+        return env.step(env.reset(key), jnp.full((env.action_size,), 0.3))
+
+    raw, wrapped = CountedToyReach(), envs.TracedOnce(CountedToyReach())
+    key = jax.random.PRNGKey(5)
+    assert_trees_equal(jax.jit(episode_start, static_argnums=0)(wrapped, key),
+                       jax.jit(episode_start, static_argnums=0)(raw, key))
 
 
 def test_capacity_one_vaco_without_filter_is_importance_sampled_pg_with_gae():

@@ -34,7 +34,7 @@ from flax import struct
 # every command's output (and in piped results). Only this import's stdout is swallowed.
 with contextlib.redirect_stdout(io.StringIO()):
     from brax import envs as brax_envs
-    from brax.envs.base import Env, State
+    from brax.envs.base import Env, State, Wrapper
 
 MJX_ENVS = (
     "ant", "halfcheetah", "hopper", "humanoid", "humanoidstandup", "inverted_pendulum",
@@ -239,6 +239,28 @@ class PlaygroundEnv(Env):
     @property
     def mj_model(self):
         return self.env.mj_model
+
+
+class TracedOnce(Wrapper):
+    """`env` with `reset` and `step` under `jax.jit`: each is traced once per input type, and that
+    trace is shared by every program that calls it (the initial state, the learner's rollout and
+    its pool refill, the evaluation) instead of being traced again in each. XLA inlines the calls:
+    the compiled programs compute the same numbers."""
+
+    def __init__(self, env: Env):
+        super().__init__(env)
+        self._reset = jax.jit(env.reset)
+        self._step = jax.jit(env.step)
+
+    # The abstract mesh is set explicitly, as in `cond_any`'s branch: JAX's trace cache tells an
+    # unset empty mesh from a set one, and the pool's refill is traced under a set one.
+    def reset(self, rng: jax.Array) -> State:
+        with jax.sharding.use_abstract_mesh(jax.sharding.get_abstract_mesh()):
+            return self._reset(rng)
+
+    def step(self, state: State, action: jax.Array) -> State:
+        with jax.sharding.use_abstract_mesh(jax.sharding.get_abstract_mesh()):
+            return self._step(state, action)
 
 
 def set_solver(env: Env, **options) -> Env:

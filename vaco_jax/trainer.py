@@ -23,7 +23,7 @@ from flax import struct
 
 from vaco_jax import algorithms, evaluation, networks, objectives, ring_buffer, rollout
 from vaco_jax.config import Config, HParams, validate
-from vaco_jax.envs import EnvState, VecEnv, make_env
+from vaco_jax.envs import EnvState, TracedOnce, VecEnv, make_env
 
 
 # Bits of `Health.nonfinite`: which quantities an iteration produced non-finite.
@@ -95,7 +95,7 @@ class Trainer:
         validate(config)
         self.config = config
         self.algorithm = algorithms.parse(config.algo)
-        self.env = make_env(config.env, config.mjx_solver)
+        self.env = TracedOnce(make_env(config.env, config.mjx_solver))
         self.vec_env = VecEnv(self.env, config.num_envs, config.episode_length)
         self.actor, self.critic = networks.make_networks(config, self.vec_env.action_size)
 
