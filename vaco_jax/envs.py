@@ -244,23 +244,28 @@ class PlaygroundEnv(Env):
 class TracedOnce(Wrapper):
     """`env` with `reset` and `step` under `jax.jit`: each is traced once per input type, and that
     trace is shared by every program that calls it (the initial state, the learner's rollout and
-    its pool refill, the evaluation) instead of being traced again in each. XLA inlines the calls:
-    the compiled programs compute the same numbers."""
+    its pool refill, the evaluation) instead of being traced again in each. XLA inlines the calls;
+    the numbers are the same up to float32 rounding (XLA may order a few sums differently)."""
 
     def __init__(self, env: Env):
         super().__init__(env)
         self._reset = jax.jit(env.reset)
         self._step = jax.jit(env.step)
 
-    # The abstract mesh is set explicitly, as in `cond_any`'s branch: JAX's trace cache tells an
-    # unset empty mesh from a set one, and the pool's refill is traced under a set one.
     def reset(self, rng: jax.Array) -> State:
-        with jax.sharding.use_abstract_mesh(jax.sharding.get_abstract_mesh()):
+        with explicit_mesh():   # the pool's refill calls it from inside `cond_any`'s branch
             return self._reset(rng)
 
     def step(self, state: State, action: jax.Array) -> State:
-        with jax.sharding.use_abstract_mesh(jax.sharding.get_abstract_mesh()):
+        with explicit_mesh():
             return self._step(state, action)
+
+
+def explicit_mesh():
+    """The current abstract mesh, set explicitly. JAX's trace cache tells an unset empty mesh from
+    a set one, so a jitted function called both inside `cond_any`'s branch (which sets it) and
+    outside would be traced twice; under this it is traced once."""
+    return jax.sharding.use_abstract_mesh(jax.sharding.get_abstract_mesh())
 
 
 def set_solver(env: Env, **options) -> Env:
@@ -372,7 +377,7 @@ def cond_any(pred, branch, operand):
 
     @jax.custom_batching.custom_vmap
     def branch_if(pred, operand):
-        with jax.sharding.use_abstract_mesh(jax.sharding.get_abstract_mesh()):
+        with explicit_mesh():
             return jax.lax.cond(pred, branch, lambda x: x, operand)
 
     @branch_if.def_vmap
