@@ -11,7 +11,8 @@ measurement in its own fresh subprocess with JAX's persistent compilation cache 
   chunk       the CLI's chunk (`vaco_jax.program`: iterations and evaluation, compiled at once);
   sweep_cell  a sweep cell's chunk: 3 capacities × 2 seeds of `vaco` in one program.
 Each of ours also reports how many copies of the env's `step` and `reset` the program holds (the
-times they were traced) and the size of the optimised HLO (instructions). Prints a table and the
+times the program calls them while it is traced; the trainer's env shares one trace of each
+across programs, `envs.TracedOnce`, so traces no longer count copies) and the size of the optimised HLO (instructions). Prints a table and the
 ratios to Brax's training-step compile; `--out` writes JSON with the library versions and device.
 """
 
@@ -39,8 +40,8 @@ def _case(env: str) -> Case:
 
 
 class TraceCounter:
-    """Within `with`, counts the traces of an env class's `step` and `reset` (a trace is a copy
-    in the program being built); the class is restored on exit."""
+    """Within `with`, counts the calls of an env class's `step` and `reset` while programs are
+    traced (a call is a copy in the program being built); the class is restored on exit."""
 
     def __init__(self, env_class):
         self.env_class = env_class
@@ -96,7 +97,7 @@ def measure(name: str, env: str) -> dict:
     from vaco_jax import envs, program
     from vaco_jax.trainer import Trainer
 
-    with TraceCounter(type(envs.make_env(env, case.mjx_solver))) as counter:
+    with TraceCounter(envs.TracedOnce) as counter:   # the trainer's env: one call per copy
         if name.startswith("iteration"):
             config = case.config(name.split("_", 1)[1])
             trainer = Trainer(config)
