@@ -11,7 +11,7 @@ import pytest
 
 from vaco_jax import Config, Trainer, stack_hparams
 from vaco_jax import advantages as adv_lib
-from vaco_jax import envs, networks, ring_buffer, rollout
+from vaco_jax import envs, networks, program, ring_buffer, rollout
 from vaco_jax import trainer as trainer_lib
 from vaco_jax.trainer import make_optimizer
 
@@ -118,8 +118,10 @@ def test_the_compiled_rollout_holds_one_copy_of_the_gaussian_sampler(vaco):
 
 
 def test_the_programs_of_a_run_trace_the_env_once(monkeypatch):
-    # The initial state, the learner (rollout and pool refill) and the evaluation all reset and
-    # step the env; each program used to trace MJX's reset (a forward pass) and step afresh.
+    # The initial state (its shape while building, then its program), the learner (rollout and
+    # pool refill) and the evaluation all reset and step the env; each program used to trace MJX's
+    # reset (a forward pass) and step afresh, and the build traced the reset twice more (for the
+    # observation size, and on arguments placed unlike the program's).
     calls = {"reset": 0, "step": 0}
 
     class CountedToyReach(envs.ToyReach):
@@ -131,14 +133,19 @@ def test_the_programs_of_a_run_trace_the_env_once(monkeypatch):
             calls["step"] += 1
             return super().step(state, action)
 
+        @property
+        def observation_size(self):   # as Brax's envs answer it: from a reset
+            return self.reset(jax.random.PRNGKey(0)).obs.shape[-1]
+
     monkeypatch.setattr(trainer_lib, "make_env", lambda *args: CountedToyReach())
-    trainer = Trainer(TINY)
-    keys = jnp.stack([jax.random.PRNGKey(i) for i in range(2)])
-    hparams = stack_hparams([TINY.hparams()] * 2)
-    state = jax.eval_shape(jax.vmap(trainer.init), keys, hparams)
-    jax.jit(jax.vmap(trainer.init)).trace(keys, hparams)
-    jax.jit(jax.vmap(trainer.learn_chunk)).trace(state)
-    jax.jit(jax.vmap(trainer.evaluate)).trace(state.params["actor"], state.normalizer, state.key)
+    # A config of its own, so no program built by another test (with another env) is reused.
+    config = dataclasses.replace(TINY, episode_length=21)
+    built = program.TrainProgram.build(config, 2, store=False)
+    built.init.trace(*built.layout.put((program.seed_keys(range(2)),
+                                         stack_hparams([config.hparams()] * 2))))
+    state = built.abstract_state
+    built.learn.trace(state)
+    built.evaluate.trace(state.params["actor"], state.normalizer, state.key)
     assert calls == {"reset": 1, "step": 1}
     # Inside a program, the env behind `TracedOnce` computes what the env computes.
     def episode_start(env, key):

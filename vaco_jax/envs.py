@@ -310,7 +310,8 @@ class VecEnv:
 
     @functools.cached_property
     def observation_size(self) -> int:
-        return int(self.env.observation_size)
+        # A reset's shape, not Brax's `env.observation_size`, which runs a reset op by op.
+        return int(jax.eval_shape(self.env.reset, jax.random.PRNGKey(0)).obs.shape[-1])
 
     @property
     def action_size(self) -> int:

@@ -328,8 +328,10 @@ def _build(config: Config, placed: Layout, donate: bool,
         if loaded is not None:
             return loaded
     batched_init = jax.vmap(trainer.init)
-    abstract = jax.eval_shape(batched_init, seed_keys(range(placed.padded_runs)),
-                              stack_hparams([config.hparams()] * placed.padded_runs))
+    # Evaluated on arguments placed like the `init` program's, which then reuses this trace.
+    abstract = jax.eval_shape(batched_init, *jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=placed.runs()),
+        (seed_keys(range(placed.padded_runs)), stack_hparams([config.hparams()] * placed.padded_runs))))
     state_shardings = placed.shardings(abstract, env_state=lambda state: state.env_state)
     init = jax.jit(batched_init, in_shardings=(placed.runs(), placed.runs()),
                    out_shardings=state_shardings)

@@ -104,13 +104,16 @@ class Trainer:
         config = self.config
         hparams = config.hparams() if hparams is None else hparams
         params_key, env_key, key = jax.random.split(key, 3)
-        params = networks.init_params(params_key, config, self.vec_env.observation_size,
-                                      self.vec_env.action_size)
-        normalizer = networks.init_normalizer(self.vec_env.observation_size)
+        # The observation size from the envs' reset: asking the env for it would trace a reset of
+        # its own, under a different mesh context than this one's (so not shared).
+        env_state = self.vec_env.reset(env_key)
+        observation_size = env_state.obs.shape[-1]
+        params = networks.init_params(params_key, config, observation_size, self.vec_env.action_size)
+        normalizer = networks.init_normalizer(observation_size)
         capacity = jnp.clip(hparams.capacity, 1, config.slots)
         buffer = ring_buffer.init(self.snapshot(params, normalizer), config.slots, capacity)
         opt_state = make_optimizer(hparams, hparams.learning_rate).init(params)
-        return TrainState(params, opt_state, normalizer, self.vec_env.reset(env_key), buffer, key,
+        return TrainState(params, opt_state, normalizer, env_state, buffer, key,
                           jnp.int32(0), jnp.int32(0), hparams.kl_coef, hparams, Health.healthy())
 
     @staticmethod
