@@ -19,7 +19,6 @@ interface for fast unit tests.
 from __future__ import annotations
 
 import contextlib
-import functools
 import io
 import logging
 import warnings
@@ -307,11 +306,6 @@ class VecEnv:
         self.env = env
         self.num_envs = num_envs
         self.episode_length = episode_length
-
-    @functools.cached_property
-    def observation_size(self) -> int:
-        # A reset's shape, not Brax's `env.observation_size`, which runs a reset op by op.
-        return int(jax.eval_shape(self.env.reset, jax.random.PRNGKey(0)).obs.shape[-1])
 
     @property
     def action_size(self) -> int:

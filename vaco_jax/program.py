@@ -329,9 +329,10 @@ def _build(config: Config, placed: Layout, donate: bool,
             return loaded
     batched_init = jax.vmap(trainer.init)
     # Evaluated on arguments placed like the `init` program's, which then reuses this trace.
+    init_args = (seed_keys(range(placed.padded_runs)),
+                 stack_hparams([config.hparams()] * placed.padded_runs))
     abstract = jax.eval_shape(batched_init, *jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=placed.runs()),
-        (seed_keys(range(placed.padded_runs)), stack_hparams([config.hparams()] * placed.padded_runs))))
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=placed.runs()), init_args))
     state_shardings = placed.shardings(abstract, env_state=lambda state: state.env_state)
     init = jax.jit(batched_init, in_shardings=(placed.runs(), placed.runs()),
                    out_shardings=state_shardings)
