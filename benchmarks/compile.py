@@ -11,9 +11,10 @@ measurement in its own fresh subprocess with JAX's persistent compilation cache 
   chunk       the CLI's chunk (`vaco_jax.program`: iterations and evaluation, compiled at once);
   sweep_cell  a sweep cell's chunk: 3 capacities × 2 seeds of `vaco` in one program.
 Each of ours also reports how many copies of the env's `step` and `reset` the program holds (the
-times the program calls them while it is traced; the trainer's env shares one trace of each
-across programs, `envs.TracedOnce`, so traces no longer count copies) and the size of the optimised HLO (instructions). Prints a table and the
-ratios to Brax's training-step compile; `--out` writes JSON with the library versions and device.
+calls made while it is traced: the trainer's env, `envs.TracedOnce`, shares one trace of each
+across programs, so traces do not count copies) and the size of the optimised HLO
+(instructions). Prints a table and the ratios to Brax's training-step compile; `--out` writes
+JSON with the library versions and device.
 """
 
 from __future__ import annotations

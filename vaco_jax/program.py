@@ -371,8 +371,8 @@ def _env_source(env) -> str | None:
 def _load(trainer: Trainer, placed: Layout, store: cache.ProgramStore, key: str):
     """The program `key` from the store (its learner and evaluation programs), or None. (The init
     program is not kept: it is small, and arrays made by a deserialised init program crash this
-    jaxlib when passed on. Kept lowered instead (`jax.export`), then compiled from JAX's cache in a
-    process that has loaded the stored programs, its arrays crash it too.)"""
+    jaxlib when passed on. Nor is it kept lowered (`jax.export`): compiled from JAX's cache in a
+    process that has loaded the stored programs, its arrays crash jaxlib too.)"""
     start = time.perf_counter()
     learn = store.load(key, "learn")
     evaluate = store.load(key, "evaluate") if learn is not None else None

@@ -104,8 +104,8 @@ class Trainer:
         config = self.config
         hparams = config.hparams() if hparams is None else hparams
         params_key, env_key, key = jax.random.split(key, 3)
-        # The observation size from the envs' reset: asking the env for it would trace a reset of
-        # its own, under a different mesh context than this one's (so not shared).
+        # The observation size from the envs' reset: Brax's `env.observation_size` would trace
+        # another reset, of the unwrapped env, outside the trace `TracedOnce` shares.
         env_state = self.vec_env.reset(env_key)
         observation_size = env_state.obs.shape[-1]
         params = networks.init_params(params_key, config, observation_size, self.vec_env.action_size)
