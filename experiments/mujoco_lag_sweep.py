@@ -5,6 +5,7 @@
     python -m experiments.mujoco_lag_sweep --preset paper                   # an accelerator
     python -m experiments.mujoco_lag_sweep --preset cpu-dmc                 # DM Control, 2 CPU cores
     python -m experiments.mujoco_lag_sweep --preset smoke --out /tmp/smoke  # minutes: pipeline check
+    python -m experiments.mujoco_lag_sweep --preset lag-cpu --envs dmc:CartpoleSwingup  # constant lag
 
 Each (env, algorithm, variant) is one compiled program that vmaps every capacity × δ × seed and
 spreads them over every device of every process (`vaco_jax.program`; multi-host with
@@ -43,19 +44,25 @@ class Args:
     """Scale (vaco_jax.study.presets.PRESETS): tiny and smoke check the pipeline, cpu is the
     2-core CPU study, hopper-1m hopper at 1M steps, paper the paper's scale for accelerators;
     cpu-dmc (DM Control's cartpole tasks on a CPU) and paper-dmc (every DM Control task at MuJoCo
-    Playground's PPO settings, for accelerators) need the dmc extra."""
-    studies: tuple[StudyName, ...] = ("main",)
-    """main (5 algorithms), delta (VACO δ sensitivity), ablations (pairings and filter switches)."""
+    Playground's PPO settings, for accelerators) need the dmc extra; lag-cpu (4 tasks, hours on
+    a CPU; dmc extra), lag-gpu (hopper and inverted_double_pendulum at the paper's shapes, one GPU)
+    and lag-tiny (tests) run the controlled-lag study."""
+    studies: tuple[StudyName, ...] | None = None
+    """main (5 algorithms vs capacity), delta (VACO δ sensitivity), ablations (pairings and filter
+    switches), lag (every method vs a constant lag k = C − 1, and uniform C = 16). Default: the
+    preset's (lag for the lag-* presets, main otherwise)."""
     out: str = ""
     """Output directory (default runs/sweeps/<preset>)."""
     algos: tuple[str, ...] | None = None
-    """Run only these algorithms of the studies."""
+    """Run only these algorithms of the studies (default: the preset's, else all)."""
     envs: tuple[str, ...] | None = None
     """Override the preset's envs."""
     capacities: tuple[int, ...] | None = None
     """Override the preset's capacities."""
     num_seeds: int | None = None
-    """Override the preset's number of seeds."""
+    """Override the preset's number of seeds (on every env)."""
+    seed: int | None = None
+    """Override the preset's first seed."""
     total_steps: int | None = None
     """Override the env steps per run (every env)."""
     runs_per_call: int | None = None
@@ -116,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         runtime.start(args.cluster, compile_cache=args.compile_cache, verbose=args.verbose)
         preset = presets.preset(args.preset, envs=args.envs, capacities=args.capacities,
-                              num_seeds=args.num_seeds, total_steps=args.total_steps,
+                              num_seeds=args.num_seeds, seed=args.seed, total_steps=args.total_steps,
                               runs_per_call=args.runs_per_call)
         cells = sweep.plan(preset, args.studies, args.algos)
     except ConfigError as error:

@@ -295,3 +295,57 @@ def test_results_of_other_code_are_never_mixed_in(full_sweep, cells, tmp_path, c
     # A sweep's default directory is under runs/, never the committed results/.
     assert mujoco_lag_sweep.main(["--preset", "tiny", "--plan"]) == 0
     assert "-> runs/sweeps/tiny" in capsys.readouterr().out
+
+
+# --- the controlled-lag study ----------------------------------------------------------------------
+LAG_TINY = presets.PRESETS["lag-tiny"]
+
+
+def test_lag_study_plans_constant_lags_in_one_program_per_task_and_method():
+    cells = sweep.plan(presets.PRESETS["lag-cpu"])
+    methods = [(algo, presets.method_variant(variant)) for algo, variant in presets.LAG_METHODS
+               for variant in [variant.name]]
+    assert {"decoupled_ppo", "appo", "impala", "ppo_kl"} <= {algo for algo, _ in methods}
+    oldest = [c for c in cells if c.config.snapshot_sampling == "oldest"]
+    uniform = [c for c in cells if c.config.snapshot_sampling == "uniform"]
+    envs_ = presets.PRESETS["lag-cpu"].envs
+    assert len(oldest) == len(uniform) == len(envs_) * len(presets.LAG_METHODS)
+    assert [(c.env, c.algo, presets.method_variant(c.variant)) for c in oldest] == [
+        (env, algo, variant) for env in envs_ for algo, variant in methods]
+    for cell in cells:
+        seeds = 5 if cell.env in ("hopper", "dmc:CheetahRun") else 10
+        capacities = (1, 2, 4, 8, 16) if cell in oldest else (16,)
+        assert [(r.capacity, r.seed) for r in cell.runs] == [
+            (c, presets.LAG_SEED + s) for c in capacities for s in range(seeds)]
+        assert cell.config.slots == 16 and cell.config.eval_envs == 16 and cell.config.num_evals == 20
+        assert cell.config.env_steps >= (600_000 if cell.env == "inverted_double_pendulum" else 1_000_000)
+    by_variant = {(c.algo, c.variant): c.config for c in cells if c.env == "hopper"}
+    assert by_variant[("impala", "epochs=1,oldest")].num_epochs == 1
+    assert by_variant[("impala", "oldest")].num_epochs == 4
+    assert by_variant[("ppo_kl", "kl_adaptive,oldest")].kl_adaptive
+    assert by_variant[("vaco", "oldest")].mjx_solver == "fast"
+    # Every constant-lag program runs before any uniform one.
+    assert max(cells.index(c) for c in oldest if c.env == envs_[0]) < cells.index(uniform[0])
+    gpu = sweep.plan(presets.PRESETS["lag-gpu"])
+    assert [(c.env, c.algo, {r.capacity for r in c.runs}) for c in gpu] == [
+        (env, algo, {1, 8}) for env in ("hopper", "inverted_double_pendulum") for algo in ("ppo_clip", "vaco")]
+
+
+def test_a_cell_stopped_part_way_resumes_bit_for_bit(tmp_path):
+    cell = sweep.plan(LAG_TINY, algos=["ppo_clip"])[0]
+    assert cell.cell_id == "lag/toy_reach/ppo_clip/oldest"
+    whole = sweep.run_sweep([cell], tmp_path / "whole", log=lambda _: None)
+    assert whole == [cell.cell_id]
+    part = tmp_path / "part"
+    assert sweep.run_sweep([cell], part, stop_after=2, log=lambda _: None) == []
+    assert not (part / sweep.RESULTS).exists()
+    assert [p.name for p in (part / sweep.PARTIAL / cell.fingerprint() / "checkpoints").iterdir()] == ["2"]
+    assert sweep.run_sweep([cell], part, log=lambda _: None) == [cell.cell_id]
+    assert not any((part / sweep.PARTIAL).iterdir())            # removed once the cell finished
+    assert sweep.load_cells(part)["resumed_from_chunk"].tolist() == [2]
+    table = sweep.load_results(part)
+    pd.testing.assert_frame_equal(table, sweep.load_results(tmp_path / "whole"))
+    # `oldest` sampling holds the lag at C − 1 iterations once the buffer has filled.
+    last = table[table["eval_index"] == LAG_TINY.config["num_evals"] - 1]
+    np.testing.assert_array_equal(last["snapshot_age"], last["capacity"] - 1)
+    assert set(table["sgd_steps_per_iteration"]) == {2 * 2} and set(table["snapshot_sampling"]) == {"oldest"}

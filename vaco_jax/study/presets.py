@@ -1,6 +1,7 @@
 """What a sweep runs (SPEC §7): studies (algorithm × variant pairs, δ values) and presets (envs,
 capacities, seeds and the shared config at one scale: `tiny`, `smoke`, `cpu`, `hopper-1m`, `paper`,
-and the DM Control Suite's `cpu-dmc` and `paper-dmc`)."""
+the DM Control Suite's `cpu-dmc` and `paper-dmc`, and the controlled-lag presets `lag-cpu`,
+`lag-gpu` and `lag-tiny`)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ class Variant:
 
     name: str = "default"
     overrides: tuple[tuple[str, Any], ...] = ()
+    capacities: tuple[int, ...] = ()
+    """Run only these of the preset's capacities (empty: all of them)."""
 
 
 DEFAULT = Variant()
@@ -38,6 +41,50 @@ class Study:
     deltas: tuple[float, ...] = ()
 
 
+# --- the controlled-lag study ---------------------------------------------------------------------
+# With `snapshot_sampling="oldest"` every actor acts with the oldest snapshot of a buffer of C, so
+# once the buffer has filled (after C − 1 iterations) the lag is a constant k = C − 1 iterations for
+# every actor and method: capacities 1, 2, 4, 8, 16 are the constant lags 0, 1, 3, 7, 15 (k = 0 is
+# synchronous), vmapped in one program. Uniform sampling over C = 16 (mean age 7.5, many fresh
+# samples) is kept as a reference column, in a program of its own (the sampling mode is static).
+LAG_CAPACITIES = (1, 2, 4, 8, 16)
+UNIFORM_REFERENCE_CAPACITY = 16
+# Each baseline in the paper's protocol (the same K × M updates per batch as VACO) and, where its
+# usual form differs, in that form too: PPO-KL with an adaptive β_KL, IMPALA with one pass over each
+# batch (K = 1). Decoupled PPO and APPO are what asynchronous RL systems run today.
+LAG_METHODS: tuple[tuple[str, Variant], ...] = (
+    ("ppo_clip", DEFAULT),
+    ("vaco", DEFAULT),
+    ("ppo_kl", DEFAULT),
+    ("decoupled_ppo", DEFAULT),
+    ("appo", DEFAULT),
+    ("ppo_kl", Variant("kl_adaptive", (("kl_adaptive", True),))),
+    ("spo", DEFAULT),
+    ("impala", DEFAULT),
+    ("impala", Variant("epochs=1", (("num_epochs", 1),))),
+)
+LAG_SAMPLING = {
+    "oldest": Variant("oldest", (("snapshot_sampling", "oldest"),)),
+    "uniform": Variant("uniform", (("snapshot_sampling", "uniform"),),
+                       capacities=(UNIFORM_REFERENCE_CAPACITY,)),
+}
+
+
+def _with_sampling(method: Variant, sampling: Variant) -> Variant:
+    """`method`'s overrides with a snapshot-sampling column's; named `<method>,<sampling>`."""
+    name = sampling.name if method.name == "default" else f"{method.name},{sampling.name}"
+    return Variant(name, method.overrides + sampling.overrides, sampling.capacities)
+
+
+def method_variant(variant: str) -> str:
+    """The method part of a lag-study variant name (`"kl_adaptive,oldest"` → `"kl_adaptive"`,
+    `"oldest"` → `"default"`); other variant names are returned unchanged."""
+    head, _, tail = variant.rpartition(",")
+    if tail in LAG_SAMPLING:
+        return head or "default"
+    return variant
+
+
 STUDIES = {
     # The paper's claim: return vs capacity for VACO and the four baselines.
     "main": Study("main", tuple((algo, DEFAULT) for algo in MAIN_ALGOS)),
@@ -50,6 +97,11 @@ STUDIES = {
         ("vaco", Variant("tv_reference=learner", (("tv_reference", "learner"),))),
         ("vaco", Variant("filter_mode=per_sample", (("filter_mode", "per_sample"),))),
     )),
+    # Return vs a constant lag k (every method at k = 0, 1, 3, 7, 15), then the uniform C = 16
+    # reference column: every method's constant-lag program runs before any uniform one.
+    "lag": Study("lag", tuple((algo, _with_sampling(variant, LAG_SAMPLING[sampling]))
+                              for sampling in ("oldest", "uniform")
+                              for algo, variant in LAG_METHODS)),
 }
 
 
@@ -64,9 +116,20 @@ class Preset:
     config: dict[str, Any]
     env_config: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     seed: int = 0
+    """First seed: run s of an env uses seed `seed + s`."""
+    env_seeds: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Seeds per env where it differs from `num_seeds` (e.g. fewer on an expensive env)."""
     runs_per_call: int = 0
     """Split a cell's runs into programs of at most this many runs (0 = all in one; for memory)."""
     description: str = ""
+    studies: tuple[str, ...] = ("main",)
+    """The studies the sweep runs unless told otherwise."""
+    algos: tuple[str, ...] | None = None
+    """Only these algorithms of the studies unless told otherwise (None: all)."""
+
+    def seeds(self, env: str) -> int:
+        """How many seeds run on `env`."""
+        return self.env_seeds.get(env, self.num_seeds)
 
     def env_base(self, env: str) -> Config:
         """The config every run on `env` shares (capacity/δ/seed are set per run)."""
@@ -78,7 +141,9 @@ class Preset:
         """A reduced (or enlarged) copy: envs, capacities, num_seeds, seed, runs_per_call, or any
         Config field (applied to every env, replacing per-env values of that field)."""
         own = {k: overrides.pop(k) for k in list(overrides) if k in
-               ("envs", "capacities", "num_seeds", "seed", "runs_per_call")}
+               ("envs", "capacities", "num_seeds", "seed", "runs_per_call", "studies", "algos")}
+        if "num_seeds" in own:   # an explicit number of seeds applies to every env
+            own["env_seeds"] = {}
         env_config = {env: {k: v for k, v in fields.items() if k not in overrides}
                       for env, fields in self.env_config.items()}
         return dataclasses.replace(self, **own, config={**self.config, **overrides},
@@ -113,6 +178,12 @@ _PLAYGROUND_PPO_PER_TASK = {
        for task in ("AcrobotSwingup", "AcrobotSwingupSparse", "SwimmerSwimmer6", "WalkerRun")},
     **{DMC_PREFIX + task: {"gamma": 0.95} for task in ("BallInCup", "FingerSpin")},
 }
+
+# The controlled-lag study's evaluation: 20 evaluations of 16 episodes, so that the final score (the
+# mean of the last 3 evaluations) averages 48 episodes and the curve shows whether a run has
+# flattened. Budgets are whole evaluation chunks of 32 × 32 env steps, at least the round figure.
+_LAG_CPU_SHAPES = {**_CPU_SHAPES, "num_evals": 20, "eval_envs": 16}
+LAG_SEED = 100   # disjoint from the other presets' seeds (0-9) and the references' (10000+)
 
 PRESETS: dict[str, Preset] = {
     "tiny": Preset(
@@ -151,4 +222,32 @@ PRESETS: dict[str, Preset] = {
         config=_PLAYGROUND_PPO, env_config=_PLAYGROUND_PPO_PER_TASK,
         description="every DM Control task at MuJoCo Playground's PPO budgets and settings; for "
                     "accelerators (needs the dmc extra)"),
+    "lag-tiny": Preset(
+        "lag-tiny", envs=("toy_reach",), capacities=(1, 2, 4), num_seeds=2,
+        config=dict(num_envs=8, unroll_length=8, num_epochs=2, num_minibatches=2, num_actors=2,
+                    episode_length=50, num_evals=4, eval_envs=4, total_steps=16_384,
+                    learning_rate=1e-3),
+        studies=("lag",), algos=("vaco", "ppo_clip"), seed=LAG_SEED,
+        description="the lag study in seconds on CPU: tests"),
+    "lag-cpu": Preset(
+        "lag-cpu", envs=("inverted_double_pendulum", "dmc:CartpoleSwingup", "dmc:CheetahRun",
+                         "hopper"),
+        capacities=LAG_CAPACITIES, num_seeds=10, seed=LAG_SEED,
+        env_seeds={"dmc:CheetahRun": 5, "hopper": 5},
+        config={**_LAG_CPU_SHAPES, "total_steps": 1_024_000},
+        env_config={"inverted_double_pendulum": {"total_steps": 614_400},
+                    "hopper": {"mjx_solver": "fast"}},
+        studies=("lag",),
+        description="return vs a constant policy lag on 4 tasks at CPU shapes: many hours on a "
+                    "2-core CPU, resumable (needs the dmc extra)"),
+    "lag-gpu": Preset(
+        "lag-gpu", envs=("hopper", "inverted_double_pendulum"), capacities=(1, 8), num_seeds=10,
+        seed=LAG_SEED,
+        config=dict(num_envs=256, unroll_length=32, num_epochs=4, num_minibatches=8, num_actors=16,
+                    episode_length=1000, num_evals=20, eval_envs=16, total_steps=5_242_880),
+        env_config={"hopper": {"mjx_solver": "fast"},
+                    "inverted_double_pendulum": {"total_steps": 2_621_440}},
+        studies=("lag",), algos=("vaco", "ppo_clip"),
+        description="the lag study at the paper's shapes, constant lag 0 and 7, for one GPU "
+                    "(minutes)"),
 }

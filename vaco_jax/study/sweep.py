@@ -14,6 +14,8 @@ Output directory:
                     seed, eval_index, step, budget, eval_return, filtered/clip fraction, TV estimate,
                     snapshot age, ... (`load_results` returns it as a pandas DataFrame)
     cells.jsonl     one record per finished cell: fingerprint, timings, steps/s, git commit
+    partial/        the saved state of a cell in progress (one directory per cell fingerprint,
+                    removed when it finishes): a long cell resumes where it was stopped
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from vaco_jax.study.presets import STUDIES, Preset
 from vaco_jax.trainer import nonfinite_names, stack_hparams
 
 RESULTS, CELLS, PLAN = "results.jsonl", "cells.jsonl", "sweep.json"
+PARTIAL = "partial"   # in-progress cells' saved states, removed when a cell finishes
 # Set per run by the cell (each run's seed), so left out of the cell's config fingerprint.
 PER_RUN_FIELDS = ("seed", "num_seeds")
 ROOT = Path("runs") / "sweeps"   # a sweep's default directory is ROOT / <preset>
@@ -72,10 +75,12 @@ class Cell:
         return hashlib.sha256(json.dumps(io.to_jsonable(spec), sort_keys=True).encode()).hexdigest()[:16]
 
 
-def plan(preset: Preset, studies: Sequence[str] = ("main",),
+def plan(preset: Preset, studies: Sequence[str] | None = None,
          algos: Sequence[str] | None = None) -> list[Cell]:
-    """The cells of `studies` at `preset`'s scale (only `algos`, if given), validated before
-    anything compiles."""
+    """The cells of `studies` (default: the preset's) at `preset`'s scale (only `algos`, if given,
+    else the preset's), validated before anything compiles."""
+    studies = preset.studies if studies is None else studies
+    algos = preset.algos if algos is None else algos
     unknown = [s for s in studies if s not in STUDIES]
     if unknown:
         raise ConfigError(f"unknown study {unknown}; allowed values are {list(STUDIES)}")
@@ -85,11 +90,15 @@ def plan(preset: Preset, studies: Sequence[str] = ("main",),
         for env in preset.envs:
             base = preset.env_base(env)
             deltas = study.deltas or (base.delta,)
-            runs = tuple(Run(c, float(d), preset.seed + s)
-                         for c in preset.capacities for d in deltas for s in range(preset.num_seeds))
             for algo, variant in study.entries:
                 if algos is not None and algo not in algos:
                     continue
+                capacities = [c for c in preset.capacities
+                              if not variant.capacities or c in variant.capacities]
+                if not capacities:   # e.g. a column of capacity 16 in a preset without it
+                    continue
+                runs = tuple(Run(c, float(d), preset.seed + s) for c in capacities
+                             for d in deltas for s in range(preset.seeds(env)))
                 config = dataclasses.replace(base, algo=algo, **dict(variant.overrides))
                 validate(config)
                 for run in runs:
@@ -121,7 +130,10 @@ def build_cell_program(cell: Cell, log=None) -> program_lib.TrainProgram:
     return program_lib.TrainProgram.build(cell.config, len(cell.runs), donate=True, log=log)
 
 
-def run_cell(cell: Cell, progress: Callable[[int, int], None] | None = None) -> tuple[list[dict], dict]:
+def run_cell(cell: Cell, progress: Callable[[int, int], None] | None = None, *,
+             checkpoints: Path | None = None, checkpoint_seconds: float = 600.0,
+             stop_after: int | None = None,
+             allow_code_change: bool = False) -> tuple[list[dict], dict] | None:
     """Train every run of `cell` in one vmapped program; returns (tidy rows, timing record).
 
     Run i uses `PRNGKey(run.seed)`, so a seed sees the same key at every capacity, δ and algorithm
@@ -129,36 +141,128 @@ def run_cell(cell: Cell, progress: Callable[[int, int], None] | None = None) -> 
     --seed <seed>` run: equal to float rounding, which XLA may order differently in a batch than
     alone on some CPUs and which training amplifies over iterations.
     The runs are spread over every device (`vaco_jax.program`); padding runs are never reported.
+
+    `checkpoints`: a directory where the cell's whole state is saved (`vaco_jax.checkpoint`) at
+    most every `checkpoint_seconds` and after `stop_after` chunks (which then ends this call,
+    returning None); a later call continues from the newest save, bit for bit, unless it was made
+    by other code (refused unless `allow_code_change`) or another cell (refused).
     """
     start = time.perf_counter()
     config = cell.config
     program = build_cell_program(cell)
-    hparams = stack_hparams([dataclasses.replace(config, capacity=r.capacity, delta=r.delta).hparams()
-                             for r in cell.runs])
-    state = program.init_state(program_lib.seed_keys([r.seed for r in cell.runs]), hparams)
+    saved = None if checkpoints is None else _CellCheckpoints(cell, checkpoints)
+    restored = (None if saved is None else
+                saved.restore(program.abstract_state, allow_code_change=allow_code_change))
+    if restored is None:
+        hparams = stack_hparams([dataclasses.replace(config, capacity=r.capacity,
+                                                     delta=r.delta).hparams() for r in cell.runs])
+        state = program.init_state(program_lib.seed_keys([r.seed for r in cell.runs]), hparams)
+        history, done = None, 0
+    else:
+        state, history, done = restored.state, restored.history, restored.chunk
     chunk, compile_seconds = program.compiled_chunk()
 
-    rows, train_seconds, timer = [], 0.0, program_lib.ChunkTimer()
-    for eval_index in range(config.num_evals):
+    end = config.num_evals if stop_after is None else min(config.num_evals, done + stop_after)
+    train_seconds, timer = 0.0, program_lib.ChunkTimer()
+    last_save = time.perf_counter()
+    for eval_index in range(done, end):
         chunk_start = time.perf_counter()
         state, metrics = chunk(state)
         timer.track(metrics)
         metrics, health = program.layout.unpad((metrics, state.health))
         train_seconds += time.perf_counter() - chunk_start
-        rows.extend(_rows(cell, eval_index, metrics, health.nonfinite != 0))
+        metrics = {k: np.asarray(v) for k, v in metrics.items() if k not in ("env_steps", "iteration")}
+        metrics["diverged"] = (health.nonfinite != 0).astype(np.float32)
+        if history is None:
+            history = {k: np.full((config.num_evals,) + v.shape, np.nan, np.float32)
+                       for k, v in metrics.items()}
+        for name, values in metrics.items():
+            history[name][eval_index] = values
         if progress is not None:
             progress(eval_index + 1, config.num_evals)
-    steps = config.env_steps * len(cell.runs)
+        completed = eval_index + 1
+        due = completed == end or time.perf_counter() - last_save >= checkpoint_seconds
+        if saved is not None and completed < config.num_evals and _agree(due):
+            saved.save(completed, state, history)
+            last_save = time.perf_counter()
+    if end < config.num_evals:
+        return None
+    rows = [row for i in range(config.num_evals) for row in _rows(cell, i, history)]
+    # Timings are this call's: a resumed cell's steps/s counts only the chunks it ran.
+    steps = (end - done) * config.iterations_per_eval * config.batch_size * len(cell.runs)
     record = {
         "cell": cell.cell_id, "fingerprint": cell.fingerprint(), "runs": len(cell.runs),
         "env_steps_per_run": config.env_steps, "compile_seconds": compile_seconds,
         "train_seconds": train_seconds, **timer.seconds(),
         "wall_seconds": time.perf_counter() - start,
         "sps": steps / train_seconds, "diverged_runs": _diverged(cell, health),
+        "resumed_from_chunk": done if restored is not None else None,
         "devices": program.layout.describe(), "processes": jax.process_count(),
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"), **io.provenance(),
     }
     return rows, record
+
+
+class _CellCheckpoints:
+    """The in-progress saves of one cell, in `<root>/<fingerprint>/` (a cell's fingerprint covers
+    its config and runs, so a save is never restored into another cell)."""
+
+    def __init__(self, cell: Cell, root: Path):
+        self.cell = cell
+        self.directory = Path(root) / cell.fingerprint()
+        # The checkpoint's config: the cell's, with its number of runs as the number of seeds.
+        self.config = dataclasses.replace(cell.config, num_seeds=len(cell.runs))
+
+    def _manager(self, create: bool):
+        from vaco_jax import checkpoint
+
+        return checkpoint.RunCheckpoints(self.directory, keep=1, create=create)
+
+    def restore(self, abstract_state, *, allow_code_change: bool):
+        from vaco_jax import checkpoint
+
+        if not checkpoint.checkpoint_dir(self.directory).is_dir():
+            return None
+        manager = self._manager(create=False)
+        try:
+            if manager.latest_chunk() is None:
+                return None
+            return manager.restore_latest(abstract_state, self.config,
+                                          **_code_change_option(allow_code_change))
+        finally:
+            manager.close()
+
+    def save(self, chunk: int, state, history: dict) -> None:
+        manager = self._manager(create=True)
+        try:
+            manager.save(chunk, state, history, self.config)
+        finally:
+            manager.wait()
+            manager.close()
+
+    def remove(self) -> None:
+        import shutil
+
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _agree(decision: bool) -> bool:
+    """Process 0's `decision`, on every process: a save is collective, so whether to save (which
+    depends on each process's own clock) must be one decision."""
+    if jax.process_count() == 1:
+        return decision
+    from jax.experimental import multihost_utils
+
+    return bool(multihost_utils.broadcast_one_to_all(np.asarray(decision)))
+
+
+def _code_change_option(allow: bool) -> dict:
+    """`RunCheckpoints.restore_latest`'s option that lets a run continue on other code."""
+    import inspect
+    from vaco_jax import checkpoint
+
+    parameters = inspect.signature(checkpoint.RunCheckpoints.restore_latest).parameters
+    return {"allow_code_change": allow} if "allow_code_change" in parameters else {}
 
 
 def dry_run_cell(cell: Cell, device_memory: float | None = None) -> dict:
@@ -170,18 +274,22 @@ def dry_run_cell(cell: Cell, device_memory: float | None = None) -> dict:
     return {"cell": cell.cell_id, "runs": len(cell.runs), **report, "fits": fits}
 
 
-def _rows(cell: Cell, eval_index: int, metrics: dict, diverged: np.ndarray) -> list[dict]:
+def _rows(cell: Cell, eval_index: int, history: dict) -> list[dict]:
     """One tidy row per run for this evaluation. A diverged run (frozen at its last good state in
     the program) is marked `diverged` and reports NaN from its divergence on, so no statistic
     mistakes its frozen values for results; its step is the planned one, like every other run's."""
-    scalars = {k: np.asarray(v) for k, v in metrics.items() if k not in ("env_steps", "iteration")}
-    iteration = (eval_index + 1) * cell.config.iterations_per_eval
+    scalars = {k: v[eval_index] for k, v in history.items() if k != "diverged"}
+    diverged = history["diverged"][eval_index] > 0
+    config = cell.config
+    iteration = (eval_index + 1) * config.iterations_per_eval
     rows = []
     for i, run in enumerate(cell.runs):
         row = {"cell": cell.cell_id, "study": cell.study, "env": cell.env, "algo": cell.algo,
                "variant": cell.variant, "capacity": run.capacity, "delta": run.delta, "seed": run.seed,
-               "eval_index": eval_index, "step": iteration * cell.config.batch_size,
-               "iteration": iteration, "budget": cell.config.env_steps,
+               "eval_index": eval_index, "step": iteration * config.batch_size,
+               "iteration": iteration, "budget": config.env_steps,
+               "snapshot_sampling": config.snapshot_sampling,
+               "sgd_steps_per_iteration": config.num_epochs * config.num_minibatches,
                "diverged": bool(diverged[i])}
         row.update({k: math.nan if diverged[i] else float(v[i]) for k, v in scalars.items()})
         rows.append(row)
@@ -200,13 +308,16 @@ def _diverged(cell: Cell, health) -> list[dict]:
 # --- the sweep ----------------------------------------------------------------------------------
 def run_sweep(cells: Sequence[Cell], out: str | Path, *, preset: Preset | None = None,
               max_cells: int | None = None, log: Callable[[str], None] = print,
-              progress: bool = False, allow_code_change: bool = False) -> list[str]:
+              progress: bool = False, allow_code_change: bool = False,
+              checkpoint_seconds: float = 600.0, stop_after: int | None = None) -> list[str]:
     """Run every unfinished cell of `cells` into `out`, resuming; returns the ids of cells run now.
 
     `max_cells` stops after that many cells have run (a reduced run; resume later with the same
     command). A finished cell whose fingerprint differs from the requested one raises `SweepError`,
     and so does a directory whose cells were made by other code (another `io.source_hash()`),
-    unless `allow_code_change`.
+    unless `allow_code_change`. A cell in progress saves its whole state to `out/partial/` every
+    `checkpoint_seconds` (and, with `stop_after`, after that many evaluations of the first cell
+    run, where this call then stops); the next call continues it from there.
     """
     out = Path(out)
     primary = runtime.is_primary()   # process 0 writes; every process computes every cell
@@ -243,12 +354,19 @@ def run_sweep(cells: Sequence[Cell], out: str | Path, *, preset: Preset | None =
     for n, cell in enumerate(todo, 1):
         bar = (_progress_bar(cell, n, len(todo)) if progress and primary and runtime.interactive()
                else None)
-        rows, record = run_cell(cell, (lambda i, total: bar.update(1)) if bar else None)
+        result = run_cell(cell, (lambda i, total: bar.update(1)) if bar else None,
+                          checkpoints=out / PARTIAL, checkpoint_seconds=checkpoint_seconds,
+                          stop_after=stop_after, allow_code_change=allow_code_change)
         if bar is not None:
             bar.close()
+        if result is None:   # stopped part-way (`stop_after`): its state is saved
+            log(f"[{n}/{len(todo)}] {cell.cell_id}: stopped part-way, saved in {out / PARTIAL}")
+            return ran
+        rows, record = result
         if primary:
             io.append_jsonl(out / RESULTS, rows)      # rows first: a cell counts only once recorded
             io.append_jsonl(out / CELLS, [record])
+            _CellCheckpoints(cell, out / PARTIAL).remove()
         ran.append(cell.cell_id)
         final = np.mean([r["eval_return"] for r in rows if r["eval_index"] == cell.config.num_evals - 1])
         log(f"[{n}/{len(todo)}] {cell.cell_id}: {len(cell.runs)} runs, compile "
