@@ -1,4 +1,5 @@
-"""Wall-clock to return: ours against Brax's PPO with its published settings, compilation included.
+"""Wall-clock to return: ours against Brax's PPO, at its published settings and at ours, compilation
+included.
 
     python -m benchmarks.time_to_return --env inverted_double_pendulum            # ~25 min on 2 cores
     python -m benchmarks.time_to_return --env hopper --budget 700 --brax-seeds 1   # ~50 min
@@ -19,6 +20,12 @@ seconds:
                   one seed per call, so seeds run one after another: its curve is the mean over
                   seeds of each evaluation's return and of its seconds — the time of one seed's
                   run, not of all of them (`sequential_seconds` adds them up).
+  brax_ppo_ours   Brax's PPO at *our* shapes and hyper-parameters (32 envs × 32 steps, 4 epochs ×
+                  8 minibatches of whole segments, 64×64 tanh networks, our learning rate, γ, λ, ε,
+                  reward scale, gradient clip, no entropy bonus; the same budget in env steps and
+                  the same evaluations as ours): the implementations compared on one
+                  configuration. `brax_ppo` compares configurations: settings Brax tuned for
+                  thousands of envs on an accelerator, run on the same machine as ours.
 
 The JSON written to `--out` holds every curve (seconds, env steps, mean and per-seed return).
 """
@@ -66,15 +73,43 @@ PRESETS = {
                   brax=dict(num_timesteps=8192, num_evals=3, num_envs=16, batch_size=8,
                             num_minibatches=4, num_eval_envs=4)),
 }
-CONTESTANTS = ("brax_ppo", "ppo_clip", "vaco")
+CONTESTANTS = ("brax_ppo", "brax_ppo_ours", "ppo_clip", "vaco")
+
+
+def ours_in_brax_terms(total_steps: int) -> dict:
+    """Brax PPO's settings for our default `Config` (the shapes and hyper-parameters of `ppo_clip`).
+
+    Brax collects `batch_size × num_minibatches` segments per training step from `num_envs` envs:
+    with `batch_size = num_envs / M` that is one `unroll_length` segment per env, our batch."""
+    import functools
+
+    from brax.training.agents.ppo import networks as ppo_networks
+    from flax import linen
+
+    from vaco_jax import Config
+
+    c = Config()
+    return dict(
+        num_timesteps=total_steps, num_evals=c.num_evals + 1, num_eval_envs=c.eval_envs,
+        episode_length=c.episode_length, num_envs=c.num_envs, unroll_length=c.unroll_length,
+        batch_size=c.num_envs // c.num_minibatches, num_minibatches=c.num_minibatches,
+        num_updates_per_batch=c.num_epochs, learning_rate=c.learning_rate, entropy_cost=c.ent_coef,
+        discounting=c.gamma, gae_lambda=c.gae_lambda, clipping_epsilon=c.clip_eps,
+        max_grad_norm=c.max_grad_norm, reward_scaling=c.reward_scale, normalize_observations=True,
+        action_repeat=1,
+        network_factory=functools.partial(
+            ppo_networks.make_ppo_networks, policy_hidden_layer_sizes=c.actor_hidden,
+            value_hidden_layer_sizes=c.critic_hidden, activation=linen.tanh))
 
 
 class _Budget(Exception):
     """Raised from Brax's progress callback to stop its training at the wall-clock budget."""
 
 
-def run_brax(env_name: str, seed: int, budget: float, overrides: dict) -> list[dict]:
-    """One Brax PPO run; a point (seconds since the call, env steps, return) per evaluation."""
+def run_brax(env_name: str, seed: int, budget: float, overrides: dict,
+             settings: dict | None = None) -> list[dict]:
+    """One Brax PPO run; a point (seconds since the call, env steps, return) per evaluation.
+    `settings`: Brax's arguments (default: its published ones for the env, with `overrides`)."""
     from brax.training.agents.ppo import train as ppo
 
     from vaco_jax.envs import make_env
@@ -88,7 +123,7 @@ def run_brax(env_name: str, seed: int, budget: float, overrides: dict) -> list[d
         if points[-1]["seconds"] > budget:
             raise _Budget
 
-    settings = {**BRAX_PUBLISHED[env_name], **overrides}
+    settings = {**BRAX_PUBLISHED[env_name], **overrides} if settings is None else settings
     try:
         ppo.train(environment=env, seed=seed, deterministic_eval=True, progress_fn=progress,
                   **settings)
@@ -149,14 +184,15 @@ def summarise(curves: dict[str, list[dict]], threshold: float, budgets: list[flo
         out[name] = {"seconds_to_threshold": seconds_to(curve, threshold),
                      "return_at": {str(b): return_at(curve, b) for b in budgets},
                      "final": curve[-1] if curve else None}
-    brax = out.get("brax_ppo", {}).get("seconds_to_threshold")
-    brax_curve = curves.get("brax_ppo") or []
-    for name in out:
-        mine = out[name]["seconds_to_threshold"]
-        out[name]["ratio_to_brax"] = (mine / brax if mine is not None and brax else None)
-        if mine is not None and brax is None and brax_curve:
-            # Brax had not reached the threshold when it stopped: the ratio is at most this.
-            out[name]["ratio_to_brax_at_most"] = mine / brax_curve[-1]["seconds"]
+    for brax_name, suffix in (("brax_ppo", ""), ("brax_ppo_ours", "_ours")):
+        brax = out.get(brax_name, {}).get("seconds_to_threshold")
+        brax_curve = curves.get(brax_name) or []
+        for name in out:
+            mine = out[name]["seconds_to_threshold"]
+            out[name][f"ratio_to_brax{suffix}"] = (mine / brax if mine is not None and brax else None)
+            if mine is not None and brax is None and brax_curve:
+                # Brax had not reached the threshold when it stopped: the ratio is at most this.
+                out[name][f"ratio_to_brax{suffix}_at_most"] = mine / brax_curve[-1]["seconds"]
     return out
 
 
@@ -166,6 +202,9 @@ def _worker(spec: dict) -> list:
     jax.config.update("jax_enable_compilation_cache", False)   # a cold start, as a new user's
     if spec["name"] == "brax_ppo":
         return [run_brax(spec["env"], s, spec["budget"], spec["brax"]) for s in spec["seeds"]]
+    if spec["name"] == "brax_ppo_ours":
+        settings = ours_in_brax_terms(spec["total_steps"])
+        return [run_brax(spec["env"], s, spec["budget"], {}, settings) for s in spec["seeds"]]
     return [run_ours(spec["env"], spec["name"], spec["seeds"], spec["budget"], spec["total_steps"])]
 
 
@@ -209,7 +248,7 @@ def main(argv: list[str] | None = None) -> dict:
     for name in args.only:
         started = time.perf_counter()
         raw[name] = _run_worker({"name": name, "env": args.env, "budget": budget,
-                                 "seeds": brax_seeds if name == "brax_ppo" else seeds,
+                                 "seeds": brax_seeds if name.startswith("brax") else seeds,
                                  "total_steps": total_steps, "brax": preset["brax"]})
         curves[name] = aggregate(raw[name])
         last = curves[name][-1] if curves[name] else {}
@@ -223,23 +262,25 @@ def main(argv: list[str] | None = None) -> dict:
                  if "brax_ppo" in args.only and len(brax_seeds) != len(seeds) else "")
     print(f"\n{args.env}: seconds until the mean evaluation return of {len(seeds)} seeds{brax_note} reaches "
           f"{threshold:g} (compilation included), and the mean return at equal wall-clock budgets")
-    print(f"| contestant | seconds to {threshold:g} | / brax_ppo | "
+    print(f"| contestant | seconds to {threshold:g} | / brax_ppo | / brax_ppo_ours | "
           + " | ".join(f"return at {b:g} s" for b in budgets) + " |")
-    print("|---|---:|---:|" + "---:|" * len(budgets))
+    print("|---|---:|---:|---:|" + "---:|" * len(budgets))
     for name, row in summary.items():
         seconds = row["seconds_to_threshold"]
         if seconds is None:
             seconds_shown = f"not within {curves[name][-1]['seconds']:.0f}" if curves[name] else "–"
         else:
             seconds_shown = f"{seconds:.0f}"
-        ratio = row["ratio_to_brax"]
-        bound = row.get("ratio_to_brax_at_most")
-        ratio_shown = f"{ratio:.2f}" if ratio is not None else f"≤ {bound:.2f}" if bound else "–"
+        ratios = []
+        for suffix in ("", "_ours"):
+            ratio, bound = row[f"ratio_to_brax{suffix}"], row.get(f"ratio_to_brax{suffix}_at_most")
+            ratios.append(f"{ratio:.2f}" if ratio is not None else f"≤ {bound:.2f}" if bound else "–")
         returns = " | ".join("–" if row["return_at"][str(b)] is None
                              else f"{row['return_at'][str(b)]:.0f}" for b in budgets)
-        print(f"| {name} | {seconds_shown} | {ratio_shown} | {returns} |")
-    if "brax_ppo" in raw:
-        summary["brax_ppo"]["sequential_seconds"] = float(sum(r[-1]["seconds"] for r in raw["brax_ppo"]))
+        print(f"| {name} | {seconds_shown} | {' | '.join(ratios)} | {returns} |")
+    for brax_name in ("brax_ppo", "brax_ppo_ours"):
+        if brax_name in raw:
+            summary[brax_name]["sequential_seconds"] = float(sum(r[-1]["seconds"] for r in raw[brax_name]))
 
     from vaco_jax import io
 
@@ -247,6 +288,8 @@ def main(argv: list[str] | None = None) -> dict:
               "budget": budget,
               "threshold": threshold, "total_steps": total_steps,
               "brax_settings": {**BRAX_PUBLISHED[args.env], **preset["brax"]},
+              "brax_ours_settings": {k: v for k, v in ours_in_brax_terms(total_steps).items()
+                                     if k != "network_factory"},
               "summary": summary, "curves": curves,
               "command": "python -m benchmarks.time_to_return " + " ".join(
                   argv if argv is not None else sys.argv[1:]), **io.provenance()}

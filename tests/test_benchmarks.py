@@ -95,12 +95,14 @@ def test_the_compile_benchmark_times_each_stage_and_counts_the_env_step_copies()
     assert iteration["trace_s"] > 0 and iteration["lower_s"] > 0 and iteration["xla_compile_s"] > 0
     assert iteration["compile_s"] == pytest.approx(
         iteration["trace_s"] + iteration["lower_s"] + iteration["xla_compile_s"])
-    # One rollout body steps the envs; resets come from the fresh-state pool (one refill).
-    assert iteration["step"] >= 1 and iteration["reset"] == 1
+    # One rollout body steps the envs; resets: a new run's start, and the fresh-state pool's refill.
+    assert iteration["step"] >= 1 and iteration["reset"] == 2
     assert iteration["hlo_instructions"] > 100
     evaluation = compile_benchmark.measure("evaluation", "toy_reach")
     assert evaluation["step"] == 1 and evaluation["reset"] == 1   # one while-loop body, one reset
     assert evaluation["hlo_instructions"] < iteration["hlo_instructions"]
+    init = compile_benchmark.measure("init", "toy_reach")   # resets nothing: smaller than either
+    assert init["trace_s"] > 0 and init["hlo_instructions"] < evaluation["hlo_instructions"]
 
 
 def test_the_profile_times_every_part_of_an_iteration(tmp_path):
@@ -157,3 +159,23 @@ def test_time_to_return_reads_the_first_crossing_of_the_seed_mean_and_the_return
     assert bounded["brax_ppo"]["seconds_to_threshold"] is None
     assert bounded["vaco"]["ratio_to_brax"] is None
     assert bounded["vaco"]["ratio_to_brax_at_most"] == pytest.approx(9 / 22)
+    # Brax's PPO at our shapes is a second reference, with ratios of its own.
+    both = time_to_return.summarise({"brax_ppo": curve, "brax_ppo_ours": ours[:1], "vaco": ours},
+                                    threshold=80.0, budgets=[8])
+    assert both["vaco"]["ratio_to_brax"] == pytest.approx(9 / 22)
+    assert both["vaco"]["ratio_to_brax_ours"] is None
+    assert both["vaco"]["ratio_to_brax_ours_at_most"] == pytest.approx(9 / 5)
+
+
+def test_brax_ppo_at_our_shapes_takes_our_batch_and_hyper_parameters():
+    from vaco_jax import Config
+
+    c, settings = Config(), time_to_return.ours_in_brax_terms(300_000)
+    # One segment of unroll_length per env per training step, in M minibatches of whole segments.
+    assert settings["batch_size"] * settings["num_minibatches"] == c.num_envs
+    assert (settings["num_envs"], settings["unroll_length"], settings["num_updates_per_batch"]) == (
+        c.num_envs, c.unroll_length, c.num_epochs)
+    assert (settings["learning_rate"], settings["discounting"], settings["gae_lambda"],
+            settings["clipping_epsilon"], settings["reward_scaling"], settings["entropy_cost"]) == (
+        c.learning_rate, c.gamma, c.gae_lambda, c.clip_eps, c.reward_scale, c.ent_coef)
+    assert settings["network_factory"].keywords["policy_hidden_layer_sizes"] == c.actor_hidden
