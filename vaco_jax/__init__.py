@@ -3,11 +3,27 @@
 import os as _os
 import sys as _sys
 
-# MuJoCo picks its OpenGL backend when it is first imported. Without a display (servers, CI,
-# notebooks on a cluster) rendering works only through EGL or OSMesa, so choose EGL unless the
-# user chose a backend. Only rendering (`vaco_jax.evaluate --video`) uses it.
-if not _os.environ.get("MUJOCO_GL") and not _os.environ.get("DISPLAY"):
-    _os.environ["MUJOCO_GL"] = "egl"
+
+
+def headless_gl_backend(platform: str, environ) -> str | None:
+    """The OpenGL backend MuJoCo should render with, or None to leave MuJoCo's own choice.
+
+    MuJoCo picks its backend when it is first imported. A Linux machine without a display
+    (servers, CI, notebooks on a cluster) can render only through EGL (or OSMesa, chosen by
+    setting `MUJOCO_GL=osmesa`), so EGL is chosen there. macOS and Windows render through their
+    own windowing system (CGL, WGL) with or without `DISPLAY`, and have no EGL. A backend the user
+    set is always kept. Only rendering (`vaco_jax.evaluate --video`) uses it.
+    """
+    if environ.get("MUJOCO_GL") or not platform.startswith("linux"):
+        return None
+    if environ.get("DISPLAY") or environ.get("WAYLAND_DISPLAY"):
+        return None
+    return "egl"
+
+
+_backend = headless_gl_backend(_sys.platform, _os.environ)
+if _backend is not None:
+    _os.environ["MUJOCO_GL"] = _backend
 # XLA's C++ log lines (read when jax is first imported). On CPU, every program loaded from the
 # persistent compilation cache logs an error-level notice that the compiling machine's features
 # (tuning flags such as +prefer-no-gather) are "not supported" by the same machine; real errors
