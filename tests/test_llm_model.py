@@ -172,3 +172,24 @@ def test_sampling_and_behaviour_log_probs_use_one_nucleus():
     draw = jax.vmap(lambda k: sampling.choose_tokens(logits, k, top_p=0.75))(keys)
     frequencies = np.bincount(np.asarray(draw).ravel(), minlength=6) / 4000
     np.testing.assert_allclose(frequencies, truncated, atol=0.03)
+
+
+@pytest.mark.parametrize("top_p", [1.0, 0.999, 0.9])
+def test_the_sampler_returns_the_log_probs_the_learner_computes(params, prompts, top_p):
+    # log β is read from the logits each token was drawn with, by the learner's own definition
+    # (`token_log_probs`: the model's tempered distribution, whatever top_p restricted the draw
+    # to), so π_θ/β from the same logits is 1 — up to the last bit or two, as XLA fuses the same
+    # arithmetic differently in different programs. The learner's teacher-forced pass differs from
+    # the cached decode by float32 round-off only.
+    key, prompts = jax.random.PRNGKey(3), jnp.tile(prompts, (8, 1))   # some answers end early
+    answers, log_behavior, logits = generate(params, prompts, key, top_p=top_p,
+                                             return_log_probs=True, return_logits=True)
+    live = np.asarray(model.answer_mask(answers)) > 0
+    assert (~live).any() and live.sum() > 10
+    same_logits = np.asarray(model.token_log_probs(logits, answers) - log_behavior)[live]
+    np.testing.assert_allclose(same_logits, 0.0, rtol=0, atol=1e-6)
+    teacher = jax.jit(lambda p, x, a: model.sequence_log_probs(APPLY, p, x, a),
+                      compiler_options=FAST_COMPILE)(params, prompts, answers)
+    assert np.abs(np.asarray(teacher - log_behavior)[live]).max() < 1e-5
+    # After EOS the sampler writes PAD with probability 1.
+    np.testing.assert_array_equal(np.asarray(log_behavior)[~live], 0.0)

@@ -1,5 +1,7 @@
 """Policy objectives (SPEC §3.2, §4): values, gradients and the TV filter's semantics."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -243,3 +245,54 @@ def test_one_vocabulary_for_algorithms_in_mujoco_and_the_llm():
     assert algorithms.parse("vtrace_every+impala_pg") == algorithms.REGISTRY["impala"]
     for name in algorithms.ABLATIONS:
         assert algorithms.parse(name).name == name
+
+
+# --- masked entries (padding after an answer's end) ---------------------------------------------
+def poisoned_inputs(seed):
+    """Inputs whose masked half holds what padding can hold: log β = −inf (outside a top-p
+    nucleus), NaN advantages and KL; and the unmasked half alone, for the reference values."""
+    log_prob, log_behavior, advantages = sample_inputs(seed, spread=0.3)
+    mask = np.arange(N) < N // 2
+    kl = np.abs(log_prob - log_behavior)
+    poison = lambda x, v: jnp.asarray(np.where(mask, x, v).astype(np.float32))  # noqa: E731
+    masked = algorithms.PolicyInputs(
+        jnp.asarray(log_prob), poison(log_behavior, -np.inf), poison(advantages, np.nan),
+        mask=jnp.asarray(mask), log_reference=poison(log_behavior + 0.1, -np.inf),
+        kl=poison(kl, np.nan))
+    half = slice(0, N // 2)
+    direct = algorithms.PolicyInputs(
+        jnp.asarray(log_prob[half]), jnp.asarray(log_behavior[half]),
+        jnp.asarray(advantages[half]), log_reference=jnp.asarray(log_behavior[half] + 0.1),
+        kl=jnp.asarray(kl[half]))
+    return masked, direct
+
+
+def _objective_and_diagnostics(name):
+    params = algorithms.ObjectiveParams(clip_eps=0.2, delta=0.05, rho_bar=1.0, kl_coef=0.1)
+    if name == "diagnostics":
+        return lambda x: (0.0 * jnp.sum(x.log_prob), objectives.ratio_diagnostics(
+            x.log_prob, x.log_behavior, clip_eps=0.2, mask=x.mask))
+    return lambda x: algorithms.OBJECTIVES[name].fn(x, params)
+
+
+@pytest.mark.parametrize("name", sorted(algorithms.OBJECTIVES) + ["diagnostics"])
+def test_masked_entries_cannot_poison_a_loss_or_its_gradient(name):
+    # A masked entry must count for nothing: not in the value (NaN · 0 is NaN) and not in the
+    # gradient (a `where` over a NaN branch still passes 0 · NaN back unless the input is
+    # sanitised first). The masked result equals the unmasked half's, value and gradient.
+    fn = _objective_and_diagnostics(name)
+    masked, direct = poisoned_inputs(13)
+
+    def loss_of(inputs):
+        return lambda lp: fn(dataclasses.replace(inputs, log_prob=lp))[0]
+    loss, grad = jax.value_and_grad(loss_of(masked))(masked.log_prob)
+    direct_loss, direct_grad = jax.value_and_grad(loss_of(direct))(direct.log_prob)
+    assert np.isfinite(loss) and np.all(np.isfinite(grad)), (name, loss, grad)
+    np.testing.assert_allclose(loss, direct_loss, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(grad[:N // 2], direct_grad, rtol=1e-5, atol=1e-8)
+    assert np.all(np.asarray(grad)[N // 2:] == 0.0), name
+    metrics, direct_metrics = fn(masked)[1], fn(direct)[1]
+    assert metrics.keys() == direct_metrics.keys()
+    for key in metrics:
+        np.testing.assert_allclose(metrics[key], direct_metrics[key], rtol=1e-5, atol=1e-7,
+                                   err_msg=f"{name}: {key}")

@@ -5,6 +5,11 @@ Every objective takes the log-probabilities of the taken actions under the polic
 and advantages *as given* (normalisation is the trainer's job). Arrays may have any shape (`[T, B]`
 for MuJoCo, `[B, L]` tokens for the LLM); an optional `mask` of the same shape excludes entries
 (padding tokens) from every mean. `w = π_θ / β` is always the ratio against the stored behaviour.
+
+A masked entry counts for nothing, whatever it holds (padding may hold log β = −inf or NaN): each
+objective first replaces masked inputs by 0 (`unmasked`), then reduces with `masked_mean`, which
+selects rather than multiplies (NaN · 0 is NaN). Both are needed: a `where` after a NaN-producing
+operation hides the NaN from the value but not from the gradient, which still flows back as 0 · NaN.
 """
 
 from __future__ import annotations
@@ -15,12 +20,23 @@ import jax.numpy as jnp
 sg = jax.lax.stop_gradient
 
 
+def unmasked(mask, *arrays):
+    """`arrays` with their masked entries (where `mask` is 0) replaced by 0; `None` stays `None`,
+    and without a mask the arrays are returned as they are."""
+    if mask is None:
+        return arrays
+    keep = jnp.asarray(mask) > 0
+    return tuple(None if x is None else jnp.where(keep, x, jnp.zeros_like(x)) for x in arrays)
+
+
 def masked_mean(x, mask=None):
-    """Mean of `x` over the entries where `mask` is 1 (all entries when `mask` is None)."""
+    """Mean of `x` over the entries where `mask` is 1 (all entries when `mask` is None); a masked
+    entry is left out, not multiplied by 0, so a NaN or inf there cannot reach the mean."""
     if mask is None:
         return jnp.mean(x)
-    mask = mask.astype(x.dtype)
-    return jnp.sum(x * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+    keep = jnp.asarray(mask) > 0
+    count = jnp.sum(keep.astype(x.dtype))
+    return jnp.sum(jnp.where(keep, x, jnp.zeros_like(x))) / jnp.maximum(count, 1.0)
 
 
 # exp(log w) overflows float32 beyond log w ≈ 88 (and SPO's w² beyond 44), turning a loss or its
@@ -38,6 +54,7 @@ def log_ratio(log_prob, log_reference):
 
 def ratio_diagnostics(log_prob, log_behavior, *, clip_eps, mask=None):
     """Diagnostics of `w = π_θ/β` every algorithm logs: TV estimate, clip fraction, KL, max ratio."""
+    log_prob, log_behavior = unmasked(mask, log_prob, log_behavior)
     log_ratio_ = sg(log_ratio(log_prob, log_behavior))
     ratio = jnp.exp(log_ratio_)
     return {
@@ -47,12 +64,14 @@ def ratio_diagnostics(log_prob, log_behavior, *, clip_eps, mask=None):
         "approx_kl": masked_mean((ratio - 1.0) - log_ratio_, mask),
         # Ratios are positive, so filling masked entries with 0 leaves any max unchanged (and an
         # all-masked minibatch reports 0, not −inf).
-        "max_ratio": jnp.max(jnp.where(mask > 0, ratio, 0.0) if mask is not None else ratio),
+        "max_ratio": jnp.max(jnp.where(jnp.asarray(mask) > 0, ratio, 0.0) if mask is not None
+                             else ratio),
     }
 
 
 def ppo_clip(log_prob, log_behavior, advantages, *, clip_eps, mask=None):
     """PPO's clipped surrogate `−E[min(wÂ, clip(w, 1±ε)Â)]`."""
+    log_prob, log_behavior, advantages = unmasked(mask, log_prob, log_behavior, advantages)
     ratio = jnp.exp(log_ratio(log_prob, log_behavior))
     unclipped = ratio * advantages
     clipped = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantages
@@ -63,6 +82,7 @@ def ppo_clip(log_prob, log_behavior, advantages, *, clip_eps, mask=None):
 
 def ppo_kl(log_prob, log_behavior, advantages, *, kl, kl_coef, mask=None):
     """PPO with a KL penalty: `−E[wÂ] + β_KL · E[KL(β ‖ π_θ)]`; `kl` is the per-sample analytic KL."""
+    log_prob, log_behavior, advantages, kl = unmasked(mask, log_prob, log_behavior, advantages, kl)
     ratio = jnp.exp(log_ratio(log_prob, log_behavior))
     surrogate = masked_mean(ratio * advantages, mask)
     mean_kl = masked_mean(kl, mask)
@@ -72,6 +92,7 @@ def ppo_kl(log_prob, log_behavior, advantages, *, kl, kl_coef, mask=None):
 
 def spo(log_prob, log_behavior, advantages, *, eps, mask=None):
     """Simple Policy Optimization (Xie et al. 2025): `−E[wÂ − |Â|(w − 1)² / (2ε)]`."""
+    log_prob, log_behavior, advantages = unmasked(mask, log_prob, log_behavior, advantages)
     ratio = jnp.exp(log_ratio(log_prob, log_behavior))
     objective = ratio * advantages - jnp.abs(advantages) * jnp.square(ratio - 1.0) / (2.0 * eps)
     return -masked_mean(objective, mask), {}
@@ -79,6 +100,7 @@ def spo(log_prob, log_behavior, advantages, *, eps, mask=None):
 
 def impala_pg(log_prob, log_behavior, advantages, *, rho_bar, mask=None):
     """IMPALA's policy gradient `−E[sg(min(ρ̄, w) · Â) · log π_θ]`."""
+    log_prob, log_behavior, advantages = unmasked(mask, log_prob, log_behavior, advantages)
     clipped_ratio = jnp.minimum(rho_bar, jnp.exp(sg(log_ratio(log_prob, log_behavior))))
     loss = -masked_mean(sg(clipped_ratio * advantages) * log_prob, mask)
     return loss, {}
@@ -86,6 +108,7 @@ def impala_pg(log_prob, log_behavior, advantages, *, rho_bar, mask=None):
 
 def is_pg(log_prob, log_behavior, advantages, *, mask=None):
     """The importance-sampled policy gradient with no constraint: `−E[wÂ]`."""
+    log_prob, log_behavior, advantages = unmasked(mask, log_prob, log_behavior, advantages)
     ratio = jnp.exp(log_ratio(log_prob, log_behavior))
     return -masked_mean(ratio * advantages, mask), {}
 
@@ -105,6 +128,8 @@ def tv_filter(log_prob, log_behavior, advantages, *, delta, log_reference=None,
     `r`, `D̂_TV` and `keep` carry no gradient. A dropped sample is exactly one whose gradient step
     would push its ratio further from 1 while the divergence is already above δ.
     """
+    log_prob, log_behavior, advantages, log_reference = unmasked(
+        mask, log_prob, log_behavior, advantages, log_reference)
     ratio = jnp.exp(log_ratio(log_prob, log_behavior))
     if log_reference is None:
         divergence_ratio = sg(ratio)
@@ -132,4 +157,5 @@ def tv_filter(log_prob, log_behavior, advantages, *, delta, log_reference=None,
 
 def value_loss(values, targets, mask=None):
     """`½ E[(V_φ(s) − v)²]` against fixed targets."""
+    values, targets = unmasked(mask, values, targets)
     return 0.5 * masked_mean(jnp.square(values - sg(targets)), mask)

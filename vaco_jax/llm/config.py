@@ -88,8 +88,9 @@ class GRPOConfig:
     tv_reference: Literal["behavior", "learner"] = "behavior"
     temperature: float = 1.0
     top_p: float = 1.0
-    """Nucleus sampling for generation; log β uses the same truncated distribution (log π_θ and
-    log π_T the full tempered one)."""
+    """Nucleus sampling for generation only: the ratios compare the model's full tempered
+    distributions (log π_θ, log π_T and log β alike), so w = 1 on-policy at any top_p
+    (why: `vaco_jax.llm.grpo`)."""
     scale_advantages: bool = True
     """Divide group-centred rewards by the group's standard deviation (GRPO); off = Dr. GRPO."""
     capacity: int = 1

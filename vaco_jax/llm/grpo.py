@@ -6,10 +6,24 @@ One iteration:
    drawn from the policy ring buffer (`vaco_jax.ring_buffer`, SPEC §2);
 2. draw `num_prompts` train problems, sample G answers each with the behaviour policy (KV cache);
 3. verifiable rewards, group-normalised advantages (one per answer, shared by its tokens);
-4. log β (and log π_T) of every answer token, by one teacher-forced pass, without gradient;
+4. log β of every answer token as the sampler drew it (from its own logits), and, with a stale
+   behaviour policy, log π_T by one teacher-forced pass (without gradient);
 5. **N minibatch updates** on the batch (× `num_epochs`): the forward-lag knob. Objective on token
    ratios `w = π_θ/β`: `ppo_clip`, `vaco` (the TV filter of SPEC §3.2) or `pg` (`−E[wÂ]`);
 6. push the new parameters into the ring buffer.
+
+**What w means under top-p sampling.** π_θ and β are both the model's own tempered softmax
+(`model.token_log_probs`), at the current and at the behaviour parameters; the top-p nucleus is part
+of the sampler only: it decides which tokens get drawn, not the probabilities the ratio compares.
+So `w = 1` on-policy at any `top_p` (the same function of the same logits; up to the KV cache's
+float32 round-off), and `log π_θ` is finite with a gradient at every token the sampler may write.
+The alternative, π_θ truncated to its own current nucleus like β, also gives `w = 1` on-policy, but
+a token's gradient is then 0 wherever its nucleus holds that token alone (a confident mistake could
+never be unlearned) and undefined (log π_θ = −inf) once the updates move a sampled token out of the
+nucleus. The cost of this choice: w corrects for policy lag, not for the truncation, so the update is
+the policy gradient of the untruncated policy estimated on nucleus samples, a bias that vanishes as
+`top_p` → 1 (as in RL trainers that sample with top-p and compute old log-probabilities from the
+full softmax).
 
 `GRPO(config, train_set, test_set).train(key, params, hparams)` runs all iterations with a greedy
 held-out evaluation every `eval_every`; vmap it over keys for seeds.
@@ -56,8 +70,8 @@ class Batch:
     answers: jax.Array            # [B, A] sampled tokens, PAD after EOS
     mask: jax.Array               # [B, A] 1 up to and including EOS
     advantages: jax.Array         # [B, A] the answer's advantage on each of its tokens
-    log_behavior: jax.Array       # [B, A] log β(token)
-    log_learner_start: jax.Array  # [B, A] log π_T(token) (equals log β without backward lag)
+    log_behavior: jax.Array       # [B, A] log β(token), as the sampler drew it (0 after EOS)
+    log_learner_start: jax.Array  # [B, A] log π_T(token) (is log β without backward lag)
 
 
 @struct.dataclass
@@ -139,19 +153,18 @@ class GRPO:
         idx = jax.random.randint(prompt_key, (g.num_prompts,), 0, len(train))
         idx = jnp.repeat(idx, g.group_size)                    # G answers per prompt, adjacent
         prompts, targets = train.prompts[idx], train.answers[idx]
-        answers = sampling.generate(self.apply, behavior, prompts, sample_key,
-                                    model_config=self.config.model, max_new_tokens=t.answer_len,
-                                    temperature=state.hparams.temperature, top_p=g.top_p)
+        answers, log_behavior = sampling.generate(
+            self.apply, behavior, prompts, sample_key, model_config=self.config.model,
+            max_new_tokens=t.answer_len, temperature=state.hparams.temperature, top_p=g.top_p,
+            return_log_probs=True)
+        log_behavior = sg(log_behavior)
         rewards = self.reward_fn(answers, targets)
         advantages = group_advantages(rewards.reshape(g.num_prompts, g.group_size),
                                       g.scale_advantages).reshape(-1)
         mask = answer_mask(answers)
-        log_prob = lambda p, top_p=1.0: sg(sequence_log_probs(  # noqa: E731
-            self.apply, p, prompts, answers, state.hparams.temperature, top_p))
-        # β is the distribution the tokens were drawn from: the top-p nucleus when top_p < 1.
-        log_behavior = log_prob(behavior, g.top_p)
-        log_learner_start = (log_behavior if state.buffer is None and g.top_p >= 1.0
-                             else log_prob(state.params))
+        # Without backward lag β is π_T, and log β is already its log-probability.
+        log_learner_start = log_behavior if state.buffer is None else sg(sequence_log_probs(
+            self.apply, state.params, prompts, answers, state.hparams.temperature))
         batch = Batch(prompts, answers, mask, advantages[:, None] * mask, log_behavior,
                       log_learner_start)
         info = {"reward": jnp.mean(rewards), "answer_length": jnp.mean(jnp.sum(mask, -1)),

@@ -187,9 +187,10 @@ def policy_log_probs(logits, temperature=1.0, top_p: float = 1.0):
     """The policy distribution over next tokens: PAD and BOS can never be written.
 
     Sampling, the warm start and every GRPO ratio use this one definition, so `π_θ/β` compares like
-    with like. `top_p` < 1 is the distribution sampling draws from: the smallest set of tokens whose
-    probability reaches `top_p` (always at least the most likely one), renormalised; the others get
-    log-probability −inf. `logits [..., V]` → log-probabilities `[..., V]` (float32).
+    with like. `top_p` < 1 is what the sampler draws from (and only the sampler): the smallest set
+    of tokens whose probability reaches `top_p` (always at least the most likely one),
+    renormalised; the others get log-probability −inf. `logits [..., V]` → log-probabilities
+    `[..., V]` (float32).
     """
     banned = jnp.zeros(logits.shape[-1], bool).at[jnp.array([tokenizer.PAD, tokenizer.BOS])].set(True)
     logits = jnp.where(banned, -1e9, logits.astype(jnp.float32) / temperature)
@@ -202,9 +203,18 @@ def policy_log_probs(logits, temperature=1.0, top_p: float = 1.0):
     return jax.nn.log_softmax(jnp.where(log_probs >= cutoff, log_probs, -jnp.inf), axis=-1)
 
 
-def sequence_log_probs(apply_fn, params, prompts, answers, temperature=1.0, top_p: float = 1.0):
+def token_log_probs(logits, tokens, temperature=1.0):
+    """`log π(token)` under the model's tempered distribution `policy_log_probs(logits,
+    temperature)`: logits `[..., V]`, tokens `[...]` → `[...]` float32. The one definition of a
+    token's log-probability shared by the sampler (log β) and the learner (log π_θ)."""
+    log_probs = policy_log_probs(logits, temperature)
+    return jnp.take_along_axis(log_probs, tokens[..., None], axis=-1)[..., 0]
+
+
+def sequence_log_probs(apply_fn, params, prompts, answers, temperature=1.0):
     """Log-probability of each answer token given everything before it (teacher forcing), under
-    `policy_log_probs(·, temperature, top_p)`.
+    the model's tempered distribution `policy_log_probs(·, temperature)` (never truncated: the
+    learner's log π_θ, the same function of the logits as the sampler's log β).
 
     `prompts [B, P]` (left-padded), `answers [B, A]` → `[B, A]` float32. One full forward pass.
     """
@@ -212,8 +222,7 @@ def sequence_log_probs(apply_fn, params, prompts, answers, temperature=1.0, top_
     valid = tokens != tokenizer.PAD
     logits, _ = apply_fn(params, tokens, positions_of(valid), valid)
     P = prompts.shape[1]
-    log_probs = policy_log_probs(logits[:, P - 1:-1], temperature, top_p)
-    return jnp.take_along_axis(log_probs, answers[..., None], axis=-1)[..., 0]
+    return token_log_probs(logits[:, P - 1:-1], answers, temperature)
 
 
 def answer_mask(answers):
