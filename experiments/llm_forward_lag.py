@@ -7,7 +7,7 @@
 
 Every field can be overridden (`--help`), e.g. `--config.grpo.delta 0.01`. Everything is written
 under `--out` (results, summary, log, forward_lag.png); the warm start is cached per user
-(`--cache-dir` to change), keyed by the model/task/sft configuration; results resume.
+(`--cache-dir` to change), keyed by the model/task/sft configuration, the data and the code that makes it; results resume.
 """
 
 from __future__ import annotations

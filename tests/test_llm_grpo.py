@@ -3,6 +3,7 @@ identity at N = 1, backward lag through the ring buffer, the cached warm start, 
 
 import dataclasses
 import json
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -12,7 +13,7 @@ import pytest
 from vaco_jax.config import ConfigError
 from vaco_jax.llm import config as llm_config
 from vaco_jax import io
-from vaco_jax.llm import experiment, grpo, model, sft
+from vaco_jax.llm import dataset, experiment, grpo, model, problems, sft, tokenizer
 
 TINY = llm_config.preset("tiny")
 
@@ -202,6 +203,31 @@ def test_warm_start_is_trained_once_then_loaded(tmp_path):
     # Any change to model, task or warm start is a different entry.
     assert sft.cache_key(llm_config.replace(config, sft=dict(steps=41))) != sft.cache_key(config)
     assert sft.cache_key(llm_config.replace(config, grpo=dict(delta=0.5))) == sft.cache_key(config)
+
+
+def test_warm_start_key_follows_the_data_and_the_code_that_makes_it(tmp_path, monkeypatch):
+    # A data file rewritten in place, or an edit to the code that turns problems into training
+    # data (or to the warm start's own code), is another warm start: the key must change.
+    sample = (Path(sft.__file__).parent / "data" / "gsm8k_sample.jsonl").read_text().splitlines()
+    train, test = tmp_path / "train.jsonl", tmp_path / "test.jsonl"
+    train.write_text("\n".join(sample[:-2]) + "\n")
+    test.write_text("\n".join(sample[-2:]) + "\n")
+    config = llm_config.replace(TINY, task=dict(source="gsm8k", gsm8k_train=str(train),
+                                                gsm8k_test=str(test)))
+    key = sft.cache_key(config)
+    assert sft.cache_key(config) == key                      # deterministic
+    train.write_text("\n".join(sample[1:-2]) + "\n")         # same path, other problems
+    assert sft.cache_key(config) != key
+    train.write_text("\n".join(sample[:-2]) + "\n")
+    assert sft.cache_key(config) == key
+    procedural = sft.cache_key(TINY)
+    for module in (problems, tokenizer, dataset, sft):
+        copy = tmp_path / f"{module.__name__}.py"
+        copy.write_text(Path(module.__file__).read_text() + "\n# edited\n")
+        with monkeypatch.context() as m:
+            m.setattr(module, "__file__", str(copy))
+            assert sft.cache_key(TINY) != procedural, module.__name__
+    assert sft.cache_key(TINY) == procedural
 
 
 # --- the sweep driver (no compilation: training is replaced by a stub) ---------------------------

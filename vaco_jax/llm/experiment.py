@@ -39,7 +39,8 @@ class Experiment:
     plot: bool = True
     """Draw accuracy and the clip/filter fractions against N into `out/forward_lag.png`."""
     cache_dir: str = ""
-    """Where the warm-start parameters are kept, keyed by a hash of the model, task and SFT config
+    """Where the warm-start parameters are kept, keyed by a hash of the model, task and SFT config,
+    the data files' contents and the code that makes the data and trains on it (`sft.cache_key`)
     (default: the per-user cache, `vaco_jax.cache.user_dir("llm")`)."""
     compile_cache: str = "default"
     """JAX's persistent compilation cache: default (JAX_COMPILATION_CACHE_DIR, else the per-user

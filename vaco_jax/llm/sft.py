@@ -3,9 +3,9 @@
 `warm_start(config, train_set, test_set, cache_dir)` (default directory: the per-user cache,
 `vaco_jax.cache.user_dir("llm")`) returns the SFT parameters and their held-out
 greedy accuracy. The parameters are trained once per (model, task, sft) configuration and stored as
-a msgpack file named by a hash of that configuration, next to a JSON file with the configuration,
-the accuracy and the training time; later calls load them instead of training. Both files are
-written atomically (a crash leaves the old state, never half a file).
+a msgpack file named by a hash of everything that determines them (`cache_key`), next to a JSON file
+with the configuration, the accuracy and the training time; later calls load them instead of
+training. Both files are written atomically (a crash leaves the old state, never half a file).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -28,11 +29,28 @@ from vaco_jax.objectives import masked_mean
 
 FORMAT_VERSION = 1  # bump when the model code changes what saved parameters mean
 
+# The code that makes the warm-start data (problems → tokens → arrays) and trains on it: an edit to
+# any of these is another warm start, even with the same configuration.
+KEYED_MODULES = ("vaco_jax.llm.problems", "vaco_jax.llm.tokenizer", "vaco_jax.llm.dataset",
+                 "vaco_jax.llm.model", "vaco_jax.llm.sft")
+
+
+def _digest(path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
 
 def cache_key(config) -> str:
-    """Hash of everything that determines the warm-start parameters."""
+    """Hash of everything that determines the warm-start parameters: the model, task and SFT
+    configuration, the *contents* of the GSM8K files it names (a file rewritten at the same path is
+    other data), and the source of `KEYED_MODULES`."""
+    t = config.task
+    files = {name: _digest(path) for name, path in (("gsm8k_train", t.gsm8k_train),
+                                                      ("gsm8k_test", t.gsm8k_test))
+             if t.source == "gsm8k" and path}
+    code = {name: _digest(sys.modules[name].__file__) for name in KEYED_MODULES}
     spec = {"version": FORMAT_VERSION, "model": dataclasses.asdict(config.model),
-            "task": dataclasses.asdict(config.task), "sft": dataclasses.asdict(config.sft)}
+            "task": dataclasses.asdict(t), "sft": dataclasses.asdict(config.sft),
+            "files": files, "code": code}
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
