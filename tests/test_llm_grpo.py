@@ -12,7 +12,7 @@ import pytest
 
 from vaco_jax.config import ConfigError
 from vaco_jax.llm import config as llm_config
-from vaco_jax import io
+from vaco_jax import io, runtime
 from vaco_jax.llm import dataset, experiment, grpo, model, problems, sft, tokenizer
 
 TINY = llm_config.preset("tiny")
@@ -203,6 +203,37 @@ def test_warm_start_is_trained_once_then_loaded(tmp_path):
     # Any change to model, task or warm start is a different entry.
     assert sft.cache_key(llm_config.replace(config, sft=dict(steps=41))) != sft.cache_key(config)
     assert sft.cache_key(llm_config.replace(config, grpo=dict(delta=0.5))) == sft.cache_key(config)
+
+
+def test_in_a_multi_process_run_only_process_0_trains_the_warm_start(tmp_path, monkeypatch):
+    # Process 0 trains and writes; every other process waits at the barrier and reads what it
+    # wrote (never training a warm start of its own, never writing the shared cache).
+    config = llm_config.replace(TINY, sft=dict(steps=5))
+    train_set, test_set = experiment.load_problems(config)
+    events = []
+    monkeypatch.setattr(runtime, "barrier", lambda name: events.append("barrier"))
+
+    def as_process(index):
+        monkeypatch.setattr(runtime, "is_primary", lambda: index == 0)
+        return sft.warm_start(config, train_set, test_set, tmp_path,
+                              log=lambda line: events.append(f"{index}: {line.split(' (')[0]}"),
+                              compiler_options=experiment.FAST_COMPILE)
+
+    # Another process reaching the barrier before anything was written is told why.
+    with pytest.raises(ConfigError, match="cache_dir"):
+        as_process(1)
+    assert events == ["barrier"] and not any(tmp_path.iterdir())
+    events.clear()
+    params, info = as_process(0)
+    assert not info["cached"] and events[0].startswith("0: warm start: training")
+    assert events[-1] == "barrier"
+    events.clear()
+    again, info1 = as_process(1)
+    assert events[0] == "barrier" and events[1].startswith("1: warm start: loaded")
+    assert info1["cached"]
+    assert info1["base_accuracy"] == info["base_accuracy"]
+    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(again)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
 def test_warm_start_key_follows_the_data_and_the_code_that_makes_it(tmp_path, monkeypatch):

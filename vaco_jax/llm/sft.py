@@ -21,7 +21,8 @@ import jax
 import optax
 from flax import serialization
 
-from vaco_jax import cache, io
+from vaco_jax import cache, io, runtime
+from vaco_jax.errors import invalid
 from vaco_jax.llm.dataset import ProblemSet
 from vaco_jax.llm.evaluation import greedy_accuracy
 from vaco_jax.llm.model import Transformer, answer_mask, init_params, sequence_log_probs
@@ -87,17 +88,44 @@ def make_sft(config):
 
 def warm_start(config, train_set: ProblemSet, test_set: ProblemSet, cache_dir=None,
                log=print, compiler_options=None):
-    """SFT parameters and info (`base_accuracy`, `final_loss`, `seconds`, `cached`), cached on disk."""
+    """SFT parameters and info (`base_accuracy`, `final_loss`, `seconds`, `cached`), cached on disk.
+
+    In a multi-process run (`vaco_jax.runtime`) process 0 alone loads or trains and writes; the
+    others wait for it at a barrier and then load what it wrote, so one warm start is trained, not
+    one per process, and the shared cache has one writer. Every process must see the same cache
+    directory (a shared filesystem)."""
     cache_dir = Path(cache_dir) if cache_dir is not None else cache.user_dir("llm")
     key = cache_key(config)
     params_path, info_path = cache_dir / f"sft-{key}.msgpack", cache_dir / f"sft-{key}.json"
-    template = jax.eval_shape(lambda: init_params(config.model, jax.random.PRNGKey(0)))
-    if params_path.exists() and info_path.exists():
-        params = serialization.from_bytes(template, params_path.read_bytes())
-        info = json.loads(info_path.read_text())
-        log(f"warm start: loaded {params_path} (held-out accuracy {info['base_accuracy']:.3f})")
-        return params, {**info, "cached": True, "path": str(params_path)}
+    if runtime.is_primary():
+        loaded = _load(config, params_path, info_path, log)
+        if loaded is None:
+            loaded = _train(config, train_set, test_set, params_path, info_path, log,
+                            compiler_options)
+    runtime.barrier("llm warm start written")
+    if not runtime.is_primary():
+        loaded = _load(config, params_path, info_path, log)
+        if loaded is None:
+            raise invalid("cache_dir", str(cache_dir),
+                          f"process 0 wrote the warm start to {str(params_path)!r}, which this "
+                          f"process cannot read: every process must see the same cache directory "
+                          f"(a shared filesystem)")
+    return loaded
 
+
+def _load(config, params_path: Path, info_path: Path, log):
+    """The cached warm start, or None when it is not (completely) there."""
+    if not (params_path.exists() and info_path.exists()):
+        return None
+    template = jax.eval_shape(lambda: init_params(config.model, jax.random.PRNGKey(0)))
+    params = serialization.from_bytes(template, params_path.read_bytes())
+    info = json.loads(info_path.read_text())
+    log(f"warm start: loaded {params_path} (held-out accuracy {info['base_accuracy']:.3f})")
+    return params, {**info, "cached": True, "path": str(params_path)}
+
+
+def _train(config, train_set, test_set, params_path: Path, info_path: Path, log, compiler_options):
+    """Train the warm start, measure its held-out greedy accuracy, write both files."""
     log(f"warm start: training {config.sft.steps} SFT steps (cache miss: {params_path})")
     start = time.perf_counter()
     train = jax.jit(make_sft(config), compiler_options=compiler_options)
@@ -108,7 +136,7 @@ def warm_start(config, train_set: ProblemSet, test_set: ProblemSet, cache_dir=No
                              compiler_options=compiler_options)(
         params, test_set, config.model, config.task.answer_len))
     info = {"base_accuracy": accuracy, "final_loss": float(losses[-10:].mean()),
-            "first_loss": float(losses[0]), "seconds": seconds, "key": key,
+            "first_loss": float(losses[0]), "seconds": seconds, "key": params_path.stem[4:],
             "config": {"model": config.model, "task": config.task, "sft": config.sft},
             **io.provenance()}
     io.write_bytes_atomic(params_path, serialization.to_bytes(jax.device_get(params)))
