@@ -37,7 +37,7 @@ from vaco_jax import io
 from vaco_jax.config import LEGACY_OPTION_FIELDS, Config, from_json_dict, to_json_dict
 from vaco_jax.errors import CheckpointError, ConfigError
 from vaco_jax.options import RESUME_MAY_CHANGE
-from vaco_jax.runtime import to_host
+from vaco_jax.runtime import primary_decision, to_host
 
 FORMAT = 2
 READABLE_FORMATS = (1, 2)   # 1: leaves keyed by their index in the flattened state
@@ -64,13 +64,16 @@ class RunCheckpoints:
     `save` returns once the checkpoint is complete on disk (`wait=False`: once orbax has taken the
     arrays, writing on in a background thread). The CLI overlaps writing with computing by
     dispatching the next chunk before it saves the last one.
+
+    In a multi-process run every process makes each call, in the same order: what the directory
+    holds (which checkpoint is the newest, whether it may be restored) is read by process 0 for
+    all, so that every process saves and restores the same checkpoints.
     """
 
     def __init__(self, run_dir, *, keep: int = 2, create: bool = True):
         self.directory = checkpoint_dir(run_dir)
-        if not create and not self.directory.is_dir():
-            raise CheckpointError(f"cannot resume {str(run_dir)!r}: it has no checkpoints "
-                                  f"(no directory {str(self.directory)!r}); start a new run with --out")
+        if not create:
+            primary_decision(lambda: self._require_directory(run_dir))
         options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=create,
                                                cleanup_tmp_directories=True,
                                                enable_async_checkpointing=True)
@@ -110,10 +113,16 @@ class RunCheckpoints:
     def close(self) -> None:
         self.manager.close()
 
+    def _require_directory(self, run_dir) -> None:
+        if not self.directory.is_dir():
+            raise CheckpointError(f"cannot resume {str(run_dir)!r}: it has no checkpoints "
+                                  f"(no directory {str(self.directory)!r}); start a new run with --out")
+
     # --- reading ---------------------------------------------------------------------------------
     def latest_chunk(self) -> int | None:
+        """The newest complete checkpoint's chunk (process 0's view, on every process)."""
         self.manager.reload()
-        return self.manager.latest_step()
+        return primary_decision(self.manager.latest_step)
 
     def path(self, chunk: int) -> Path:
         return self.directory / str(chunk)
@@ -134,7 +143,8 @@ class RunCheckpoints:
                 allow_version_change: bool = False) -> Restored:
         """Load checkpoint `chunk` into the structure/shardings of `abstract_state`, or refuse."""
         meta = self.read_meta(chunk)
-        check_compatible(meta, config, self.path(chunk), allow_version_change=allow_version_change)
+        primary_decision(lambda: check_compatible(meta, config, self.path(chunk),
+                                                  allow_version_change=allow_version_change))
         fmt = meta["format"]
         paths, abstract_leaves, treedef = _flatten(abstract_state, fmt)
         expected = [[p, list(x.shape), str(np.dtype(x.dtype))] for p, x in zip(paths, abstract_leaves)]
@@ -186,8 +196,10 @@ class RunCheckpoints:
         if chunk is None:
             raise CheckpointError(f"cannot resume: {str(self.directory)!r} holds no complete "
                                   f"checkpoint; start a new run with --out")
-        check_compatible(self.read_meta(chunk), config, self.path(chunk),
-                         allow_version_change=allow_version_change, warn=False)
+        meta = self.read_meta(chunk)
+        primary_decision(lambda: check_compatible(meta, config, self.path(chunk),
+                                                  allow_version_change=allow_version_change,
+                                                  warn=False))
         return chunk
 
     def restore_latest(self, abstract_state, config: Config, *,

@@ -5,7 +5,10 @@ per GPU) runs the same command; `jax.distributed.initialize` connects them, afte
 `jax.devices()` lists every device of every process and one `jit` program runs over all of them
 (`vaco_jax.program`). Results, metrics and plots are written by process 0 only; checkpoints go
 through orbax, which writes each process's shards itself. Every process must see the same
-filesystem (the output directory) for resuming.
+filesystem (the output directory) for resuming. A choice that leads into a collective step (whether
+to checkpoint now, which checkpoint to resume, whether the output directory may be used) is made
+by process 0 and sent to the others (`primary_decision`): each process's clock and view of the
+filesystem can differ, and processes that chose differently would wait for each other forever.
 
 The runtime starts with `--distributed` (flags name the coordinator, the process count and this
 process's id, or JAX detects them: SLURM, Open MPI, Cloud TPU), or by itself when the environment
@@ -15,6 +18,7 @@ shows a multi-process launch (`SLURM_NTASKS` > 1 or `OMPI_COMM_WORLD_SIZE` > 1).
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import shutil
@@ -125,11 +129,95 @@ def is_primary() -> bool:
     return jax.process_index() == 0
 
 
+BARRIER_TIMEOUT_SECONDS = 3600
+_barriers_passed = 0
+
+
 def barrier(name: str) -> None:
-    """Wait until every process reaches this point (nothing to wait for in one process)."""
-    if jax.process_count() > 1:
+    """Wait until every process reaches this point (nothing to wait for in one process).
+
+    Waits through JAX's coordination service, for up to an hour: processes that compile the same
+    program can finish minutes apart on a busy host, and a device collective would give up after
+    30 s (gloo's wait for its peers on CPU). Without the coordination service's client (another
+    JAX version), a device collective it is."""
+    global _barriers_passed
+    if jax.process_count() == 1:
+        return
+    client = getattr(getattr(_jax_distributed(), "global_state", None), "client", None)
+    if client is None or not hasattr(client, "wait_at_barrier"):
         from jax.experimental import multihost_utils
         multihost_utils.sync_global_devices(name)
+        return
+    _barriers_passed += 1   # a barrier's id is used once: every process counts the same barriers
+    client.wait_at_barrier(f"vaco_jax:{_barriers_passed}:{name}",
+                           timeout_in_ms=BARRIER_TIMEOUT_SECONDS * 1000)
+
+
+def _jax_distributed():
+    try:
+        from jax._src import distributed
+    except ImportError:
+        return None
+    return distributed
+
+
+def primary_decision(decide):
+    """`decide()` evaluated on process 0 alone; its result, or the error it raised, on every process.
+
+    A choice that leads into a collective step (a checkpoint write, a barrier, a gather of arrays)
+    must come out the same on every process, or each waits forever for the others at a different
+    step. Each process's clock, and its view of a shared filesystem, can differ, so a choice read
+    from them is made once, by process 0. `decide` must return JSON (it is sent as JSON, and comes
+    back as JSON on every process, process 0 included, so one process's run behaves as many's) and
+    must not itself take a collective step: only process 0 runs it. An error it raises is raised on
+    every process: a `vaco_jax.errors` class as itself, any other as a `RuntimeError`.
+    """
+    if jax.process_count() == 1:
+        return json.loads(json.dumps(decide()))
+    if not is_primary():
+        answer = json.loads(_bytes_from_primary(None))
+    else:
+        try:
+            answer = {"result": decide()}
+        except Exception as error:
+            _bytes_from_primary(json.dumps({"error": type(error).__name__,
+                                            "message": str(error)}).encode())
+            raise
+        _bytes_from_primary(json.dumps(answer).encode())
+    if "error" in answer:
+        raise _error_from_primary(answer["error"], answer["message"])
+    return answer["result"]
+
+
+def _error_from_primary(name: str, message: str) -> Exception:
+    from vaco_jax import errors
+
+    kind = getattr(errors, name, None)
+    if isinstance(kind, type) and issubclass(kind, Exception):
+        return kind(message)
+    return RuntimeError(f"process 0 raised {name}: {message}")
+
+
+_SHORT = 252   # bytes that travel with the length in one broadcast; longer ones take a second
+
+
+def _bytes_from_primary(data: bytes | None) -> bytes:
+    """Process 0's `data` on every process (the others pass None). Buffers are padded to a few
+    sizes, so the broadcast program is compiled a few times per process, not once per length."""
+    from jax.experimental import multihost_utils
+
+    head = np.zeros(4 + _SHORT, np.uint8)
+    if data is not None:
+        head[:4] = np.frombuffer(np.uint32(len(data)).tobytes(), np.uint8)
+        head[4:4 + min(len(data), _SHORT)] = np.frombuffer(data[:_SHORT], np.uint8)
+    head = np.asarray(multihost_utils.broadcast_one_to_all(head))
+    length = int(np.frombuffer(head[:4].tobytes(), np.uint32)[0])
+    if length <= _SHORT:
+        return head[4:4 + length].tobytes()
+    body = np.zeros(1 << (length - 1).bit_length(), np.uint8)   # the next power of two
+    if data is not None:
+        body[:length] = np.frombuffer(data, np.uint8)
+    return np.asarray(multihost_utils.broadcast_one_to_all(body))[:length].tobytes()
 
 
 def to_host(tree):

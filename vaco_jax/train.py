@@ -51,6 +51,12 @@ def seed_keys(config: Config) -> np.ndarray:
     return program_lib.seed_keys(range(config.seed, config.seed + config.num_seeds))
 
 
+def clock() -> float:
+    """Seconds on this process's monotonic clock, which times the checkpoint cadence (a module
+    attribute, so that it can be replaced, e.g. to skew one process's clock)."""
+    return time.perf_counter()
+
+
 def default_out(config: Config) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return Path("runs") / f"{config.env}_{config.algo.replace('+', '-')}_C{config.capacity}_{stamp}"
@@ -105,10 +111,12 @@ def _train(config: Config, options: Options, out: Path, checkpoints: checkpoint.
            stop_after: int | None) -> dict:
     if options.resume:  # refuse a mismatched checkpoint before building anything
         latest = checkpoints.check_latest(config, allow_version_change=options.allow_version_change)
-        if latest == config.num_evals and (out / "summary.json").exists():
+        finished = runtime.primary_decision(
+            lambda: _finished_summary(out) if latest == config.num_evals else None)
+        if finished is not None:
             if runtime.is_primary():
                 print(f"{out} holds a finished run: nothing to resume", file=sys.stderr)
-            return json.loads((out / "summary.json").read_text())
+            return finished
     program = build_program(config)
     layout = program.layout
     num_evals = config.num_evals
@@ -132,6 +140,7 @@ def _train(config: Config, options: Options, out: Path, checkpoints: checkpoint.
         state, history, done = init_state(program, config), None, 0
 
     compiled_chunk, compile_seconds = program.compiled_chunk()
+    runtime.barrier("programs compiled")   # then the chunks' collectives start together
     health = _health(layout, state)
 
     end = num_evals if stop_after is None else min(num_evals, done + stop_after)
@@ -141,7 +150,8 @@ def _train(config: Config, options: Options, out: Path, checkpoints: checkpoint.
                            first_step=done * steps_per_chunk + 1 if done else 0)
               if runtime.is_primary() else None)
     seeds = list(range(config.seed, config.seed + config.num_seeds))
-    loop_start = last_save_end = time.perf_counter()
+    loop_start = time.perf_counter()
+    last_save_end = clock()
     loop_cpu_start = time.process_time()
     last_save_seconds, saved = 0.0, []
     timer = program_lib.ChunkTimer()
@@ -163,12 +173,14 @@ def _train(config: Config, options: Options, out: Path, checkpoints: checkpoint.
                     values = np.where(health["nonfinite"] != 0, np.nan, values)
                 history[name][chunk_index] = values
             completed = chunk_index + 1
-            due = checkpoint_due(options, completed, last_save_seconds,
-                                 time.perf_counter() - last_save_end, last=completed == end)
+            # Every process saves, or none: process 0's clock decides for all.
+            due = runtime.primary_decision(lambda: checkpoint_due(
+                options, completed, last_save_seconds, clock() - last_save_end,
+                last=completed == end))
             if due:
-                save_start = time.perf_counter()
+                save_start = clock()
                 checkpoints.save(completed, state, history, config)  # complete on disk on return
-                last_save_end = time.perf_counter()
+                last_save_end = clock()
                 last_save_seconds = last_save_end - save_start
                 saved.append(completed)
             if due or completed == end:   # the policy goes with every checkpoint and the end
@@ -246,7 +258,24 @@ def checkpoint_due(options: Options, completed: int, last_save_seconds: float,
 # --- the output directory ----------------------------------------------------------------------------
 
 def _output_dir(options: Options, config: Config) -> Path:
-    """Where this run writes; refuses to clobber a finished or unfinished run it was not told to."""
+    """Where this run writes; refuses to clobber a finished or unfinished run it was not told to.
+    Process 0 checks the directory (and names the default one) for every process."""
+    out, clear = runtime.primary_decision(lambda: _check_output_dir(options, config))
+    out = Path(out)
+    if options.resume:
+        return out
+    if clear:
+        runtime.barrier("checked the output directory")  # before process 0 deletes what was checked
+        if runtime.is_primary():
+            shutil.rmtree(checkpoint.checkpoint_dir(out))
+    if runtime.is_primary():
+        out.mkdir(parents=True, exist_ok=True)
+    runtime.barrier("output directory ready")
+    return out
+
+
+def _check_output_dir(options: Options, config: Config) -> tuple[str, bool]:
+    """(the run's directory, whether an earlier run's checkpoints must go first), or a refusal."""
     if options.resume:
         out = Path(options.resume)
         if options.out and Path(options.out).resolve() != out.resolve():
@@ -254,7 +283,7 @@ def _output_dir(options: Options, config: Config) -> Path:
                               f"into the directory it resumes ({options.resume!r}); leave --out out")
         if not out.is_dir():
             raise ConfigError(f"option `resume` = {options.resume!r} is invalid: no such directory")
-        return out
+        return str(out), False
     out = Path(options.out) if options.out else default_out(config)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"option `out` = {str(out)!r} is invalid: it is a file, not a directory")
@@ -267,12 +296,14 @@ def _output_dir(options: Options, config: Config) -> Path:
             raise ConfigError(f"option `out` = {str(out)!r} is invalid: it holds checkpoints of "
                               f"an unfinished run; continue it with --resume {out}, or pass "
                               f"--overwrite to start over (deleting them)")
-        runtime.barrier("checked the output directory")  # before process 0 deletes what was checked
-        if runtime.is_primary():
-            shutil.rmtree(ckpt_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    runtime.barrier("output directory ready")
-    return out
+        return str(out), True
+    return str(out), False
+
+
+def _finished_summary(out: Path) -> dict | None:
+    """The summary of the finished run in `out`, or None when it has none."""
+    path = out / "summary.json"
+    return json.loads(path.read_text()) if path.exists() else None
 
 
 def _save_policy(out: Path, config: Config, layout: program_lib.Layout, state, completed: int,
