@@ -4,7 +4,9 @@ Scores are normalised per env by measured references, `(R − R_random) / (R_ref
 a uniformly random policy and 1 is synchronous PPO-Clip at the same budget. Aggregates over
 envs × seeds — median, interquartile mean (IQM), mean and optimality gap — come with stratified
 bootstrap 95% confidence intervals (seeds are resampled within each env). Also: probability of
-improvement, normalised area under the curve (sample efficiency) and performance profiles.
+improvement, normalised area under the curve (sample efficiency) and performance profiles. For
+paired comparisons of any statistic (seeds as common random numbers across conditions), a
+stratified BCa bootstrap: `stratified_bootstrap`, `stratified_bca`.
 
 Layout (rliable's): a score matrix is `[num_runs, num_tasks]` (runs = seeds, tasks = envs); curves
 are `[num_runs, num_tasks, num_evals]`. rliable draws bootstrap indices from NumPy's *global* RNG,
@@ -14,12 +16,15 @@ so every function here takes a `seed` and restores the global state afterwards.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+import dataclasses
+import functools
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 from rliable import library as rly
 from rliable import metrics as rly_metrics
+from scipy.special import ndtr, ndtri
 
 METRICS = ("median", "iqm", "mean", "optimality_gap")
 """The aggregate metrics, in the order `aggregate` returns them."""
@@ -161,3 +166,121 @@ def _check_scores(score_dict: Mapping[str, np.ndarray]) -> None:
         if not np.all(np.isfinite(scores)):
             raise ValueError(f"scores of {name!r} contain NaN or inf (a diverged run?) at "
                              f"[run, task] {np.argwhere(~np.isfinite(scores))[:5].tolist()}")
+
+
+# --- stratified BCa bootstrap ---------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Bootstrap:
+    """A statistic's stratified bootstrap distribution with its BCa corrections (Efron &
+    Tibshirani 1993, §14.3; Davison & Hinkley 1997, §3.2 for strata).
+
+    `point [*S]` is the statistic of the data, `distribution [reps, *S]` its value on each
+    resample, `bias_correction` (z₀) and `acceleration` (a, from the jackknife) are `[*S]`.
+    """
+
+    point: np.ndarray
+    distribution: np.ndarray
+    bias_correction: np.ndarray
+    acceleration: np.ndarray
+
+    def interval(self, confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+        """The two-sided BCa interval `(low [*S], high [*S])` at level `confidence`.
+
+        NaN where some resample's statistic is not finite (e.g. a ratio whose denominator a
+        resample drives to zero): the interval is then undefined, not narrower.
+        """
+        if not 0 < confidence < 1:
+            raise ValueError(f"confidence = {confidence} is invalid: must be in (0, 1)")
+        z_tail = ndtri((1 - confidence) / 2)
+        ends = []
+        for z in (z_tail, -z_tail):
+            shifted = self.bias_correction + z
+            with np.errstate(invalid="ignore"):   # z₀ = ±inf (no resample on one side): NaN
+                level = ndtr(self.bias_correction + shifted / (1 - self.acceleration * shifted))
+            ends.append(_quantiles(self.ordered, level))
+        return ends[0], ends[1]
+
+    @functools.cached_property
+    def ordered(self) -> np.ndarray:
+        """The distribution sorted along its resamples (NaN last), for every interval."""
+        return np.sort(self.distribution, axis=0)
+
+
+def stratified_bootstrap(strata: Sequence[np.ndarray], statistic: Callable, *, reps: int = 10_000,
+                         seed: int = 0, vectorized: bool = False,
+                         batch: int = 10_000) -> Bootstrap:
+    """Resample the rows of every stratum (with replacement, within that stratum) `reps` times.
+
+    `strata`: arrays `[n_i, ...]` whose rows are the resampled units (seeds of one task); put
+    everything measured on one seed in its row (e.g. `[n_seeds, conditions]`) so that a comparison
+    resamples seeds *paired*. `statistic(strata) -> scalar or [*S]`; with `vectorized`, it takes
+    arrays `[batch, n_i, ...]` and returns `[batch, *S]` (one call per `batch` resamples, which
+    bounds the memory of the resampled arrays).
+    Stratum i's indices are `default_rng(seed).integers(0, n_i, (reps, n_i))`, drawn in order.
+    """
+    strata = [np.asarray(s, np.float64) for s in strata]
+    short = [s.shape for s in strata if s.ndim < 1 or s.shape[0] < 2]
+    if not strata or short:
+        raise ValueError(f"every stratum needs at least 2 rows (the jackknife leaves one out); got "
+                         f"shapes {[s.shape for s in strata]}")
+    if reps < 1:
+        raise ValueError(f"reps = {reps} is invalid: must be at least 1")
+
+    def batched(arrays):   # statistic over a leading batch axis: [batch, *S]
+        if vectorized:
+            return np.asarray(statistic(arrays), np.float64)
+        return np.stack([np.asarray(statistic([a[b] for a in arrays]), np.float64)
+                         for b in range(arrays[0].shape[0])])
+
+    rng = np.random.default_rng(seed)
+    indices = [rng.integers(0, s.shape[0], (reps, s.shape[0])) for s in strata]
+    distribution = np.concatenate([
+        batched([s[i[start:start + batch]] for s, i in zip(strata, indices)])
+        for start in range(0, reps, max(batch, 1))])
+    point = batched([s[None] for s in strata])[0]
+
+    below = (distribution < point).sum(0) + (distribution <= point).sum(0)
+    bias_correction = ndtri(below / (2 * reps))
+
+    # Jackknife influence values within each stratum, U_ij = (n_i − 1)(θ̄_(i·) − θ_(ij)).
+    cubes, squares = 0.0, 0.0
+    for i, s in enumerate(strata):
+        n = s.shape[0]
+        keep = ~np.eye(n, dtype=bool)
+        left_out = [np.broadcast_to(t[None], (n,) + t.shape) for t in strata]
+        left_out[i] = np.stack([s[row] for row in keep])
+        values = batched(left_out)
+        influence = (n - 1) * (values.mean(0) - values)
+        cubes = cubes + (influence ** 3).sum(0) / n ** 3
+        squares = squares + (influence ** 2).sum(0) / n ** 2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        acceleration = np.where(squares > 0, cubes / (6 * squares ** 1.5), 0.0)
+    return Bootstrap(point, distribution, bias_correction, acceleration)
+
+
+def stratified_bca(strata: Sequence[np.ndarray], statistic: Callable, reps: int = 10_000,
+                   seed: int = 0, confidence: float = 0.95, *,
+                   vectorized: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`(point, low, high)`: the statistic and its stratified BCa interval at `confidence`
+    (`stratified_bootstrap`; on one stratum of paired samples this is SciPy's
+    `bootstrap(..., method="BCa", paired=True)`)."""
+    boot = stratified_bootstrap(strata, statistic, reps=reps, seed=seed, vectorized=vectorized)
+    low, high = boot.interval(confidence)
+    return boot.point, low, high
+
+
+def _quantiles(ordered: np.ndarray, levels: np.ndarray) -> np.ndarray:
+    """Column-wise quantiles `[*S]` of a distribution `ordered [reps, *S]` (sorted along reps) at
+    `levels [*S]`, interpolated linearly between order statistics (NumPy's default method); NaN
+    where a column holds a non-finite value or its level is NaN."""
+    reps = ordered.shape[0]
+    levels = np.broadcast_to(np.asarray(levels, np.float64), ordered.shape[1:])
+    defined = np.isfinite(levels) & np.all(np.isfinite(ordered), axis=0)
+    position = np.where(defined, levels, 0.0) * (reps - 1)
+    low = np.clip(np.floor(position).astype(np.int64), 0, reps - 1)
+    high = np.minimum(low + 1, reps - 1)
+    below = np.take_along_axis(ordered, low[None], axis=0)[0]
+    above = np.take_along_axis(ordered, high[None], axis=0)[0]
+    with np.errstate(invalid="ignore"):   # inf − inf in columns that are reported as NaN
+        value = below + (position - low) * (above - below)
+    return np.where(defined, value, np.nan)
