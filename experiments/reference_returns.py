@@ -27,6 +27,8 @@ class Args:
     num_seeds: int = 5
     """PPO-Clip seeds."""
     random_episodes: int = 64
+    last_evals: int = 1
+    """Average each PPO-Clip seed's last this many evaluations (3 for the lag study)."""
     out: str = ""
     """The table to update (default: next to the preset's sweep, runs/sweeps/<preset>/reference_returns.json)."""
     compile_cache: str = "default"
@@ -48,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or str(sweep.ROOT / args.preset / references.FILE_NAME)
     for env in preset.envs:
         entry = references.measure(preset, env, num_seeds=args.num_seeds,
-                                   random_episodes=args.random_episodes)
+                                   random_episodes=args.random_episodes, last_evals=args.last_evals)
         if runtime.is_primary():
             references.update(out, entry)   # one env at a time: a crash keeps what is measured
     print(f"-> {out}")
