@@ -1,0 +1,936 @@
+"""The controlled-lag study (`presets.STUDIES["lag"]`): how much of its synchronous score each
+method keeps at a constant policy lag k, and whether VACO keeps more than each baseline.
+
+Every method runs at k = C − 1 (the oldest snapshot of a buffer of C; k = 0 is synchronous) and,
+as a reference column, with uniform sampling over C = 16. Per run:
+
+    score     mean of the last `FINAL_EVALS` evaluations, normalised per task,
+              (R − R_random) / (R_sync − R_random), by a random policy and synchronous PPO-Clip
+              measured by the same rule on disjoint seeds (`references`); a diverged run scores 0
+    auc       the normalised area under its learning curve (0 from its divergence on)
+
+and per (task, method):
+
+    degradation(k) = mean_s score(k, s) / mean_s score(0, s)
+    interaction(k) = degradation_vaco(k) − degradation_baseline(k)
+
+Seed s uses the same key at every lag and in every method (common random numbers), so each
+comparison resamples seeds *paired* (one row per seed holds every condition it compares), and
+pooling over tasks resamples within each task (`stats.stratified_bootstrap`, BCa intervals). A
+pooled figure is the mean over tasks of the per-task figures, reported after them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from vaco_jax.errors import SweepError
+from vaco_jax.study import analysis, plotting, presets, references, stats, sweep
+
+FINAL_EVALS = 3
+"""A run's final score averages its last this many evaluations (each of `eval_envs` episodes)."""
+BREAK_LEVEL = 0.8
+"""A method is "broken" at the smallest k whose degradation is below this."""
+SYNC_FRACTION = 0.5
+"""The sanity check: a method should reach this fraction of synchronous PPO-Clip at k = 0."""
+FAMILY_ALPHA = 0.05
+"""Error rate of the interaction family as a whole (Bonferroni: each CI at 1 − FAMILY_ALPHA/m)."""
+MIN_TAIL = 25
+"""Resamples expected beyond each simultaneous endpoint: sets the family's number of resamples."""
+TARGET = "vaco"
+POOLED = "pooled"
+METHODS = tuple(analysis.label(algo, variant.name) for algo, variant in presets.LAG_METHODS)
+BASELINES = tuple(m for m in METHODS if m != TARGET)
+SYNC = ("oldest", 1)              # (sampling, capacity) of k = 0
+RUN = ["env", "method", "sampling", "capacity", "seed"]
+CELL = ["env", "method", "sampling", "capacity"]
+
+
+def lag_label(sampling: str, capacity: int) -> str:
+    """"k=7" for the oldest snapshot of C = 8; "uniform C=16" for the reference column."""
+    return f"k={int(capacity) - 1}" if sampling == "oldest" else f"{sampling} C={int(capacity)}"
+
+
+def _column_order(columns) -> list[tuple[str, int]]:
+    """(sampling, capacity) pairs: constant lags in increasing k, then the other columns."""
+    return sorted(set(columns), key=lambda c: (c[0] != "oldest", c[0], c[1]))
+
+
+def _method_order(methods) -> list[str]:
+    found = set(methods)
+    return [m for m in (TARGET, *BASELINES) if m in found] + sorted(found - set(METHODS))
+
+
+# --- loading --------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Study:
+    """The lag study's rows from one or more sweep directories."""
+
+    results: pd.DataFrame
+    """Tidy rows (`sweep.load_results`) with `sweep`, `method`, `sampling` and `lag` added."""
+    cells: pd.DataFrame
+    """One record per finished lag cell (`sweep.load_cells`), with `sweep`."""
+    plans: dict
+    """Sweep directory → its plan (sweep.json; {} when absent)."""
+
+
+def load_study(directories: Sequence[str | Path], *, allow_code_change: bool = False) -> Study:
+    """The lag-study rows of every sweep directory (one per task, say), refusing a cell found in
+    two directories and, unless `allow_code_change`, cells made by different vaco_jax source."""
+    tables, records, plans = [], [], {}
+    for directory in map(Path, directories):
+        table = sweep.load_results(directory)
+        tables.append(table[table["study"] == "lag"].assign(sweep=str(directory)))
+        cells = sweep.load_cells(directory)
+        if len(cells):
+            records.append(cells[cells["cell"].str.startswith("lag/")].assign(sweep=str(directory)))
+        plan = directory / sweep.PLAN
+        plans[str(directory)] = json.loads(plan.read_text()) if plan.exists() else {}
+    results = pd.concat(tables, ignore_index=True)
+    if results.empty:
+        raise ValueError(f"no rows of the lag study in {[str(d) for d in directories]}; run "
+                         f"`python -m experiments.mujoco_lag_sweep --preset lag-cpu` first")
+    cells = pd.concat(records, ignore_index=True)
+    twice = cells[cells.duplicated("cell", keep=False)]
+    if len(twice):
+        where = twice.groupby("cell")["sweep"].apply(list).to_dict()
+        raise SweepError(f"cells finished in more than one sweep directory: {where}; their runs "
+                         f"would count twice. Analyse each copy once")
+    check_one_code(cells, allow_code_change)
+    return Study(with_columns(results), cells, plans)
+
+
+def check_one_code(cells: pd.DataFrame, allow_code_change: bool = False) -> None:
+    """Refuse cells made by different vaco_jax source (`io.source_hash`), naming each source's
+    commits and directories, unless `allow_code_change`."""
+    sources = cells.get("source", pd.Series(index=cells.index, dtype=object)).fillna("unrecorded")
+    if sources.nunique() <= 1 or allow_code_change:
+        return
+    described = []
+    for source, group in cells.groupby(sources):
+        commits = sorted({str(c)[:12] for c in group.get("git_commit", ["unrecorded"])})
+        described.append(f"{source} (commit {', '.join(commits)}; {len(group)} cells in "
+                         f"{', '.join(sorted(group['sweep'].unique()))})")
+    raise SweepError(f"the lag cells were made by different vaco_jax source: "
+                     f"{'; '.join(described)}. Their results would mix; re-run the cells of one "
+                     f"version, or pass --allow-code-change to combine them anyway")
+
+
+def with_columns(results: pd.DataFrame) -> pd.DataFrame:
+    """`method` (algorithm [method variant]), `sampling` and `lag` ("k=3", "uniform C=16")."""
+    results = results.copy()
+    results["method"] = [analysis.label(a, presets.method_variant(v))
+                         for a, v in zip(results["algo"], results["variant"])]
+    if "snapshot_sampling" in results:
+        results["sampling"] = results["snapshot_sampling"]
+    else:
+        results["sampling"] = [v.rpartition(",")[2] for v in results["variant"]]
+    results["capacity"] = results["capacity"].astype(int)
+    results["lag"] = [lag_label(s, c) for s, c in zip(results["sampling"], results["capacity"])]
+    results["diverged"] = (results["diverged"].fillna(False).astype(bool)
+                           if "diverged" in results else False)
+    return results
+
+
+# --- the study's design and what is missing -------------------------------------------------------
+def design(study: Study) -> pd.DataFrame:
+    """The cells the study's presets call for (env, method, sampling, capacity): every lag-study
+    method the preset runs, on each of its tasks, at each constant lag, and uniform C = 16 where the
+    preset has that capacity; plus every cell present. A preset recorded by name is taken as
+    defined in `presets.PRESETS` (so a sweep of one task still expects the preset's others)."""
+    cells = set(map(tuple, study.results[CELL].drop_duplicates().itertuples(index=False)))
+    for plan in study.plans.values():
+        recorded = plan.get("preset") or {}
+        if not recorded:
+            continue
+        named = presets.PRESETS.get(recorded.get("name"))
+        if named is not None:
+            envs, capacities, algos = named.envs, named.capacities, named.algos
+        else:
+            envs, capacities = recorded["envs"], recorded["capacities"]
+            algos = recorded.get("algos")
+        for env in envs:
+            for algo, variant in presets.LAG_METHODS:
+                if algos is not None and algo not in algos:
+                    continue
+                method = analysis.label(algo, variant.name)
+                cells |= {(env, method, "oldest", int(c)) for c in capacities}
+                if presets.UNIFORM_REFERENCE_CAPACITY in capacities:
+                    cells.add((env, method, "uniform", presets.UNIFORM_REFERENCE_CAPACITY))
+    return pd.DataFrame(sorted(cells), columns=CELL)
+
+
+def missing_cells(study: Study) -> pd.DataFrame:
+    """The design's (task, method) columns with no finished runs: task, method, lags, status
+    ("planned in <dir>, not finished" or "not run")."""
+    present = set(map(tuple, study.results[CELL].drop_duplicates().itertuples(index=False)))
+    planned = {}
+    for directory, plan in study.plans.items():
+        finished = set(study.cells.loc[study.cells["sweep"] == directory, "cell"])
+        for cell_id, cell in plan.get("cells", {}).items():
+            if cell["study"] != "lag" or cell_id in finished:
+                continue
+            method = analysis.label(cell["algo"], presets.method_variant(cell["variant"]))
+            sampling = cell["config"].get("snapshot_sampling", "oldest")
+            for run in cell["runs"]:
+                planned[(cell["env"], method, sampling, int(run["capacity"]))] = directory
+    rows = [dict(zip(CELL, c), status=(f"planned in {planned[c]}, not finished" if c in planned
+                                       else "not run"))
+            for c in map(tuple, design(study).itertuples(index=False)) if c not in present]
+    if not rows:
+        return pd.DataFrame(columns=["task", "method", "lags", "status"])
+    frame = pd.DataFrame(rows)
+    out = []
+    for (env, method, status), group in frame.groupby(["env", "method", "status"], sort=False):
+        columns = _column_order(zip(group["sampling"], group["capacity"]))
+        out.append({"task": env, "method": method,
+                    "lags": ", ".join(lag_label(*c) for c in columns), "status": status})
+    return pd.DataFrame(out)
+
+
+# --- scores ---------------------------------------------------------------------------------------
+def evaluation_scores(results: pd.DataFrame, table: dict,
+                      last_evals: int = FINAL_EVALS) -> pd.DataFrame:
+    """Every evaluation's normalised `score`, 0 from a run's divergence on ("fails like a random
+    policy"), by references measured with the same `last_evals` (`references.add_scores`)."""
+    budgets = results.groupby("env")["budget"].unique()
+    mixed = {env: sorted(map(int, b)) for env, b in budgets.items() if len(b) > 1}
+    if mixed:
+        raise ValueError(f"tasks with runs at several budgets {mixed}: a task's lags are compared "
+                         f"at one budget; analyse one budget at a time")
+    twice = results.duplicated(RUN + ["eval_index"])
+    if twice.any():
+        first = results.loc[twice, RUN + ["eval_index"]].iloc[0].to_dict()
+        raise ValueError(f"{int(twice.sum())} evaluations appear twice (e.g. {first}); a run may "
+                         f"be in two sweeps or at two δ: select one")
+    scored = references.add_scores(results, table, last_evals=last_evals)
+    scored.loc[scored["diverged"], "score"] = 0.0
+    return scored.sort_values(RUN + ["eval_index"]).reset_index(drop=True)
+
+
+def run_scores(evaluations: pd.DataFrame, table: dict,
+               last_evals: int = FINAL_EVALS) -> pd.DataFrame:
+    """One row per run of `evaluation_scores`' rows: its final raw return and normalised `score` (mean of the last `last_evals` evaluations; a diverged run: NaN
+    and 0), its normalised `auc`, when it diverged, its realised lag and behaviour TV, and its
+    task's references."""
+    frame = evaluations.sort_values(RUN + ["eval_index"]).reset_index(drop=True)
+    codes = frame.groupby(RUN, sort=False).ngroup().to_numpy()   # contiguous: one block per run
+    starts = np.flatnonzero(np.diff(codes, prepend=-1))
+    ends = np.append(starts[1:], len(frame))
+    column = {name: frame[name].to_numpy(np.float64) if name in frame else
+              np.full(len(frame), np.nan)
+              for name in ("eval_return", "score", "step", "snapshot_age", "behavior_tv",
+                           "sgd_steps_per_iteration")}
+    diverged = frame["diverged"].to_numpy(bool)
+    keys = frame.iloc[starts]
+    entries = {(env, int(budget)): references.lookup(table, env, int(budget), last_evals)
+               for env, budget in set(zip(keys["env"], keys["budget"]))}
+    rows = []
+    for (start, end), key in zip(zip(starts, ends), keys.to_dict("records")):
+        run = slice(start, end)
+        if end - start < last_evals:
+            raise ValueError(f"run {({k: key[k] for k in RUN})} has {end - start} evaluations; "
+                             f"its score averages the last {last_evals}")
+        last, failed = slice(end - last_evals, end), bool(diverged[run].any())
+        age, tv = (_mean_of_finite(column[name][run]) for name in ("snapshot_age", "behavior_tv"))
+        entry = entries[(key["env"], int(key["budget"]))]
+        rows.append({
+            **{k: key[k] for k in RUN}, "lag": key["lag"], "budget": int(key["budget"]),
+            "evaluations": end - start,
+            "final_return": np.nan if failed else float(column["eval_return"][last].mean()),
+            "score": 0.0 if failed else float(column["score"][last].mean()),
+            "auc": float(stats.area_under_curve(column["score"][run], column["step"][run])),
+            "diverged": failed,
+            "diverged_at_step": int(column["step"][run][diverged[run]].min()) if failed else None,
+            "snapshot_age": age,
+            "snapshot_age_sgd_steps": age * column["sgd_steps_per_iteration"][start],
+            "behavior_tv": tv,
+            "random_return": entry["random_return"], "sync_return": entry["ppo_sync_return"],
+            "sweep": key.get("sweep", ""),
+        })
+    return pd.DataFrame(rows)
+
+
+def _mean_of_finite(values: np.ndarray) -> float:
+    finite = values[np.isfinite(values)]
+    return float(finite.mean()) if finite.size else np.nan
+
+
+# --- paired statistics ----------------------------------------------------------------------------
+# A comparison is a list of strata, one per task: (task, columns), a column being (method,
+# sampling, capacity). Within a task it uses the seeds present in every one of its columns, one row
+# per seed, so a resample draws the same seeds in every column (paired). Every statistic here is a
+# function of the columns' means over those seeds, `per_task(means [..., columns]) -> [...]`,
+# averaged over the comparison's tasks.
+def _values(runs: pd.DataFrame, value: str = "score") -> dict[tuple, pd.Series]:
+    """(env, method, sampling, capacity) → the seed-indexed `value` of its runs."""
+    return {key: group.set_index("seed")[value] for key, group in runs.groupby(CELL, sort=False)}
+
+
+def _common_seeds(values: dict, env: str, columns: Sequence[tuple]) -> tuple[int, ...]:
+    """The seeds of `env` present in every column (none if a column has no runs)."""
+    series = [values.get((env, *column)) for column in columns]
+    if any(s is None for s in series):
+        return ()
+    common = set(series[0].index).intersection(*(s.index for s in series[1:]))
+    return tuple(sorted(common))
+
+
+def _several_tasks(values: dict) -> bool:
+    """Pooled rows only where there is something to pool: one task's pool is the task itself."""
+    return len({key[0] for key in values}) > 1
+
+
+def _ratio(numerator, denominator):
+    """numerator / denominator, NaN where the denominator is not positive (a synchronous score at
+    or below random leaves "the fraction kept" undefined)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(denominator > 0, numerator / denominator, np.nan)
+
+
+def mean_of(means: np.ndarray) -> np.ndarray:
+    """One column: its mean score."""
+    return means[..., 0]
+
+
+def degradation_of(means: np.ndarray) -> np.ndarray:
+    """Columns (score at k, score at 0): mean score(k) / mean score(0)."""
+    return _ratio(means[..., 0], means[..., 1])
+
+
+def interaction_of(means: np.ndarray) -> np.ndarray:
+    """Columns (VACO at k, VACO at 0, baseline at k, baseline at 0): the difference of the two
+    degradations."""
+    return degradation_of(means[..., :2]) - degradation_of(means[..., 2:])
+
+
+def estimates(values: dict, comparisons: dict, per_task: Callable, *, reps: int, seed: int,
+              levels: dict[str, float]) -> dict[object, dict]:
+    """Each comparison's `point` (the mean over its tasks of `per_task`), `seeds`, `tasks` and,
+    per name → confidence of `levels`, `<name>low` and `<name>high` (stratified BCa; NaN with
+    fewer than 2 seeds in a task). Comparisons without common seeds on some task are left out.
+
+    Comparisons that draw the same seeds of the same tasks share one bootstrap (a vector
+    statistic): a table costs one resampling per set of tasks, not one per cell."""
+    groups: dict[tuple, list] = {}
+    for key, strata in comparisons.items():
+        signature = tuple((env, _common_seeds(values, env, columns)) for env, columns in strata)
+        if all(seeds for _, seeds in signature):
+            groups.setdefault(signature, []).append(key)
+    out = {}
+    for signature, keys in groups.items():
+        out.update(_estimate_group(values, signature, {k: comparisons[k] for k in keys},
+                                   per_task, reps=reps, seed=seed, levels=levels))
+    return out
+
+
+def _estimate_group(values, signature, comparisons, per_task, *, reps, seed, levels) -> dict:
+    """`estimates` for comparisons sharing `signature`: ((task, seeds), ...)."""
+    unions = [list(dict.fromkeys(column for strata in comparisons.values()
+                                 for column in strata[i][1])) for i in range(len(signature))]
+    arrays = [np.stack([values[(env, *column)].loc[list(seeds)].to_numpy(np.float64)
+                        for column in union], axis=1)
+              for (env, seeds), union in zip(signature, unions)]
+    positions = [[[unions[i].index(column) for column in strata[i][1]]
+                  for i in range(len(signature))] for strata in comparisons.values()]
+
+    def statistic(strata):   # [batch, seeds_i, columns_i] per task → [batch, comparisons]
+        means = [x.mean(-2) for x in strata]
+        return np.stack([np.mean([per_task(means[i][..., index]) for i, index in enumerate(where)],
+                                 axis=0) for where in positions], axis=-1)
+
+    if min(len(seeds) for _, seeds in signature) < 2:
+        point = statistic([a[None] for a in arrays])[0]
+        intervals = {name: (np.full_like(point, np.nan),) * 2 for name in levels}
+    else:
+        row_size = sum(a.shape[0] * a.shape[1] for a in arrays)
+        boot = stats.stratified_bootstrap(arrays, statistic, reps=reps, seed=seed, vectorized=True,
+                                          batch=max(1, 25_000_000 // row_size))
+        point = boot.point
+        intervals = {name: boot.interval(level) for name, level in levels.items()}
+    out = {}
+    for j, key in enumerate(comparisons):
+        out[key] = {"point": float(point[j]), "seeds": sum(len(s) for _, s in signature),
+                    "tasks": len(signature)}
+        for name, (low, high) in intervals.items():
+            out[key][f"{name}low"], out[key][f"{name}high"] = float(low[j]), float(high[j])
+    return out
+
+
+def _with_pooled(values: dict, per_cell: dict) -> dict:
+    """The comparisons of `per_cell` ((env, *rest) → a one-task comparison) that have seeds in
+    common and, with several tasks, (POOLED, *rest) → the comparison over every task that has it."""
+    comparisons = {key: strata for key, strata in per_cell.items()
+                   if all(_common_seeds(values, env, columns) for env, columns in strata)}
+    if _several_tasks(values):
+        for (env, *rest), strata in list(comparisons.items()):
+            comparisons.setdefault((POOLED, *rest), []).extend(strata)
+    return comparisons
+
+
+# --- tables ---------------------------------------------------------------------------------------
+def score_table(runs: pd.DataFrame, value: str = "score", *, reps: int = 10_000, seed: int = 0,
+                confidence: float = 0.95) -> pd.DataFrame:
+    """Mean `value` (score or auc) per (task, method, lag) with its BCa CI over seeds, then pooled
+    rows (task "pooled": the mean over the tasks that have the cell). Columns: task, method,
+    sampling, capacity, lag, mean, low, high, seeds, tasks, snapshot_age (mean over seeds)."""
+    values = _values(runs, value)
+    comparisons = _with_pooled(values, {key: [(key[0], [key[1:]])] for key in values})
+    results = estimates(values, comparisons, mean_of, reps=reps, seed=seed,
+                        levels={"": confidence})
+    age = runs.groupby(CELL)["snapshot_age"].mean()
+    rows = []
+    for (task, method, sampling, capacity), e in results.items():
+        tasks = [env for env, _ in comparisons[(task, method, sampling, capacity)]]
+        rows.append({"task": task, "method": method, "sampling": sampling, "capacity": capacity,
+                     "mean": e["point"], "low": e["low"], "high": e["high"], "seeds": e["seeds"],
+                     "tasks": e["tasks"], "snapshot_age": float(np.mean(
+                         [age[(env, method, sampling, capacity)] for env in tasks]))})
+    return _ordered(pd.DataFrame(rows))
+
+
+def _ordered(frame: pd.DataFrame, method: str = "method") -> pd.DataFrame:
+    """Per-task rows first (tasks sorted), pooled rows last; methods VACO first; lags in order
+    (a `lag` label is added after `capacity`)."""
+    if frame.empty:
+        return frame
+    tasks = sorted(t for t in frame["task"].unique() if t != POOLED) + [POOLED]
+    methods = _method_order(frame[method].unique())
+    frame = frame.assign(
+        _task=frame["task"].map({t: i for i, t in enumerate(tasks)}),
+        _method=frame[method].map({m: i for i, m in enumerate(methods)}))
+    keys = ["_task", "_method"]
+    if "capacity" in frame:
+        columns = _column_order(zip(frame["sampling"], frame["capacity"]))
+        frame["_column"] = [columns.index(c) for c in zip(frame["sampling"], frame["capacity"])]
+        frame.insert(frame.columns.get_loc("capacity") + 1, "lag",
+                     [lag_label(s, c) for s, c in zip(frame["sampling"], frame["capacity"])])
+        keys.append("_column")
+    return frame.sort_values(keys).drop(columns=keys).reset_index(drop=True)
+
+
+def degradation_table(runs: pd.DataFrame, *, reps: int = 10_000, seed: int = 0,
+                      confidence: float = 0.95) -> pd.DataFrame:
+    """score(k)/score(0) per (task, method) at every lag other than k = 0 (the uniform column
+    included) with paired BCa CIs, then pooled rows: the mean over tasks of the per-task
+    degradation, seeds resampled within each task. Columns: task, method, sampling, capacity,
+    lag, degradation, low, high, seeds, tasks."""
+    values = _values(runs)
+    comparisons = _with_pooled(values, {
+        (env, method, sampling, capacity): [(env, [(method, sampling, capacity), (method, *SYNC)])]
+        for env, method, sampling, capacity in values if (sampling, capacity) != SYNC})
+    results = estimates(values, comparisons, degradation_of, reps=reps, seed=seed,
+                        levels={"": confidence})
+    rows = [{"task": task, "method": method, "sampling": sampling, "capacity": capacity,
+             "degradation": e["point"], "low": e["low"], "high": e["high"], "seeds": e["seeds"],
+             "tasks": e["tasks"]}
+            for (task, method, sampling, capacity), e in results.items()]
+    return _ordered(pd.DataFrame(rows, columns=["task", "method", "sampling", "capacity",
+                                                "degradation", "low", "high", "seeds", "tasks"]))
+
+
+def family_reps(reps: int, family_size: int) -> int:
+    """Resamples for a family of `family_size` Bonferroni-adjusted intervals: enough that about
+    `MIN_TAIL` resamples lie beyond each endpoint at level 1 − FAMILY_ALPHA / m (and at least
+    `reps`)."""
+    return max(reps, math.ceil(2 * MIN_TAIL * family_size / FAMILY_ALPHA))
+
+
+def interaction_table(runs: pd.DataFrame, target: str = TARGET, *, reps: int = 10_000,
+                      seed: int = 0, confidence: float = 0.95) -> pd.DataFrame:
+    """degradation_target(k) − degradation_baseline(k) per (task, baseline, constant lag k > 0),
+    then pooled over tasks (the mean of the per-task differences), each with a paired BCa CI at
+    `confidence` and a Bonferroni-adjusted one at 1 − FAMILY_ALPHA/m (m = the table's rows), from
+    `family_reps` resamples. Columns: task, baseline, sampling, capacity, lag, interaction, low,
+    high, simultaneous_low, simultaneous_high, seeds, tasks, family_size, simultaneous_confidence,
+    reps."""
+    values = _values(runs)
+    per_cell = {}
+    for env, baseline, sampling, capacity in values:
+        if baseline == target or sampling != "oldest" or capacity == SYNC[1]:
+            continue
+        per_cell[(env, baseline, capacity)] = [(env, [
+            (target, "oldest", capacity), (target, *SYNC), (baseline, "oldest", capacity),
+            (baseline, *SYNC)])]
+    comparisons = _with_pooled(values, per_cell)
+    m = len(comparisons)
+    columns = ["task", "baseline", "sampling", "capacity", "interaction", "low", "high",
+               "simultaneous_low", "simultaneous_high", "seeds", "tasks", "family_size",
+               "simultaneous_confidence", "reps"]
+    if m == 0:
+        return pd.DataFrame(columns=columns)
+    simultaneous, n = 1 - FAMILY_ALPHA / m, family_reps(reps, m)
+    results = estimates(values, comparisons, interaction_of, reps=n, seed=seed,
+                        levels={"": confidence, "simultaneous_": simultaneous})
+    rows = [{"task": task, "baseline": baseline, "sampling": "oldest", "capacity": capacity,
+             "interaction": e["point"], "low": e["low"], "high": e["high"],
+             "simultaneous_low": e["simultaneous_low"], "simultaneous_high": e["simultaneous_high"],
+             "seeds": e["seeds"], "tasks": e["tasks"], "family_size": m,
+             "simultaneous_confidence": simultaneous, "reps": n}
+            for (task, baseline, capacity), e in results.items()]
+    return _ordered(pd.DataFrame(rows, columns=columns), method="baseline")
+
+
+def break_lag_table(degradation: pd.DataFrame, level: float = BREAK_LEVEL) -> pd.DataFrame:
+    """Per (task, method): the smallest constant lag k whose degradation is below `level`
+    (`break_lag`), and the smallest whose CI's upper end is (`confidently_broken`); "none" if
+    no lag tested is, "undefined" if no lag's degradation is (the synchronous score is not above
+    random). `lags` lists the lags tested."""
+    rows = []
+    constant = degradation[degradation["sampling"] == "oldest"]
+    for (task, method), group in constant.groupby(["task", "method"], sort=False):
+        group = group.sort_values("capacity")
+        ks = (group["capacity"] - 1).to_numpy()
+
+        def first(mask):
+            if group["degradation"].isna().all():
+                return "undefined"
+            return str(int(ks[mask][0])) if mask.any() else "none"
+
+        rows.append({"task": task, "method": method,
+                     "break_lag": first((group["degradation"] < level).to_numpy()),
+                     "confidently_broken": first((group["high"] < level).to_numpy()),
+                     "lags": ", ".join(str(int(k)) for k in ks)})
+    return pd.DataFrame(rows, columns=["task", "method", "break_lag", "confidently_broken", "lags"])
+
+
+def sanity_table(runs: pd.DataFrame, *, fraction: float = SYNC_FRACTION, reps: int = 10_000,
+                 seed: int = 0, confidence: float = 0.95) -> pd.DataFrame:
+    """Synchronous (k = 0) runs per (task, method): mean final return (a diverged run counted at
+    the random policy's return, as its score of 0 says), the references, the normalised score with
+    its BCa CI, whether it clears random (CI low > 0) and reaches `fraction` of synchronous
+    PPO-Clip (point estimate), and `fails`: the reasons it does not, or diverged runs."""
+    sync = runs[(runs["sampling"] == SYNC[0]) & (runs["capacity"] == SYNC[1])]
+    values = _values(sync)
+    results = estimates(values, {(env, method): [(env, [(method, *SYNC)])]
+                                 for env, method, _, _ in values},
+                        mean_of, reps=reps, seed=seed, levels={"": confidence})
+    rows = []
+    for (env, method), group in sync.groupby(["env", "method"], sort=False):
+        e = results[(env, method)]
+        returns = group["final_return"].where(~group["diverged"], group["random_return"])
+        clears, reaches = e["low"] > 0, e["point"] >= fraction
+        unclear = ("no CI (fewer than 2 seeds)" if np.isnan(e["low"])
+                   else "does not clear random (CI low ≤ 0)")
+        reasons = ([] if clears else [unclear]) + \
+                  ([] if reaches else [f"below {fraction:g} of sync PPO-Clip"]) + \
+                  ([f"{int(group['diverged'].sum())} diverged"] if group["diverged"].any() else [])
+        rows.append({"task": env, "method": method, "final_return": float(returns.mean()),
+                     "random_return": float(group["random_return"].iloc[0]),
+                     "sync_return": float(group["sync_return"].iloc[0]),
+                     "score": e["point"], "low": e["low"], "high": e["high"], "seeds": len(group),
+                     "clears_random": bool(clears), "reaches_fraction": bool(reaches),
+                     "fails": "; ".join(reasons)})
+    return _ordered(pd.DataFrame(rows)) if rows else pd.DataFrame(rows)
+
+
+def realised_lag_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per (task, method, lag): the mean over seeds of each run's mean snapshot age in iterations
+    and in learner SGD steps, and of its mean behaviour TV."""
+    table = (runs.groupby(CELL, sort=False)
+             .agg(snapshot_age=("snapshot_age", "mean"),
+                  snapshot_age_sgd_steps=("snapshot_age_sgd_steps", "mean"),
+                  behavior_tv=("behavior_tv", "mean"), seeds=("seed", "nunique"))
+             .reset_index().rename(columns={"env": "task"}))
+    return _ordered(table)
+
+
+def diverged_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """Every diverged run (scored 0, never dropped): task, method, lag, seed, step, sweep."""
+    bad = runs[runs["diverged"]]
+    return (bad[["env", "method", "lag", "seed", "diverged_at_step", "sweep"]]
+            .astype({"diverged_at_step": "Int64"}).rename(columns={"env": "task"})
+            .reset_index(drop=True))
+
+
+def sync_curves(evaluations: pd.DataFrame, *, reps: int = 2000, seed: int = 0,
+                confidence: float = 0.95) -> pd.DataFrame:
+    """Normalised score vs env steps at k = 0 per (task, method): the mean over seeds at each
+    evaluation with a BCa CI. Columns: task, method, step, mean, low, high, seeds."""
+    sync = evaluations[(evaluations["sampling"] == SYNC[0]) & (evaluations["capacity"] == SYNC[1])]
+    frames = []
+    for (env, method), group in sync.groupby(["env", "method"], sort=False):
+        wide = group.pivot(index="seed", columns="step", values="score")
+        curves = wide.to_numpy(np.float64)   # [seeds, evaluations]
+        if len(curves) >= 2:
+            boot = stats.stratified_bootstrap([curves], lambda s: s[0].mean(-2), reps=reps,
+                                              seed=seed, vectorized=True)
+            point, (low, high) = boot.point, boot.interval(confidence)
+        else:
+            point, low, high = curves.mean(0), np.nan, np.nan
+        frames.append(pd.DataFrame({"task": env, "method": method, "step": wide.columns,
+                                    "mean": point, "low": low, "high": high,
+                                    "seeds": len(curves)}))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
+        columns=["task", "method", "step", "mean", "low", "high", "seeds"])
+
+
+# --- the whole analysis ---------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Report:
+    """Every table of the lag study (see the module docstring)."""
+
+    runs: pd.DataFrame
+    scores: pd.DataFrame
+    auc: pd.DataFrame
+    degradation: pd.DataFrame
+    interaction: pd.DataFrame
+    break_lag: pd.DataFrame
+    sanity: pd.DataFrame
+    realised_lag: pd.DataFrame
+    curves: pd.DataFrame
+    missing: pd.DataFrame
+    diverged: pd.DataFrame
+    provenance: pd.DataFrame
+    tasks: pd.DataFrame
+    reps: int
+    last_evals: int
+
+
+def analyse(study: Study, table: dict, *, reps: int = 10_000, seed: int = 0,
+            last_evals: int = FINAL_EVALS) -> Report:
+    """Score every run of `study` by the reference `table` and compute every table."""
+    evaluations = evaluation_scores(study.results, table, last_evals)
+    runs = run_scores(evaluations, table, last_evals)
+    options = dict(reps=reps, seed=seed)
+    degradation = degradation_table(runs, **options)
+    return Report(
+        runs=runs, scores=score_table(runs, **options), auc=score_table(runs, "auc", **options),
+        degradation=degradation, interaction=interaction_table(runs, **options),
+        break_lag=break_lag_table(degradation), sanity=sanity_table(runs, **options),
+        realised_lag=realised_lag_table(runs), curves=sync_curves(evaluations, **options),
+        missing=missing_cells(study), diverged=diverged_runs(runs),
+        provenance=provenance(study), tasks=task_table(runs, table, last_evals),
+        reps=reps, last_evals=last_evals)
+
+
+def provenance(study: Study) -> pd.DataFrame:
+    """Per sweep directory: finished lag cells, vaco_jax source hash(es) and git commit(s)."""
+    rows = []
+    for directory, group in study.cells.groupby("sweep", sort=True):
+        sources = group["source"].fillna("unrecorded") if "source" in group else ["unrecorded"]
+        commits = (group["git_commit"].fillna("unrecorded") if "git_commit" in group
+                   else ["unrecorded"])
+        rows.append({"sweep": directory, "cells": len(group),
+                     "source": ", ".join(sorted(set(sources))),
+                     "commits": ", ".join(sorted({str(c)[:12] for c in commits}))})
+    return pd.DataFrame(rows, columns=["sweep", "cells", "source", "commits"])
+
+
+def task_table(runs: pd.DataFrame, table: dict, last_evals: int) -> pd.DataFrame:
+    """Per task: budget, seeds, evaluations per run, and the references used (with their seeds
+    and the source hash and commit that measured them)."""
+    rows = []
+    for env, group in runs.groupby("env", sort=True):
+        budget = int(group["budget"].iloc[0])
+        entry = references.lookup(table, env, budget, last_evals)
+        seeds = sorted(group["seed"].unique())
+        rows.append({"task": env, "budget": f"{budget:,}", "seeds": _ranges(seeds),
+                     "evaluations": int(group["evaluations"].max()),
+                     "random_return": entry["random_return"],
+                     "sync_return": entry["ppo_sync_return"],
+                     "sync_seeds": _ranges(entry.get("ppo_sync_seeds", [])),
+                     "reference_source": entry.get("source") or "unrecorded",
+                     "reference_commit": str(entry.get("git_commit") or "unrecorded")[:12]})
+    return pd.DataFrame(rows)
+
+
+def _ranges(values) -> str:
+    """[100, 101, 102, 105] → "100–102, 105"."""
+    values, parts = sorted(int(v) for v in values), []
+    for v in values:
+        if parts and v == parts[-1][1] + 1:
+            parts[-1][1] = v
+        else:
+            parts.append([v, v])
+    return ", ".join(f"{a}–{b}" if b > a else f"{a}" for a, b in parts)
+
+
+# --- figures --------------------------------------------------------------------------------------
+def _colors(methods: Sequence[str]) -> dict[str, tuple]:
+    """The sweep figures' colours (`plotting.PREFERRED` first), the other lag methods after."""
+    palette = plt.get_cmap("tab10")
+    order = list(plotting.PREFERRED) + [m for m in METHODS if m not in plotting.PREFERRED]
+    order += sorted(m for m in methods if m not in order)
+    return {m: palette(order.index(m) % 10) for m in methods}
+
+
+def _panels(count: int, width: float = 4.2, height: float = 3.4):
+    """`count` panels, three to a row, and one more slot for the legend."""
+    columns = min(count + 1, 3)
+    rows = math.ceil((count + 1) / columns)
+    fig, axes = plt.subplots(rows, columns, squeeze=False,
+                             figsize=(width * columns, height * rows + 0.6))
+    axes = axes.ravel()
+    for ax in axes[count:]:
+        ax.axis("off")
+    return fig, axes[:count], axes[count]
+
+
+def _lag_axis(ax, capacities: Sequence[int]) -> None:
+    """x = k + 1 on a log₂ axis, labelled by k."""
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(list(capacities))
+    ax.set_xticklabels([str(c - 1) for c in capacities])
+    ax.set_xlabel("constant policy lag k (iterations)")
+    ax.grid(alpha=0.3)
+
+
+def _finish(fig, legend_ax, methods, colors, title, uniform: bool):
+    handles = [plt.Line2D([], [], color=colors[m], lw=2.2 if m == TARGET else 1.4, label=m)
+               for m in methods]
+    if uniform:
+        handles.append(plt.Line2D([], [], color="k", marker="D", ls="",
+                                  label="uniform C = 16, at its\nmean snapshot age"))
+    legend_ax.legend(handles=handles, loc="center", fontsize=8, frameon=False)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def _lag_lines(table: pd.DataFrame, value: str, ylabel: str, title: str,
+               reference_lines: Sequence[float]):
+    tasks = [t for t in table["task"].unique()]
+    methods = _method_order(table["method"].unique())
+    colors = _colors(methods)
+    fig, axes, legend_ax = _panels(len(tasks))
+    capacities = sorted(table.loc[table["sampling"] == "oldest", "capacity"].unique())
+    for ax, task in zip(axes, tasks):
+        for method in methods:
+            rows = table[(table["task"] == task) & (table["method"] == method)]
+            line = rows[rows["sampling"] == "oldest"].sort_values("capacity")
+            width = 2.2 if method == TARGET else 1.4
+            ax.plot(line["capacity"], line[value], "o-", color=colors[method], lw=width, ms=3)
+            ax.fill_between(line["capacity"], line["low"], line["high"], color=colors[method],
+                            alpha=0.15)
+            for row in rows[rows["sampling"] != "oldest"].to_dict("records"):
+                y = row[value]
+                ax.errorbar(row["snapshot_age"] + 1, y, yerr=[[y - row["low"]], [row["high"] - y]],
+                            fmt="D", color=colors[method], ms=4, capsize=2, alpha=0.8)
+        for y in reference_lines:
+            ax.axhline(y, color="grey", lw=0.8, ls=":")
+        _lag_axis(ax, capacities)
+        ax.set_title("pooled: mean over tasks" if task == POOLED else task, fontsize=9)
+        ax.set_ylabel(ylabel)
+    uniform = (table["sampling"] != "oldest").any()
+    return _finish(fig, legend_ax, methods, colors, title, uniform)
+
+
+def score_vs_lag_figure(scores: pd.DataFrame, title: str = ""):
+    """(a) Normalised final score vs constant lag k, one panel per task and a pooled one, a line
+    per method with its 95% CI band; the uniform C = 16 column a marker at its mean snapshot age."""
+    return _lag_lines(scores, "mean", "normalised final score", title or
+                      "Normalised final score vs constant lag (95% BCa CIs)", (0.0, 1.0))
+
+
+def degradation_figure(degradation: pd.DataFrame, scores: pd.DataFrame, title: str = ""):
+    """(c) score(k)/score(0) vs k per task and pooled, a line per method with its 95% CI band;
+    k = 0 is 1 by definition."""
+    cell = ["task", "method", "sampling", "capacity"]
+    sync = scores[(scores["sampling"] == SYNC[0]) & (scores["capacity"] == SYNC[1])]
+    anchor = sync[cell].assign(degradation=1.0, low=1.0, high=1.0)
+    table = pd.concat([anchor, degradation], ignore_index=True)
+    defined = degradation[np.isfinite(degradation["degradation"])]
+    table = table[table.set_index(["task", "method"]).index.isin(
+        defined.set_index(["task", "method"]).index)]
+    table = table.merge(scores[cell + ["snapshot_age"]], on=cell, how="left")
+    return _lag_lines(table, "degradation", "score(k) / score(0)", title or
+                      "Degradation vs constant lag (95% BCa CIs, paired seeds)", (BREAK_LEVEL, 1.0))
+
+
+def curves_figure(curves: pd.DataFrame, title: str = ""):
+    """(b) Normalised score vs env steps at k = 0, a panel per task, the mean over seeds with its
+    95% CI band per method: whether synchronous PPO-Clip (1 = its final level) has flattened."""
+    tasks = sorted(curves["task"].unique())
+    methods = _method_order(curves["method"].unique())
+    colors = _colors(methods)
+    fig, axes, legend_ax = _panels(len(tasks))
+    for ax, task in zip(axes, tasks):
+        for method in methods:
+            rows = curves[(curves["task"] == task) & (curves["method"] == method)]
+            ax.plot(rows["step"], rows["mean"], color=colors[method],
+                    lw=2.2 if method == TARGET else 1.4)
+            ax.fill_between(rows["step"], rows["low"], rows["high"], color=colors[method],
+                            alpha=0.15)
+        ax.axhline(1.0, color="grey", lw=0.8, ls=":")
+        ax.axhline(0.0, color="grey", lw=0.8, ls=":")
+        ax.set_title(task, fontsize=9)
+        ax.set_xlabel("env steps per run")
+        ax.set_ylabel("normalised score")
+        ax.grid(alpha=0.3)
+    return _finish(fig, legend_ax, methods, colors, title or
+                   "Learning curves at k = 0 (mean over seeds, 95% BCa CIs)", uniform=False)
+
+
+# --- the written report ---------------------------------------------------------------------------
+def _ci(point, low, high, digits: int = 2, sign: bool = False) -> str:
+    """"0.50 [0.41, 0.62]"; "undefined" for a NaN point, "[n/a]" for a NaN interval."""
+    if not np.isfinite(point):
+        return "undefined"
+    text = f"{point:+.{digits}f}" if sign else f"{point:.{digits}f}"
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return f"{text} [n/a]"
+    return f"{text} [{low:.{digits}f}, {high:.{digits}f}]"
+
+
+def _interval_texts(frame: pd.DataFrame, value: str, tasks: int, sign: bool = False) -> list[str]:
+    """Each row's `value [low, high]`; a pooled cell over fewer than all `tasks` says how many."""
+    texts = []
+    for row in frame.to_dict("records"):
+        text = _ci(row[value], row["low"], row["high"], sign=sign)
+        if "simultaneous_low" in row and np.isfinite(row["simultaneous_low"]):
+            text += f" {{{row['simultaneous_low']:.2f}, {row['simultaneous_high']:.2f}}}"
+        if row["task"] == POOLED and row["tasks"] < tasks:
+            text += f" ({row['tasks']} of {tasks} tasks)"
+        texts.append(text)
+    return texts
+
+
+def _wide(frame: pd.DataFrame, texts: Sequence[str], index: Sequence[str] = ("task", "method"),
+          marks: dict | None = None) -> str:
+    """A markdown table: one row per `index` (pooled rows named as such), one column per lag,
+    cells `texts`; `marks` (index tuple → mark) appended to the last index column."""
+    if frame.empty:
+        return "—"
+    index = list(index)
+    columns = [lag_label(*c) for c in _column_order(zip(frame["sampling"], frame["capacity"]))]
+    cells = frame.assign(_text=list(texts), lag=[lag_label(s, c) for s, c in
+                                                 zip(frame["sampling"], frame["capacity"])])
+    wide = (cells.pivot(index=index, columns="lag", values="_text").reindex(columns=columns)
+            .fillna("—").reset_index())
+    wide = frame[index].drop_duplicates().merge(wide, on=index, how="left")
+    if marks:
+        wide[index[-1]] = [f"{row[-1]} {marks[tuple(row)]}" if tuple(row) in marks else row[-1]
+                           for row in wide[index].itertuples(index=False)]
+    wide["task"] = wide["task"].replace({POOLED: "pooled (mean over tasks)"})
+    wide.columns.name = None
+    return analysis.markdown_rows(wide)
+
+
+def _sanity_markdown(sanity: pd.DataFrame) -> str:
+    if sanity.empty:
+        return "No synchronous runs."
+    yes_no = {True: "yes", False: "no"}
+    return analysis.markdown_rows(pd.DataFrame({
+        "task": sanity["task"], "method": sanity["method"],
+        "final return": sanity["final_return"].map("{:,.1f}".format),
+        "random": sanity["random_return"].map("{:,.1f}".format),
+        "sync PPO-Clip": sanity["sync_return"].map("{:,.1f}".format),
+        "score": [_ci(*v) for v in zip(sanity["score"], sanity["low"], sanity["high"])],
+        "seeds": sanity["seeds"], "clears random": sanity["clears_random"].map(yes_no),
+        f"≥ {SYNC_FRACTION:g} sync": sanity["reaches_fraction"].map(yes_no),
+        "fails": sanity["fails"].replace("", "—")}))
+
+
+def _family(interaction: pd.DataFrame) -> str:
+    if interaction.empty:
+        return "no comparison"
+    m = int(interaction["family_size"].iloc[0])
+    return (f"m = {m} comparisons (every row and lag below, undefined ones included), each "
+            f"simultaneous CI at level 1 − 0.05/{m} = {1 - FAMILY_ALPHA / m:.5f}, from "
+            f"{int(interaction['reps'].iloc[0]):,} resamples per comparison")
+
+
+def summary(report: Report, *, sweeps: Sequence[str], references_path: str,
+            figures: Sequence[str]) -> str:
+    """summary.md: how the figures are computed, then every table of `report`."""
+    r = report
+    tasks = r.runs["env"].nunique()
+    failing = {(row.task, row.method): "†" for row in r.sanity.itertuples()
+               if not row.clears_random}
+    failing.update({(POOLED, method): "†" for _, method in list(failing)})
+    realised = [f"{a:.2f} ({g:,.0f}), {t:.3f}" for a, g, t in zip(
+        r.realised_lag["snapshot_age"], r.realised_lag["snapshot_age_sgd_steps"],
+        r.realised_lag["behavior_tv"])]
+    tasks_table = r.tasks.assign(random_return=r.tasks["random_return"].map("{:,.1f}".format),
+                                 sync_return=r.tasks["sync_return"].map("{:,.1f}".format))
+    lines = [
+        "# The controlled-lag study", "",
+        f"Sweeps: {', '.join(f'`{s}`' for s in sweeps)}; references: `{references_path}`.", "",
+        f"Each method runs at a constant policy lag k = C − 1 (the oldest of C snapshots) and with "
+        f"uniform sampling over C = 16 as a reference column. A run's score is the mean of its "
+        f"last {r.last_evals} evaluations, normalised per task by a random policy (0) and "
+        f"synchronous PPO-Clip at the same budget on disjoint seeds, scored by the same rule (1); "
+        f"a diverged run scores 0. Degradation = mean score(k) / mean score(0) per task and "
+        f"method. CIs are BCa over seeds, resampled paired (a seed uses the same key at every lag "
+        f"and in every method), {r.reps:,} resamples; pooled figures are the mean over tasks of "
+        f"the per-task figures, seeds resampled within each task.", "",
+        "## Provenance", "", analysis.markdown_rows(r.provenance), "",
+        analysis.markdown_rows(tasks_table), "",
+        "## Missing cells", "",
+        analysis.markdown_rows(r.missing) if len(r.missing) else
+        "None: every cell of the study's design has finished runs.", "",
+        "## Diverged runs (scored 0: they fail like a random policy)", "",
+        analysis.markdown_rows(r.diverged) if len(r.diverged) else "None.", "",
+        "## Sanity check: synchronous runs (k = 0)", "",
+        f"Mean final return (a diverged run counted at the random policy's return), the "
+        f"references, and the normalised score [95% CI]; a method should clear random (CI low "
+        f"> 0) and reach {SYNC_FRACTION:g} of synchronous PPO-Clip (point estimate).", "",
+        _sanity_markdown(r.sanity), "",
+        "## Normalised final score vs lag", "",
+        _wide(r.scores, _interval_texts(r.scores, "mean", tasks)), "",
+        "## Degradation: score(k) / score(0)", "",
+        "†: the method does not clear random at k = 0, so the fraction it keeps means little. "
+        "Undefined: the synchronous score is not above random.", "",
+        _wide(r.degradation, _interval_texts(r.degradation, "degradation", tasks),
+              marks=failing), "",
+        f"## Break lag: the smallest k with degradation < {BREAK_LEVEL:g}", "",
+        f"`break_lag`: the point estimate is below {BREAK_LEVEL:g}; `confidently_broken`: the 95% "
+        f"CI's upper end is; none: at no lag tested.", "",
+        analysis.markdown_rows(r.break_lag.replace({"task": {POOLED: "pooled (mean over tasks)"}}))
+        if len(r.break_lag) else "—", "",
+        "## VACO's degradation minus each baseline's", "",
+        f"Positive: VACO keeps more of its synchronous score. Cells: difference [95% CI] "
+        f"{{Bonferroni-adjusted simultaneous CI}}; {_family(r.interaction)}.", "",
+        _wide(r.interaction, _interval_texts(r.interaction, "interaction", tasks, sign=True),
+              index=("task", "baseline")), "",
+        "## Realised lag", "",
+        "Mean snapshot age in iterations (in learner SGD steps), and mean behaviour TV "
+        "½ E|π_θ/β − 1|, over each run, then over seeds. A buffer of C fills over its first "
+        "C − 1 iterations, so a short run's mean age is below k.", "",
+        _wide(r.realised_lag, realised), "",
+        "## Sample efficiency: normalised area under the curve", "",
+        _wide(r.auc, _interval_texts(r.auc, "mean", tasks)), "",
+        "## Figures", "", *[f"* [{name}]({name})" for name in figures],
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write(report: Report, out: str | Path, *, sweeps: Sequence[str], references_path: str,
+          dpi: int = 120) -> list[Path]:
+    """Figures (PNG), every table (CSV) and summary.md into `out`; returns the paths written."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    tables = {"runs": report.runs, "scores": report.scores, "auc": report.auc,
+              "degradation": report.degradation, "interaction": report.interaction,
+              "break_lag": report.break_lag, "sanity": report.sanity,
+              "realised_lag": report.realised_lag, "sync_curves": report.curves,
+              "missing": report.missing, "diverged": report.diverged,
+              "provenance": report.provenance, "tasks": report.tasks}
+    for name, frame in tables.items():
+        frame.to_csv(out / f"{name}.csv", index=False)
+        written.append(out / f"{name}.csv")
+    figures = {}
+    if len(report.scores):
+        figures["fig_a_score_vs_lag.png"] = score_vs_lag_figure(report.scores)
+    if len(report.curves):
+        figures["fig_b_sync_curves.png"] = curves_figure(report.curves)
+    if len(report.degradation):
+        figures["fig_c_degradation.png"] = degradation_figure(report.degradation, report.scores)
+    for name, fig in figures.items():
+        fig.savefig(out / name, dpi=dpi)
+        plt.close(fig)
+        written.append(out / name)
+    (out / "summary.md").write_text(summary(report, sweeps=sweeps, references_path=references_path,
+                                            figures=list(figures)))
+    written.append(out / "summary.md")
+    return written
