@@ -10,11 +10,13 @@ evaluation return per seed.
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
+from typing import Annotated
 import json
 from pathlib import Path
 
 import pandas as pd
+import tyro
 
 from vaco_jax import io
 from vaco_jax.study import plotting
@@ -45,12 +47,21 @@ def final_table(results: pd.DataFrame) -> pd.DataFrame:
             .reset_index())
 
 
+@dataclasses.dataclass
+class Args:
+    runs: Annotated[list[str], tyro.conf.Positional, tyro.conf.arg(metavar="RUN_DIR")]
+    """Run directories (written by `python -m vaco_jax.train`)."""
+    out: str
+    """The figure's path (PNG)."""
+    title: str = ""
+    """The figure's title (default: the envs, the statistic and the number of seeds)."""
+
+
 def main(argv: list[str] | None = None) -> pd.DataFrame:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", nargs="+", help="run directories (written by vaco_jax.train)")
-    parser.add_argument("--out", required=True, help="PNG path")
-    parser.add_argument("--title", default="")
-    args = parser.parse_args(argv)
+    args = tyro.cli(Args, args=argv, description=__doc__.split("\n\n")[0],
+                    prog="python -m experiments.plot_runs")
+    if not args.runs:
+        raise SystemExit("error: give at least one run directory (written by python -m vaco_jax.train)")
 
     results = pd.concat([load_run(run) for run in args.runs], ignore_index=True)
     table = final_table(results)

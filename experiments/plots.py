@@ -41,7 +41,8 @@ class Args:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = tyro.cli(Args, args=argv, description=__doc__.split("\n\n")[0])
+    args = tyro.cli(Args, args=argv, description=__doc__.split("\n\n")[0],
+                    prog="python -m experiments.plots")
     out = Path(args.out or Path(args.sweep) / "figures")
     out.mkdir(parents=True, exist_ok=True)
     table = references.load(args.references or Path(args.sweep) / references.FILE_NAME)
