@@ -16,8 +16,8 @@ import jax
 import numpy as np
 import pytest
 
-from vaco_jax import Config, ConfigError, Options, cache, io, program
-from vaco_jax.checkpoint import CheckpointError, RunCheckpoints
+from vaco_jax import Config, ConfigError, Options, cache, fingerprint, io, program
+from vaco_jax.checkpoint import CheckpointError, RunCheckpoints, check_compatible
 from vaco_jax.envs import make_env
 from vaco_jax.train import build_program, checkpoint_due, main, run
 from vaco_jax.options import duration_seconds, validate_options
@@ -160,6 +160,42 @@ def test_checkpoint_from_other_library_versions_is_refused_unless_allowed(partia
         summary = run(BASE, options(resume=str(partial_run), allow_version_change=True))
     assert summary["finished"] and summary["resumed_from_chunk"] == 3
     assert io.read_jsonl(partial_run / "metrics.jsonl") == io.read_jsonl(uninterrupted / "metrics.jsonl")
+
+
+def test_resuming_on_other_code_is_refused_unless_allowed(uninterrupted, tmp_path, monkeypatch,
+                                                          capsys):
+    out, other_code = tmp_path / "other_code", "0123456789abcdef"
+    monkeypatch.setattr(io, "source_hash", lambda: other_code)   # the code the run started on
+    run(BASE, options(out=str(out)), stop_after=3)
+    monkeypatch.undo()
+    before = snapshot_files(out)
+    assert main(["--resume", str(out), "--no-progress"]) == 2
+    message = capsys.readouterr().err
+    assert (f"was written by other vaco_jax code (source {other_code} in the checkpoint, "
+            f"{io.source_hash()} here;") in message and "--allow-code-change" in message
+    assert snapshot_files(out) == before
+
+    # Allowed: a warning says so, and config.json and every row name the code that made them.
+    with pytest.warns(UserWarning, match=f"other vaco_jax code \\(source {other_code}"):
+        summary = run(BASE, options(resume=str(out), allow_code_change=True))
+    assert summary["finished"] and summary["resumed_from_chunk"] == 3
+    rows = io.read_jsonl(out / "metrics.jsonl")
+    assert [row["source"] for row in rows] == [other_code] * 3 + [io.source_hash()] * 3
+    sources = json.loads((out / "config.json").read_text())["sources"]
+    assert [(s["from_chunk"], s["source"]) for s in sources] == [(0, other_code),
+                                                                 (3, io.source_hash())]
+    without_source = lambda rows: [{k: v for k, v in r.items() if k != "source"} for r in rows]  # noqa: E731
+    assert without_source(rows) == without_source(io.read_jsonl(uninterrupted / "metrics.jsonl"))
+
+
+def test_mujoco_playground_is_a_checked_library(uninterrupted):
+    checkpoints = RunCheckpoints(uninterrupted, create=False)
+    meta = checkpoints.read_meta(checkpoints.latest_chunk())
+    checkpoints.close()
+    meta["versions"]["playground"] = "0.0.1"
+    with pytest.raises(CheckpointError, match=r"different library versions \(playground 0\.0\.1 in "
+                                              r"the checkpoint"):
+        check_compatible(meta, BASE, "checkpoints/6")
 
 
 def test_checkpoint_arrays_are_stored_by_pytree_path(partial_run):
@@ -329,7 +365,11 @@ def test_programs_of_envs_whose_code_cannot_be_read_are_not_stored():
         def __init__(self, env):
             self.env = env
 
+    def env_source(env):   # the env's part of the key; None: not stored
+        traced = fingerprint.fingerprint(env, packages=program.env_packages(env))
+        return traced.digest if traced.storable else None
+
     toy = make_env("toy_reach")
-    assert program._env_source(toy) and program._env_source(Wrapper(toy)) != program._env_source(toy)
+    assert env_source(toy) and env_source(Wrapper(toy)) != env_source(toy)
     unreadable = type("Unreadable", (), {"__module__": "defined_in_a_notebook"})()
-    assert program._env_source(unreadable) is None and program._env_source(Wrapper(unreadable)) is None
+    assert env_source(unreadable) is None and env_source(Wrapper(unreadable)) is None

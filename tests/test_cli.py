@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from absl import logging as absl_logging
 
-from vaco_jax import ConfigError, cache, program
+from vaco_jax import ConfigError, cache, io, program
 from vaco_jax.config import from_json_dict
 from vaco_jax.train import main, parse, run
 
@@ -53,6 +53,13 @@ def test_cli_writes_config_metrics_and_summary(run_dir):
     assert summary["env_steps"] == 768 and summary["sps"] > 0 and summary["compile_seconds"] > 0
 
 
+def test_every_metrics_row_and_the_config_name_the_code_that_made_them(run_dir):
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [row["source"] for row in rows] == [io.source_hash()] * 3
+    sources = json.loads((run_dir / "config.json").read_text())["sources"]
+    assert [(s["from_chunk"], s["source"]) for s in sources] == [(0, io.source_hash())]
+
+
 def test_cli_seeds_match_single_seed_runs(run_dir, tmp_path):
     # Seed index 1 of the 2-seed run is seed 1 on its own.
     out = tmp_path / "single"
@@ -81,7 +88,7 @@ def test_tensorboard_gets_the_metrics_rows_at_their_steps(run_dir):
     events.Reload()
     tags = set(events.Tags()["scalars"])
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    for name in set(rows[0]) - {"step", "iteration"}:
+    for name in set(rows[0]) - {"step", "iteration", "source"}:
         assert {f"{name}/mean", f"{name}/seed_0", f"{name}/seed_1"} <= tags, name
     assert "perf/steps_per_second" in tags
     for tag, pick in [("eval_return/mean", np.mean), ("eval_return/seed_1", lambda v: v[1]),

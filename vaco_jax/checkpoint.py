@@ -15,10 +15,12 @@ leaves a half-written checkpoint that looks finished; temporary leftovers are re
 start.
 
 Restoring refuses, with a message saying why and what to do, a checkpoint that is unreadable or
-whose bytes do not match their checksum (corrupt), that was written by a different config or (unless
-`allow_version_change`) other library versions, or whose state layout differs from what this code
-builds. Nothing is returned
-unless everything matched: a checkpoint is never half loaded.
+whose bytes do not match their checksum (corrupt), that was written by a different config, by other
+vaco_jax code (another `io.source_hash`; unless `allow_code_change`) or with other library versions
+(unless `allow_version_change`), or whose state layout differs from what this code builds. Nothing
+is returned unless everything matched: a checkpoint is never half loaded. Each checkpoint keeps the
+run's code records (`sources`: the source hash, commit and library versions each stretch of chunks
+was made with), so a run continued on other code says so.
 """
 
 from __future__ import annotations
@@ -42,8 +44,9 @@ from vaco_jax.runtime import primary_decision, to_host
 FORMAT = 2
 READABLE_FORMATS = (1, 2)   # 1: leaves keyed by their index in the flattened state
 # A different version of any of these can change results, so resuming across them is refused.
-CHECKED_LIBRARIES = ("vaco_jax", "jax", "jaxlib", "flax", "optax", "distrax", "brax", "mujoco",
-                     "mujoco-mjx", "numpy", "orbax-checkpoint")
+# (vaco_jax's own code is checked by its source hash, which any edit changes, not its version.)
+CHECKED_LIBRARIES = ("jax", "jaxlib", "flax", "optax", "distrax", "brax", "mujoco", "mujoco-mjx",
+                     "playground", "numpy", "orbax-checkpoint")
 
 
 @dataclasses.dataclass
@@ -83,7 +86,9 @@ class RunCheckpoints:
         self._versions = _versions()
 
     # --- writing ---------------------------------------------------------------------------------
-    def save(self, chunk: int, state, history: dict, config: Config, *, wait: bool = True) -> None:
+    def save(self, chunk: int, state, history: dict, config: Config, *,
+             sources: list[dict] | None = None, wait: bool = True) -> None:
+        """`sources`: the run's code records so far (`source_record`; default: this code's alone)."""
         paths, leaves, treedef = _flatten(state, FORMAT)
         # Copies: the caller goes on filling `history` while orbax may still be writing.
         host_leaves, host_history = to_host(leaves), {k: np.array(v) for k, v in history.items()}
@@ -99,6 +104,8 @@ class RunCheckpoints:
             "sha256": _digest(host_leaves, host_history),
             "devices": {"platform": jax.devices()[0].platform, "count": jax.device_count()},
             "git_commit": self._git_commit,
+            "source": io.source_hash(),
+            "sources": sources if sources is not None else [source_record(0)],
             "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
         }
         arrays = {"state": _nest(paths, leaves, FORMAT), "history": host_history}
@@ -140,11 +147,12 @@ class RunCheckpoints:
         return meta
 
     def restore(self, chunk: int, abstract_state, config: Config, *,
-                allow_version_change: bool = False) -> Restored:
+                allow_version_change: bool = False, allow_code_change: bool = False) -> Restored:
         """Load checkpoint `chunk` into the structure/shardings of `abstract_state`, or refuse."""
         meta = self.read_meta(chunk)
         primary_decision(lambda: check_compatible(meta, config, self.path(chunk),
-                                                  allow_version_change=allow_version_change))
+                                                  allow_version_change=allow_version_change,
+                                                  allow_code_change=allow_code_change))
         fmt = meta["format"]
         paths, abstract_leaves, treedef = _flatten(abstract_state, fmt)
         expected = [[p, list(x.shape), str(np.dtype(x.dtype))] for p, x in zip(paths, abstract_leaves)]
@@ -189,9 +197,11 @@ class RunCheckpoints:
                 f"({self._others(chunk)}), or start a new run")
         return Restored(jax.tree.unflatten(treedef, leaves), history, chunk, meta)
 
-    def check_latest(self, config: Config, *, allow_version_change: bool = False) -> int:
-        """The newest checkpoint's chunk, after checking it was written by `config` and (unless
-        `allow_version_change`) these library versions (cheap: reads only its metadata)."""
+    def check_latest(self, config: Config, *, allow_version_change: bool = False,
+                     allow_code_change: bool = False) -> int:
+        """The newest checkpoint's chunk, after checking it was written by `config`, (unless
+        `allow_version_change`) these library versions and (unless `allow_code_change`) this
+        code (cheap: reads only its metadata)."""
         chunk = self.latest_chunk()
         if chunk is None:
             raise CheckpointError(f"cannot resume: {str(self.directory)!r} holds no complete "
@@ -199,13 +209,14 @@ class RunCheckpoints:
         meta = self.read_meta(chunk)
         primary_decision(lambda: check_compatible(meta, config, self.path(chunk),
                                                   allow_version_change=allow_version_change,
-                                                  warn=False))
+                                                  allow_code_change=allow_code_change, warn=False))
         return chunk
 
-    def restore_latest(self, abstract_state, config: Config, *,
-                       allow_version_change: bool = False) -> Restored:
-        chunk = self.check_latest(config, allow_version_change=allow_version_change)
-        return self.restore(chunk, abstract_state, config, allow_version_change=allow_version_change)
+    def restore_latest(self, abstract_state, config: Config, *, allow_version_change: bool = False,
+                       allow_code_change: bool = False) -> Restored:
+        allowed = dict(allow_version_change=allow_version_change, allow_code_change=allow_code_change)
+        chunk = self.check_latest(config, **allowed)
+        return self.restore(chunk, abstract_state, config, **allowed)
 
     def _others(self, chunk: int) -> str:
         others = [c for c in self.manager.all_steps() if c != chunk]
@@ -235,13 +246,29 @@ def stored_config(run_dir) -> Config:
 
 
 def check_compatible(meta: dict, config: Config, where, *, allow_version_change: bool = False,
-                     warn: bool = True) -> None:
-    """Refuse a checkpoint written with another config, or with other library versions unless
-    `allow_version_change` (then `warn` names them)."""
+                     allow_code_change: bool = False, warn: bool = True) -> None:
+    """Refuse a checkpoint written with another config, by other vaco_jax code unless
+    `allow_code_change`, or with other library versions unless `allow_version_change` (when
+    allowed, `warn` says what changed)."""
+    theirs_source, ours_source = meta.get("source", "not recorded"), io.source_hash()
+    if theirs_source != ours_source:
+        code = (f"source {theirs_source} in the checkpoint, {ours_source} here; git commit "
+                f"{meta.get('git_commit')} then, {io.git_commit()} now")
+        if not allow_code_change:
+            raise CheckpointError(
+                f"checkpoint {str(where)!r} was written by other vaco_jax code ({code}): the run "
+                f"would continue on different code. Resume with the code it was written with, pass "
+                f"--allow-code-change to continue anyway (config.json and metrics.jsonl then name "
+                f"the code each part of the run was made with), or start a new run")
+        if warn:
+            warnings.warn(f"resuming checkpoint {str(where)!r} written by other vaco_jax code "
+                          f"({code}): the continuation may differ from an uninterrupted run; "
+                          f"config.json (`sources`) and each metrics.jsonl row (`source`) record "
+                          f"which code made what", stacklevel=2)
     ours = _versions()
     theirs = meta.get("versions", {})
-    changed = [f"{name} {theirs.get(name)} in the checkpoint, {ours[name]} here"
-               for name in CHECKED_LIBRARIES if theirs.get(name) != ours[name]]
+    changed = [f"{name} {theirs.get(name, 'not recorded')} in the checkpoint, {ours[name]} here"
+               for name in CHECKED_LIBRARIES if theirs.get(name, "not recorded") != ours[name]]
     if changed and not allow_version_change:
         raise CheckpointError(
             f"checkpoint {str(where)!r} was written with different library versions "
@@ -265,6 +292,38 @@ def check_compatible(meta: dict, config: Config, where, *, allow_version_change:
             f"{'; '.join(differences)}. Resume with the run's own settings (pass only --resume DIR "
             f"and, optionally, {', '.join(_flag(f) for f in RESUME_MAY_CHANGE)}) or start a new run "
             f"in another directory")
+
+
+# --- the code a run was made with ------------------------------------------------------------------
+
+def source_record(from_chunk: int) -> dict:
+    """This code, as it makes a run's chunks from `from_chunk` (0-based) on: the package's source
+    hash (`io.source_hash`), its git commit and the checked libraries' versions."""
+    return {"from_chunk": from_chunk, "source": io.source_hash(), "git_commit": io.git_commit(),
+            "versions": _versions()}
+
+
+def sources_of(meta: dict) -> list[dict]:
+    """The code records of the run up to a checkpoint, oldest first: one more with every resume on
+    other code or libraries (a checkpoint that kept none has its own record, from chunk 0)."""
+    if "sources" in meta:
+        return meta["sources"]
+    return [{"from_chunk": 0, "source": meta.get("source", "not recorded"),
+             "git_commit": meta.get("git_commit"), "versions": meta.get("versions", {})}]
+
+
+def continued_sources(sources: list[dict], from_chunk: int) -> list[dict]:
+    """`sources` continued by this code from chunk `from_chunk` on (unchanged if it is the same)."""
+    here = source_record(from_chunk)
+    last = sources[-1]
+    if (last.get("source"), last.get("versions")) == (here["source"], here["versions"]):
+        return list(sources)
+    return [*sources, here]
+
+
+def source_at(sources: list[dict], chunk_index: int) -> str:
+    """The source hash of the code that made chunk `chunk_index` (0-based)."""
+    return [r for r in sources if r["from_chunk"] <= chunk_index][-1]["source"]
 
 
 # --- helpers ---------------------------------------------------------------------------------------

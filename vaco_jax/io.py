@@ -42,7 +42,7 @@ def provenance() -> dict[str, Any]:
         "device": {"platform": device.platform, "kind": device.device_kind,
                    "count": jax.device_count()},
         "host": {"machine": platform.machine(), "cpus": os.cpu_count()},
-        "git_commit": _git_commit(),
+        "git_commit": git_commit(),
         "source": source_hash(),
     }
 
@@ -60,7 +60,7 @@ def source_hash() -> str:
 
 
 @functools.cache
-def _git_commit() -> str | None:
+def git_commit() -> str | None:
     """HEAD when this module was imported (see `source_hash`)."""
     try:
         root = Path(__file__).resolve().parent.parent
@@ -162,4 +162,4 @@ def read_jsonl(path) -> list[dict]:
 
 # The code this process runs: its source and commit now, not when a result is written hours later.
 source_hash()
-_git_commit()
+git_commit()

@@ -32,7 +32,7 @@ def scalars(row: dict, seeds: list[int]) -> dict[str, float]:
     (absent when none has one) and `<metric>/seed_<seed>` for each finite one."""
     out = {}
     for name, values in row.items():
-        if name in ("step", "iteration"):
+        if name in ("step", "iteration") or isinstance(values, str):   # e.g. the code's `source`
             continue
         values = np.asarray(values, dtype=float).reshape(-1)
         finite = np.isfinite(values)

@@ -31,6 +31,11 @@ class Options:
     """With --resume: continue a checkpoint written with other versions of jax, brax, numpy, ...
     (a warning names them; the continuation may then differ from an uninterrupted run). Without
     it such a resume is refused."""
+    allow_code_change: bool = False
+    """With --resume: continue a checkpoint written by other vaco_jax code (another source hash,
+    `io.source_hash`: any edit to the package). A warning says so, and config.json (`sources`) and
+    every metrics.jsonl row (`source`) name the code each part of the run was made with. Without
+    it such a resume is refused."""
     checkpoint_every: int = 1
     """Save the whole train state after every this many evaluation chunks (0 = never)."""
     checkpoint_budget: float = 0.05
@@ -62,9 +67,9 @@ class Options:
 
 
 # Options that a resumed run may set anew (the others name the run or are implied by resuming).
-RESUME_MAY_CHANGE = ("progress", "allow_version_change", "checkpoint_every", "checkpoint_budget",
-                     "checkpoint_max_age", "keep_checkpoints", "on_nan", "compile_cache", "verbose",
-                     "logger", "wandb_project")
+RESUME_MAY_CHANGE = ("progress", "allow_version_change", "allow_code_change", "checkpoint_every",
+                     "checkpoint_budget", "checkpoint_max_age", "keep_checkpoints", "on_nan",
+                     "compile_cache", "verbose", "logger", "wandb_project")
 
 _UNITS = {"": 1.0, "s": 1.0, "min": 60.0, "h": 3600.0}
 

@@ -15,11 +15,13 @@ from its newest checkpoint. A seed whose loss, gradient or parameters become non
 inside the program and frozen at its last good state; `--on-nan stop` (default) then stops the
 run, `--on-nan skip-seed` reports it and continues the others.
 
-Writes `config.json` (with library versions and device), `metrics.jsonl` (one row per evaluation,
-per-seed lists), `checkpoints/`, `policy.npz` (every seed's policy, `vaco_jax.policy`) and, when
-finished, `summary.json` to `--out` (process 0 of a multi-process run writes them;
-`vaco_jax.runtime`). `--dry-run` compiles the program and prints its
-per-device memory without training. `--help` lists every config field and option with its default.
+Writes `config.json` (with library versions, device and the code's source hash; `sources` lists
+the code of every stretch of a run resumed on other code, `--allow-code-change`), `metrics.jsonl`
+(one row per evaluation, per-seed lists, and the source hash of the code that made it),
+`checkpoints/`, `policy.npz` (every seed's policy, `vaco_jax.policy`) and, when finished,
+`summary.json` to `--out` (process 0 of a multi-process run writes them; `vaco_jax.runtime`).
+`--dry-run` compiles the program and prints its per-device memory without training. `--help`
+lists every config field and option with its default.
 """
 
 from __future__ import annotations
@@ -109,8 +111,10 @@ def dry_run(config: Config) -> dict:
 
 def _train(config: Config, options: Options, out: Path, checkpoints: checkpoint.RunCheckpoints,
            stop_after: int | None) -> dict:
+    allowed = dict(allow_version_change=options.allow_version_change,
+                   allow_code_change=options.allow_code_change)
     if options.resume:  # refuse a mismatched checkpoint before building anything
-        latest = checkpoints.check_latest(config, allow_version_change=options.allow_version_change)
+        latest = checkpoints.check_latest(config, **allowed)
         finished = runtime.primary_decision(
             lambda: _finished_summary(out) if latest == config.num_evals else None)
         if finished is not None:
@@ -122,20 +126,23 @@ def _train(config: Config, options: Options, out: Path, checkpoints: checkpoint.
     num_evals = config.num_evals
     record = io.provenance() if runtime.is_primary() else {}  # once: it hashes the source
     if options.resume:
-        restored = checkpoints.restore_latest(program.abstract_state, config,
-                                              allow_version_change=options.allow_version_change)
+        restored = checkpoints.restore_latest(program.abstract_state, config, **allowed)
         state, history, done = restored.state, restored.history, restored.chunk
+        sources = checkpoint.continued_sources(checkpoint.sources_of(restored.meta), done)
         # Rows written after that checkpoint belong to lost chunks: rewrite the file from it.
         if runtime.is_primary():
-            _rewrite_metrics(out, config, history, done)
+            _rewrite_metrics(out, config, history, done, sources)
+            _record_sources(out, sources)
             print(f"resuming {out} from checkpoint {done} of {num_evals} "
                   f"({done * config.iterations_per_eval * config.batch_size:,} steps/seed)",
                   file=sys.stderr)
     else:
+        sources = [checkpoint.source_record(0)]
         if runtime.is_primary():
             io.write_json_atomic(out / "config.json", {"config": to_json_dict(config),
                                                        "options": options,
-                                                       "devices": layout.describe(), **record})
+                                                       "devices": layout.describe(), **record,
+                                                       "sources": sources})
             (out / "metrics.jsonl").unlink(missing_ok=True)
         state, history, done = init_state(program, config), None, 0
 
@@ -179,14 +186,15 @@ def _train(config: Config, options: Options, out: Path, checkpoints: checkpoint.
                 last=completed == end))
             if due:
                 save_start = clock()
-                checkpoints.save(completed, state, history, config)  # complete on disk on return
+                # Complete on disk when this returns.
+                checkpoints.save(completed, state, history, config, sources=sources)
                 last_save_end = clock()
                 last_save_seconds = last_save_end - save_start
                 saved.append(completed)
             if due or completed == end:   # the policy goes with every checkpoint and the end
                 _save_policy(out, config, layout, state, completed, record)
             # A row follows its chunk's checkpoint (when one was due): resuming never goes behind it.
-            row = _row(config, history, chunk_index)
+            row = _row(config, history, chunk_index, checkpoint.source_at(sources, chunk_index))
             if runtime.is_primary():
                 io.append_jsonl(out / "metrics.jsonl", [row])
             sps = _steps_per_second(config, completed - done, time.perf_counter() - loop_start)
@@ -372,10 +380,11 @@ def _empty_history(metrics: dict, num_evals: int) -> dict:
     return history
 
 
-def _row(config: Config, history: dict, chunk_index: int) -> dict:
-    """One metrics.jsonl row: per-seed lists, plus the step and iteration (the same for every seed)."""
+def _row(config: Config, history: dict, chunk_index: int, source: str) -> dict:
+    """One metrics.jsonl row: per-seed lists, plus the step and iteration (the same for every seed)
+    and the source hash of the code that made it."""
     row = {"step": (chunk_index + 1) * config.iterations_per_eval * config.batch_size,
-           "iteration": (chunk_index + 1) * config.iterations_per_eval}
+           "iteration": (chunk_index + 1) * config.iterations_per_eval, "source": source}
     row.update({k: v[chunk_index] for k, v in history.items() if k not in ("env_steps", "iteration")})
     return row
 
@@ -386,8 +395,18 @@ def _last_row(history, chunks_done: int) -> dict:
     return {k: v[chunks_done - 1] for k, v in history.items()}
 
 
-def _rewrite_metrics(out: Path, config: Config, history: dict, done: int) -> None:
-    io.write_jsonl_atomic(out / "metrics.jsonl", [_row(config, history, i) for i in range(done)])
+def _rewrite_metrics(out: Path, config: Config, history: dict, done: int,
+                     sources: list[dict]) -> None:
+    io.write_jsonl_atomic(out / "metrics.jsonl", [_row(config, history, i, checkpoint.source_at(
+        sources, i)) for i in range(done)])
+
+
+def _record_sources(out: Path, sources: list[dict]) -> None:
+    """config.json's `sources`: the code each stretch of the run's chunks was made with (the rest
+    of config.json describes the run's first start)."""
+    path = out / "config.json"
+    if path.exists():
+        io.write_json_atomic(path, {**json.loads(path.read_text()), "sources": sources})
 
 
 def _steps_per_second(config: Config, chunks: int, seconds: float) -> float:
