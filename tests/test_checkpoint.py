@@ -19,7 +19,7 @@ import pytest
 from vaco_jax import Config, ConfigError, Options, cache, fingerprint, io, program
 from vaco_jax.checkpoint import CheckpointError, RunCheckpoints, check_compatible
 from vaco_jax.envs import make_env
-from vaco_jax.train import build_program, checkpoint_due, main, run
+from vaco_jax.train import _output_dir, build_program, checkpoint_due, main, run
 from vaco_jax.options import duration_seconds, validate_options
 from vaco_jax.trainer import stack_hparams
 
@@ -272,6 +272,21 @@ def test_a_new_run_does_not_clobber_an_unfinished_one(partial_run, tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(CheckpointError, match="has no checkpoints"):
         run(BASE, options(resume=str(tmp_path / "empty")))
+
+
+def test_overwrite_moves_the_earlier_run_aside_whole(tmp_path, capsys):
+    out = tmp_path / "run"
+    earlier = {"checkpoints/6/meta/metadata": "{}", "metrics.jsonl": "{}\n", "summary.json": "{}",
+               "config.json": "{}", "policy.npz": "npz", "wandb_run_id": "0123abcd",
+               "tensorboard/events.out.tfevents.1.host": "events", "evaluation_seed0.json": "{}"}
+    for name, text in earlier.items():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_text(text)
+    assert _output_dir(options(out=str(out), overwrite=True), BASE) == out
+    assert list(out.iterdir()) == []   # nothing of the earlier run is left to mix with the new one
+    (aside,) = [p for p in tmp_path.iterdir() if p != out]
+    assert aside.name.startswith("run.old-") and f"moved to {aside}" in capsys.readouterr().err
+    assert {str(p.relative_to(aside)): p.read_text() for p in aside.rglob("*") if p.is_file()} == earlier
 
 
 def test_checkpoint_cadence_keeps_writing_within_its_budget():

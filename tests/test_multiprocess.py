@@ -1,6 +1,6 @@
 """Choices that lead into a collective step are made once, by process 0, for every process: two
 processes whose clocks disagree still checkpoint together (each waiting for the other at a
-different step would hang the run).
+different step would hang the run), and `--overwrite` moves the earlier run aside once.
 
 Two OS processes on localhost joined by `jax.distributed` with the CPU's gloo collectives, 2 host
 devices each (the harness of `test_scale_out`); the run is `test_checkpoint`'s BASE, whose program
@@ -18,6 +18,7 @@ from test_scale_out import ROOT, environment, finish, free_port
 
 SCRIPT = """
 import json, sys, time
+from pathlib import Path
 import jax
 from vaco_jax import runtime, train
 from vaco_jax.config import from_json_dict
@@ -42,6 +43,9 @@ if index == 1:   # a clock 1000 times fast: every chunk ends minutes after the l
 summary = train.run(config, Options(out=out, progress=False, checkpoint_budget=0.01,
                                     checkpoint_max_age="60s"))
 report["saved"], report["finished"] = summary["checkpoints_saved"], summary["finished"]
+# Started over: process 0 moves the finished run aside while process 1 waits.
+train.run(config, Options(out=out, overwrite=True, progress=False), stop_after=1)
+report["aside"] = sorted(p.name for p in Path(out).parent.iterdir() if p.name != "run")
 print("REPORT " + json.dumps(report))
 """
 
@@ -64,3 +68,6 @@ def test_processes_whose_clocks_disagree_checkpoint_together(tmp_path):
         # Process 0's clock decides for both: its first and last chunk (process 1's alone would
         # have saved after every chunk).
         assert report["saved"] == [1, BASE.num_evals] and report["finished"]
+    assert reports[0]["aside"] == reports[1]["aside"] and len(reports[0]["aside"]) == 1
+    (aside,) = reports[0]["aside"]
+    assert (tmp_path / aside / "summary.json").exists() and not (out / "summary.json").exists()

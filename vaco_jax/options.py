@@ -23,7 +23,8 @@ class Options:
     """Show a progress bar on a terminal or in a notebook (without one, or when stderr is a file:
     a line per evaluation on stderr, for batch-job logs)."""
     overwrite: bool = False
-    """Allow writing into an output directory that already holds a finished or unfinished run."""
+    """Start a new run in an output directory that already holds one (finished or not): its
+    contents are first moved aside whole, to `<out>.old-<time>` (printed), never deleted."""
     resume: str = ""
     """Continue the run in this directory from its newest checkpoint. Other flags may be left out
     (the run's own config is used); any config flag given must agree with it."""

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -267,23 +266,36 @@ def checkpoint_due(options: Options, completed: int, last_save_seconds: float,
 
 def _output_dir(options: Options, config: Config) -> Path:
     """Where this run writes; refuses to clobber a finished or unfinished run it was not told to.
-    Process 0 checks the directory (and names the default one) for every process."""
-    out, clear = runtime.primary_decision(lambda: _check_output_dir(options, config))
+    With `--overwrite` the earlier directory is moved aside whole and the new run starts in an
+    empty one: nothing of the earlier run (its W&B id, TensorBoard events, summary, policy,
+    evaluations) mixes with the new one, and nothing of it is deleted. Process 0 checks and moves
+    for every process."""
+    out, earlier = runtime.primary_decision(lambda: _check_output_dir(options, config))
     out = Path(out)
     if options.resume:
         return out
-    if clear:
-        runtime.barrier("checked the output directory")  # before process 0 deletes what was checked
-        if runtime.is_primary():
-            shutil.rmtree(checkpoint.checkpoint_dir(out))
     if runtime.is_primary():
+        if earlier:
+            print(f"--overwrite: the earlier contents of {out} were moved to {_move_aside(out)}",
+                  file=sys.stderr)
         out.mkdir(parents=True, exist_ok=True)
     runtime.barrier("output directory ready")
     return out
 
 
+def _move_aside(out: Path) -> Path:
+    """Rename `out` to a new sibling `<name>.old-<time>` (one rename: atomic) and return it."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    aside, n = out.with_name(f"{out.name}.old-{stamp}"), 1
+    while aside.exists():
+        n += 1
+        aside = out.with_name(f"{out.name}.old-{stamp}-{n}")
+    out.rename(aside)
+    return aside
+
+
 def _check_output_dir(options: Options, config: Config) -> tuple[str, bool]:
-    """(the run's directory, whether an earlier run's checkpoints must go first), or a refusal."""
+    """(the run's directory, whether it holds anything to move aside first), or a refusal."""
     if options.resume:
         out = Path(options.resume)
         if options.out and Path(options.out).resolve() != out.resolve():
@@ -299,13 +311,16 @@ def _check_output_dir(options: Options, config: Config) -> tuple[str, bool]:
         raise ConfigError(f"option `out` = {str(out)!r} is invalid: it already holds a "
                           f"finished run (summary.json); choose another directory or pass --overwrite")
     ckpt_dir = checkpoint.checkpoint_dir(out)
-    if ckpt_dir.is_dir() and any(ckpt_dir.iterdir()):
-        if not options.overwrite:
-            raise ConfigError(f"option `out` = {str(out)!r} is invalid: it holds checkpoints of "
-                              f"an unfinished run; continue it with --resume {out}, or pass "
-                              f"--overwrite to start over (deleting them)")
-        return str(out), True
-    return str(out), False
+    if ckpt_dir.is_dir() and any(ckpt_dir.iterdir()) and not options.overwrite:
+        raise ConfigError(f"option `out` = {str(out)!r} is invalid: it holds checkpoints of "
+                          f"an unfinished run; continue it with --resume {out}, or pass "
+                          f"--overwrite to start over (moving the earlier run aside)")
+    earlier = options.overwrite and out.is_dir() and any(out.iterdir())
+    if earlier and Path.cwd().is_relative_to(out.resolve()):
+        raise ConfigError(f"option `overwrite` is invalid with `out` = {str(out)!r}: the working "
+                          f"directory is in it, so it cannot be moved aside; choose another "
+                          f"directory or run from elsewhere")
+    return str(out), earlier
 
 
 def _finished_summary(out: Path) -> dict | None:
