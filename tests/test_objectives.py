@@ -195,6 +195,19 @@ def test_the_cap_changes_nothing_below_it():
     assert above == objectives.MAX_LOG_RATIO and grad_above == 1.0
 
 
+def test_the_cap_holds_however_far_above_it():
+    # Beyond |x| ≈ 2**24 float32 cannot represent x − (x − cap) as cap: the value must still be
+    # the cap exactly, and the gradient still 1.
+    for x in (1e8, 3e9, 1e30):
+        value, grad = jax.value_and_grad(lambda v: objectives.log_ratio(v, 0.0))(jnp.float32(x))
+        assert value == objectives.MAX_LOG_RATIO and grad == 1.0, (x, value, grad)
+        value, grad = jax.value_and_grad(lambda v: objectives.log_ratio(0.0, v))(jnp.float32(-x))
+        assert value == objectives.MAX_LOG_RATIO and grad == -1.0, (x, value, grad)
+    # A ratio of 0 (a log-probability of −inf) stays 0, with a finite gradient.
+    value, grad = jax.value_and_grad(lambda v: objectives.log_ratio(v, 0.0))(-jnp.inf)
+    assert value == -jnp.inf and np.isfinite(grad)
+
+
 def test_the_filter_divergence_and_the_ratio_diagnostic_have_distinct_names():
     # With a learner reference the filter measures forward lag only (here 0) while the diagnostic
     # still measures the divergence from β: one name each, neither hides the other.

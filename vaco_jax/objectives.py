@@ -47,9 +47,18 @@ MAX_LOG_RATIO = 20.0
 
 
 def log_ratio(log_prob, log_reference):
-    """`log(π/ref)`, its value capped at `MAX_LOG_RATIO` (gradient unchanged)."""
+    """`log(π/ref)`, its value capped at `MAX_LOG_RATIO` (gradient unchanged).
+
+    The value is `min(x, cap)` itself and the gradient rides on `x − sg(x)`, which is exactly 0
+    for any finite x (`x − sg(x − cap)` would round to another value beyond |x| ≈ 2**24 in
+    float32). x is clipped to the finite floats first, so at x = ±inf (where `x − sg(x)` is NaN)
+    the value is the cap or −inf (a ratio of 0) with a zero gradient."""
     x = log_prob - log_reference
-    return x - sg(jnp.maximum(x - MAX_LOG_RATIO, 0.0))
+    finite = jnp.clip(x, -_FLOAT32_MAX, _FLOAT32_MAX)
+    return sg(jnp.minimum(x, MAX_LOG_RATIO)) + (finite - sg(finite))
+
+
+_FLOAT32_MAX = float(jnp.finfo(jnp.float32).max)
 
 
 def ratio_diagnostics(log_prob, log_behavior, *, clip_eps, mask=None):
