@@ -181,8 +181,10 @@ def run_cell(cell: Cell, progress: Callable[[int, int], None] | None = None, *,
         if progress is not None:
             progress(eval_index + 1, config.num_evals)
         completed = eval_index + 1
-        due = completed == end or time.perf_counter() - last_save >= checkpoint_seconds
-        if saved is not None and completed < config.num_evals and _agree(due):
+        # Whether to save depends on each process's clock, but saving is collective: process 0's.
+        due = runtime.primary_decision(
+            lambda: completed == end or time.perf_counter() - last_save >= checkpoint_seconds)
+        if saved is not None and completed < config.num_evals and due:
             saved.save(completed, state, history)
             last_save = time.perf_counter()
     if end < config.num_evals:
@@ -221,14 +223,17 @@ class _CellCheckpoints:
     def restore(self, abstract_state, *, allow_code_change: bool):
         from vaco_jax import checkpoint
 
-        if not checkpoint.checkpoint_dir(self.directory).is_dir():
+        saves = checkpoint.checkpoint_dir(self.directory)
+        # Restoring is collective; whether there is anything to restore is process 0's view. A
+        # finished save is a directory named by its chunk (orbax writes under a temporary name and
+        # renames it when complete).
+        if not runtime.primary_decision(
+                lambda: saves.is_dir() and any(p.name.isdigit() for p in saves.iterdir())):
             return None
         manager = self._manager(create=False)
         try:
-            if manager.latest_chunk() is None:
-                return None
             return manager.restore_latest(abstract_state, self.config,
-                                          **_code_change_option(allow_code_change))
+                                          allow_code_change=allow_code_change)
         finally:
             manager.close()
 
@@ -244,25 +249,6 @@ class _CellCheckpoints:
         import shutil
 
         shutil.rmtree(self.directory, ignore_errors=True)
-
-
-def _agree(decision: bool) -> bool:
-    """Process 0's `decision`, on every process: a save is collective, so whether to save (which
-    depends on each process's own clock) must be one decision."""
-    if jax.process_count() == 1:
-        return decision
-    from jax.experimental import multihost_utils
-
-    return bool(multihost_utils.broadcast_one_to_all(np.asarray(decision)))
-
-
-def _code_change_option(allow: bool) -> dict:
-    """`RunCheckpoints.restore_latest`'s option that lets a run continue on other code."""
-    import inspect
-    from vaco_jax import checkpoint
-
-    parameters = inspect.signature(checkpoint.RunCheckpoints.restore_latest).parameters
-    return {"allow_code_change": allow} if "allow_code_change" in parameters else {}
 
 
 def dry_run_cell(cell: Cell, device_memory: float | None = None) -> dict:
