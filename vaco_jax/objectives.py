@@ -51,14 +51,12 @@ def log_ratio(log_prob, log_reference):
 
     The value is `min(x, cap)` itself and the gradient rides on `x − sg(x)`, which is exactly 0
     for any finite x (`x − sg(x − cap)` would round to another value beyond |x| ≈ 2**24 in
-    float32). x is clipped to the finite floats first, so at x = ±inf (where `x − sg(x)` is NaN)
+    float32). x is clipped to the finite numbers of its dtype first, so at x = ±inf (where `x − sg(x)` is NaN)
     the value is the cap or −inf (a ratio of 0) with a zero gradient."""
-    x = log_prob - log_reference
-    finite = jnp.clip(x, -_FLOAT32_MAX, _FLOAT32_MAX)
+    x = jnp.asarray(log_prob - log_reference)
+    largest = float(jnp.finfo(x.dtype).max)
+    finite = jnp.clip(x, -largest, largest)
     return sg(jnp.minimum(x, MAX_LOG_RATIO)) + (finite - sg(finite))
-
-
-_FLOAT32_MAX = float(jnp.finfo(jnp.float32).max)
 
 
 def ratio_diagnostics(log_prob, log_behavior, *, clip_eps, mask=None):
