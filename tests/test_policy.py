@@ -1,13 +1,15 @@
 """Saved policies (`policy.npz`, `load_policy`) and `python -m vaco_jax.evaluate`, videos included."""
 
 import json
+import warnings
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vaco_jax import CheckpointError, ConfigError, evaluate, load_policy, networks, policy
+from vaco_jax import (CheckpointError, ConfigError, Options, evaluate, load_policy, networks,
+                      policy, train)
 from vaco_jax.checkpoint import RunCheckpoints
 from vaco_jax.config import from_json_dict
 from vaco_jax.envs import make_env
@@ -66,6 +68,43 @@ def test_loading_warns_on_other_versions_and_refuses_another_structure(run_dir, 
         load_policy(reshaped)
     with pytest.raises(CheckpointError, match="no saved policy"):
         load_policy(tmp_path)
+
+
+def test_a_diverged_seed_is_marked_and_loading_it_warns(run_dir, tmp_path):
+    # The run's older checkpoint (chunk 1 or 2 of 3, as its budget let it save), with seed 1's
+    # learning rate set to 1e6: it diverges in its next iteration and, with --on-nan skip-seed, is
+    # frozen there.
+    config = from_json_dict(json.loads((run_dir / "config.json").read_text())["config"])
+    checkpoints = RunCheckpoints(run_dir, create=False)
+    chunk = min(checkpoints.manager.all_steps())
+    restored = checkpoints.restore(chunk, build_program(config).abstract_state, config)
+    checkpoints.close()
+    hparams = restored.state.hparams
+    state = restored.state.replace(hparams=hparams.replace(
+        learning_rate=hparams.learning_rate.at[1].set(1e6)))
+    out = tmp_path / "unstable"
+    checkpoints = RunCheckpoints(out)
+    checkpoints.save(chunk, state, restored.history, config)
+    checkpoints.close()
+    summary = train.run(config, Options(resume=str(out), on_nan="skip-seed", progress=False))
+    assert summary["finished"]
+
+    iteration = chunk * config.iterations_per_eval + 1         # the first after the checkpoint
+    diverged = {"seed": 1, "index": 1, "iteration": iteration,
+                "nonfinite": ["loss", "gradient", "parameters"]}
+    assert summary["diverged_seeds"] == [diverged]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")          # the healthy seed loads without a word
+        healthy = load_policy(out, 0)
+    assert healthy.meta["diverged_seeds"] == [diverged] and healthy.diverged is None
+    with pytest.warns(UserWarning, match=rf"seed 1 \(index 1\) of .* diverged: a non-finite loss, "
+                                         rf"gradient and parameters in learner iteration "
+                                         rf"{iteration}; this is its last good policy, after "
+                                         rf"{(iteration - 1) * config.batch_size:,} env steps"):
+        frozen = load_policy(out, 1)
+    assert frozen.diverged == diverged
+    jax.tree.map(np.testing.assert_array_equal, frozen.params,       # frozen where it diverged
+                 jax.tree.map(lambda x: np.asarray(x)[1], restored.state.params["actor"]))
 
 
 def test_evaluate_reports_returns_and_writes_them(run_dir, tmp_path, capsys):

@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
               "stochastic": args.stochastic, "key": args.key,
               "mean": float(values.mean()), "std": float(values.std()),
               "min": float(values.min()), "max": float(values.max()), "returns": values,
-              "seconds": seconds, **io.provenance()}
+              "seconds": seconds, "diverged": policy.diverged, **io.provenance()}
     print(f"{policy.env} {policy.config.algo} seed {result['seed']} "
           f"(after {meta['env_steps']:,} steps): return {result['mean']:.1f} ± "
           f"{result['std']:.1f} over {args.episodes} episodes (min {result['min']:.1f}, "

@@ -5,7 +5,9 @@ finished run, of a run in progress and of an interrupted one is always there. It
 seed of the run, what acting needs — the actor's parameters and the observation normaliser's
 statistics — as plain numpy arrays keyed by their pytree path (`actor/MLP_0/Dense_0/kernel`,
 `normalizer/mean`, ..., each `[num_seeds, ...]`), plus a JSON record (`__meta__`) of the run's
-config, the library versions and how far the run had got. A NumPy `.npz` needs no pickling and
+config, the library versions, how far the run had got and its health: `diverged_seeds`, every
+seed whose loss, gradient or parameters became non-finite (`--on-nan skip-seed` froze it at its
+last good state), with the learner iteration it failed in. A NumPy `.npz` needs no pickling and
 reads the same across library versions: loading only warns when versions differ and refuses
 only a real mismatch (a missing, unexpected or reshaped array).
 
@@ -42,15 +44,18 @@ def flatten(tree) -> dict[str, Any]:
 
 
 def save_policy(run_dir, config: Config, actor_params, normalizer, *, env_steps: int,
-                evaluations: int, provenance: dict | None = None) -> Path:
+                evaluations: int, diverged_seeds: list[dict] = (),
+                provenance: dict | None = None) -> Path:
     """Write `run_dir/policy.npz` atomically from per-seed `[num_seeds, ...]` host arrays.
-    `provenance`: the run's `io.provenance()` (computed here when not given)."""
+    `diverged_seeds`: the run's diverged seeds, `{seed, index, iteration, nonfinite}` each
+    (`iteration`: the 1-based learner iteration that failed); `provenance`: the run's
+    `io.provenance()` (computed here when not given)."""
     arrays = {f"actor/{k}": np.asarray(v) for k, v in flatten(actor_params).items()}
     arrays.update({f"normalizer/{k}": np.asarray(v) for k, v in flatten(normalizer).items()})
     meta = {"format": FORMAT, "config": to_json_dict(config), "env": config.env,
             "num_seeds": config.num_seeds, "seeds": [config.seed + i for i in range(config.num_seeds)],
             "env_steps": env_steps, "evaluations": evaluations,
-            "evaluations_planned": config.num_evals,
+            "evaluations_planned": config.num_evals, "diverged_seeds": list(diverged_seeds),
             **(provenance if provenance is not None else io.provenance())}
     buffer = _io.BytesIO()
     np.savez(buffer, **arrays, **{_META: np.array(json.dumps(io.to_jsonable(meta)))})
@@ -69,10 +74,18 @@ class Policy:
     actor: networks.Actor = struct.field(pytree_node=False)
     config: Config = struct.field(pytree_node=False)
     meta_json: str = struct.field(pytree_node=False, default="{}")
+    index: int = struct.field(pytree_node=False, default=0)   # which of the run's seeds
 
     @property
     def env(self) -> str:
         return self.config.env
+
+    @property
+    def diverged(self) -> dict | None:
+        """This seed's divergence record (`{seed, index, iteration, nonfinite}`: it was frozen at
+        its last good state, before learner iteration `iteration`), or None for a healthy seed."""
+        return next((record for record in self.meta.get("diverged_seeds", [])
+                     if record["index"] == self.index), None)
 
     @property
     def meta(self) -> dict:
@@ -89,7 +102,12 @@ class Policy:
 
 def load_policy(run_dir, seed: int = 0) -> Policy:
     """The policy of the run's `seed`-th seed (0-based: seed `config.seed + seed`) from
-    `run_dir/policy.npz` — of a finished run, or the newest checkpoint of one in progress."""
+    `run_dir/policy.npz` — of a finished run, or the newest checkpoint of one in progress.
+
+    A seed that diverged loads with a warning (and `Policy.diverged` says when): its parameters
+    are finite — the last good ones, from before the iteration that failed — so it acts, but it
+    was trained for fewer steps than the run's other seeds and stopped where learning broke down.
+    Check `policy.diverged` (or turn the warning into an error) before comparing seeds."""
     path = Path(run_dir) / FILE_NAME
     if not path.is_file():
         raise CheckpointError(f"{run_dir} has no saved policy ({FILE_NAME}); a run writes it with "
@@ -132,4 +150,16 @@ def load_policy(run_dir, seed: int = 0) -> Policy:
                                   f"policy needs {np.shape(leaf)}")
         leaves.append(jnp.asarray(value, dtype=jnp.asarray(leaf).dtype))
     restored = jax.tree.unflatten(jax.tree.structure(template), leaves)
-    return Policy(restored["actor"], restored["normalizer"], actor, config, json.dumps(meta))
+    loaded = Policy(restored["actor"], restored["normalizer"], actor, config, json.dumps(meta), seed)
+    if loaded.diverged is not None:
+        warnings.warn(_divergence_warning(path, config, loaded.diverged), stacklevel=2)
+    return loaded
+
+
+def _divergence_warning(path: Path, config: Config, record: dict) -> str:
+    what = record["nonfinite"]
+    what = ", ".join(what[:-1]) + " and " + what[-1] if len(what) > 1 else what[0]
+    trained = (record["iteration"] - 1) * config.batch_size
+    return (f"seed {record['seed']} (index {record['index']}) of {path} diverged: a non-finite "
+            f"{what} in learner iteration {record['iteration']}; this is its last good policy, "
+            f"after {trained:,} env steps, not one trained as long as the run's healthy seeds")
