@@ -6,7 +6,9 @@
 For each env, on the throughput benchmark's CPU shapes (`benchmarks.throughput` preset `cpu`), each
 measurement in its own fresh subprocess with JAX's persistent compilation cache off (a cold start):
   brax_ppo    Brax PPO's training epoch: its first epoch's time minus a steady epoch's;
-  iteration   our learner iterations (`ppo_clip` / `vaco`, no evaluation): trace, lower, XLA compile;
+  init        our initial state's program (parameters, optimiser, buffer; the envs are shaped, not
+              reset: the first iteration resets them): trace, lower, XLA compile;
+  iteration   our learner iterations (`ppo_clip` / `vaco`, no evaluation): the same stages;
   evaluation  our deterministic evaluation program: the same stages;
   chunk       the CLI's chunk (`vaco_jax.program`: iterations and evaluation, compiled at once);
   sweep_cell  a sweep cell's chunk: 3 capacities × 2 seeds of `vaco` in one program.
@@ -32,7 +34,7 @@ import jax
 from benchmarks.measure import Case, Clock, brax_ppo
 from benchmarks.throughput import PRESETS
 
-MEASUREMENTS = ("brax_ppo", "iteration_ppo_clip", "iteration_vaco", "evaluation", "chunk",
+MEASUREMENTS = ("brax_ppo", "init", "iteration_ppo_clip", "iteration_vaco", "evaluation", "chunk",
                 "sweep_cell")
 
 
@@ -98,6 +100,11 @@ def measure(name: str, env: str) -> dict:
     from vaco_jax import envs, program
     from vaco_jax.trainer import Trainer
 
+    if name == "init":   # traces the env's reset for its state's shape only: no copies to count
+        trainer = Trainer(case.config("vaco", capacity=1, max_capacity=16))
+        _, result = _stages(jax.jit(jax.vmap(trainer.init)),
+                            jax.random.split(jax.random.PRNGKey(0), 1))
+        return result
     with TraceCounter(envs.TracedOnce) as counter:   # the trainer's env: one call per copy
         if name.startswith("iteration"):
             config = case.config(name.split("_", 1)[1])

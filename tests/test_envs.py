@@ -158,3 +158,22 @@ def test_a_vmapped_rollout_traces_the_env_reset_once():
 
     jax.jit(jax.vmap(rollout)).trace(keys)
     assert len(resets) == 2   # VecEnv.reset (the initial states) and the pool's refill
+
+
+def test_unstarted_envs_are_reset_by_start_and_started_ones_left_alone():
+    vec_env = envs.VecEnv(envs.ToyReach(), num_envs=3, episode_length=4)
+    key, other = jax.random.PRNGKey(0), jax.random.PRNGKey(1)
+    unstarted = vec_env.unstarted(key)
+    reset = vec_env.reset(key)
+    assert not bool(unstarted.started) and bool(reset.started)
+    assert jax.tree.map(jnp.shape, unstarted) == jax.tree.map(jnp.shape, reset)
+    assert not np.any(np.asarray(unstarted.obs))             # shaped, not reset
+    started = vec_env.start(unstarted, key)
+    for x, y in zip(jax.tree.leaves(started), jax.tree.leaves(reset)):
+        np.testing.assert_array_equal(x, y)
+    # Under vmap, a member that has started keeps its state while another one starts.
+    both = jax.tree.map(lambda a, b: jnp.stack([a, b]), reset, unstarted)
+    out = jax.jit(jax.vmap(vec_env.start))(both, jnp.stack([other, other]))
+    expected = jax.tree.map(lambda a, b: jnp.stack([a, b]), reset, vec_env.reset(other))
+    for x, y in zip(jax.tree.leaves(out), jax.tree.leaves(expected)):
+        np.testing.assert_array_equal(x, y)

@@ -89,7 +89,8 @@ def test_snapshot_age_follows_the_buffer():
 def _rollout(trainer, state, key):
     snapshots, _ = ring_buffer.sample(state.buffer, jax.random.PRNGKey(2), TINY.num_actors,
                                       "uniform")
-    return rollout.collect(trainer.vec_env, trainer.actor, state.env_state, snapshots, key,
+    env_state = trainer.vec_env.start(state.env_state, jax.random.PRNGKey(3))
+    return rollout.collect(trainer.vec_env, trainer.actor, env_state, snapshots, key,
                            unroll_length=TINY.unroll_length, num_actors=TINY.num_actors,
                            normalize_obs=True)
 
@@ -118,10 +119,10 @@ def test_the_compiled_rollout_holds_one_copy_of_the_gaussian_sampler(vaco):
 
 
 def test_the_programs_of_a_run_trace_the_env_once(monkeypatch):
-    # The initial state (its shape while building, then its program), the learner (rollout and
-    # pool refill) and the evaluation all reset and step the env; each program used to trace MJX's
-    # reset (a forward pass) and step afresh, and the build traced the reset twice more (for the
-    # observation size, and on arguments placed unlike the program's).
+    # The initial state (its shape while building, then its program), the learner (its first
+    # reset, rollout and pool refill) and the evaluation all reset and step the env; each program
+    # used to trace MJX's reset (a forward pass) and step afresh, and the build traced the reset
+    # twice more (for the observation size, and on arguments placed unlike the program's).
     calls = {"reset": 0, "step": 0}
 
     class CountedToyReach(envs.ToyReach):
@@ -157,6 +158,40 @@ def test_the_programs_of_a_run_trace_the_env_once(monkeypatch):
                        jax.jit(episode_start, static_argnums=0)(raw, key))
 
 
+def _calls_of(jaxpr, name: str) -> int:
+    """Calls of the jitted function `name` in `jaxpr` and the jaxprs nested in it."""
+    count = 0
+    for eqn in jaxpr.eqns:
+        count += eqn.params.get("name") == name
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, (list, tuple)) else [param]:
+                if isinstance(sub, jax.extend.core.ClosedJaxpr):
+                    count += _calls_of(sub.jaxpr, name)
+                elif isinstance(sub, jax.extend.core.Jaxpr):
+                    count += _calls_of(sub, name)
+    return count
+
+
+def test_the_initial_state_runs_no_reset_and_the_first_iteration_starts_the_envs(vaco):
+    # A new run's initial state only shapes its envs (it used to reset them: on MJX a program of
+    # its own, compiled on every cold start); the first iteration resets them with its own key.
+    trainer, _ = vaco
+    key = jax.random.PRNGKey(6)
+    assert _calls_of(jax.make_jaxpr(trainer.init)(key).jaxpr, "reset") == 0
+    assert _calls_of(jax.make_jaxpr(trainer.iteration)(trainer.init(key)).jaxpr, "reset") == 2
+    state = trainer.init(key)
+    assert not bool(state.env_state.started)
+    iterate = jax.jit(trainer.iteration)
+    started, metrics = iterate(state)
+    assert bool(started.env_state.started)
+    start_key = jax.random.split(state.key, 5)[1]
+    reset = state.replace(env_state=trainer.vec_env.reset(start_key))
+    assert_trees_equal(iterate(reset), (started, metrics))
+    # Started envs are left as they are: the next iteration steps on from them.
+    again = trainer.vec_env.start(started.env_state, jax.random.PRNGKey(0))
+    assert_trees_equal(again, started.env_state)
+
+
 def test_capacity_one_vaco_without_filter_is_importance_sampled_pg_with_gae():
     """C = 1 VACO with δ = ∞ takes exactly the update of −E[w Â_GAE] (one epoch, one minibatch)."""
     config = dataclasses.replace(TINY, capacity=1, max_capacity=0, delta=math.inf, num_epochs=1,
@@ -171,7 +206,7 @@ def test_capacity_one_vaco_without_filter_is_importance_sampled_pg_with_gae():
 
     # The same update, written directly from the definitions.
     hp = state.hparams
-    _, sample_key, rollout_key, _ = jax.random.split(state.key, 4)
+    _, _, sample_key, rollout_key, _ = jax.random.split(state.key, 5)
     snapshots, ages = ring_buffer.sample(state.buffer, sample_key, config.num_actors, "uniform")
     assert np.all(np.asarray(ages) == 0)
     _, traj = rollout.collect(trainer.vec_env, trainer.actor, state.env_state, snapshots,

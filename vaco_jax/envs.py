@@ -7,6 +7,8 @@ get wrong for bootstrapping:
   * auto-reset to a **freshly randomised** initial state: every episode starts from its own
     independent draw (not Brax's cached first state), taken from a pool of pre-drawn states that
     is refilled, B at a time, only when it runs out.
+A new run's envs start unstarted (`VecEnv.unstarted`: shaped, not reset) and are reset by the
+learner's first iteration (`VecEnv.start`), so making the initial state runs no physics.
 Observation normalisation is per seed and lives in the train state (it travels with each policy
 snapshot), not here.
 
@@ -242,9 +244,10 @@ class PlaygroundEnv(Env):
 
 class TracedOnce(Wrapper):
     """`env` with `reset` and `step` under `jax.jit`: each is traced once per input type, and that
-    trace is shared by every program that calls it (the initial state, the learner's rollout and
-    its pool refill, the evaluation) instead of being traced again in each. XLA inlines the calls;
-    the numbers are the same up to float32 rounding (XLA may order a few sums differently)."""
+    trace is shared by every program that calls it (the initial state's shape, the learner's first
+    reset, its rollout and pool refill, the evaluation) instead of being traced again in each. XLA
+    inlines the calls; the numbers are the same up to float32 rounding (XLA may order a few sums
+    differently)."""
 
     def __init__(self, env: Env):
         super().__init__(env)
@@ -282,6 +285,7 @@ class EnvState:
     episode_return: jax.Array  # [B] undiscounted return of the running episode
     pool: Any           # [B] fresh initial states, handed out in order to envs that end
     pool_used: jax.Array       # int32: entries of `pool` already handed out (B = empty)
+    started: jax.Array         # bool: the envs have been reset (false until `VecEnv.start`)
 
     @property
     def obs(self):
@@ -316,7 +320,31 @@ class VecEnv:
         zeros = jnp.zeros((self.num_envs,))
         # The pool starts empty (`inner` only gives it its structure); the first env to end fills it.
         return EnvState(inner, jnp.zeros((self.num_envs,), jnp.int32), zeros, inner,
-                        jnp.int32(self.num_envs))
+                        jnp.int32(self.num_envs), jnp.bool_(True))
+
+    def unstarted(self, key_like) -> EnvState:
+        """The state of envs not reset yet: zeros shaped like `reset`'s, `started` false, for
+        `start` to reset. Making it traces the reset (`jax.eval_shape`) but neither compiles nor
+        runs it: a new run's initial state costs no physics and no program of its own.
+        `key_like`: a key like the one `start` will get, for its type only (and its placement:
+        JAX's trace cache tells placed from unplaced arguments, and the reset is traced once when
+        both are placed alike)."""
+        shape = jax.eval_shape(self.reset, key_like)
+        return jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shape).replace(
+            started=jnp.bool_(False))
+
+    def start(self, state: EnvState, key) -> EnvState:
+        """`state` reset with `key` if it was not started (`unstarted`), else `state` unchanged.
+        Under vmap the reset runs when any member needs it and is skipped when none does
+        (`cond_any`): after a run's first iteration it costs one test."""
+        def reset_unstarted(operand):
+            needed, key, state = operand
+            fresh = self.reset(key)
+            return needed, key, jax.tree.map(lambda f, s: jnp.where(needed, f, s), fresh, state)
+
+        needed = ~state.started
+        # `reset_unstarted` leaves a member whose `needed` is false unchanged, as `cond_any` requires.
+        return cond_any(needed, reset_unstarted, (needed, key, state))[2]
 
     def step(self, state: EnvState, action, key) -> tuple[EnvState, StepResult]:
         """Step every env with `action [B, action_dim]` (clipped to [-1, 1]); reset those that ended."""
@@ -351,7 +379,7 @@ class VecEnv:
         fresh = jax.tree.map(lambda p: p[slot], pool).replace(metrics=inner.metrics, info=inner.info)
         inner = select_per_env(done, fresh, inner)
         new_state = EnvState(inner, jnp.where(done, 0, step_count), jnp.where(done, 0.0, episode_return),
-                             pool, pool_used + n_done)
+                             pool, pool_used + n_done, state.started)
         return new_state, result
 
 

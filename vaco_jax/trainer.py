@@ -103,10 +103,11 @@ class Trainer:
     def init(self, key, hparams: HParams | None = None) -> TrainState:
         config = self.config
         hparams = config.hparams() if hparams is None else hparams
-        params_key, env_key, key = jax.random.split(key, 3)
-        # The observation size from the envs' reset: Brax's `env.observation_size` would trace
-        # another reset, of the unwrapped env, outside the trace `TracedOnce` shares.
-        env_state = self.vec_env.reset(env_key)
+        params_key, key = jax.random.split(key)
+        # The envs are reset by the first iteration (`VecEnv.start`); here they are only shaped,
+        # from the trace of their reset that `TracedOnce` shares (Brax's `env.observation_size`
+        # would trace another reset, of the unwrapped env).
+        env_state = self.vec_env.unstarted(key)
         observation_size = env_state.obs.shape[-1]
         params = networks.init_params(params_key, config, observation_size, self.vec_env.action_size)
         normalizer = networks.init_normalizer(observation_size)
@@ -124,13 +125,15 @@ class Trainer:
     # --- one learner iteration ---------------------------------------------------------------
     def iteration(self, state: TrainState) -> tuple[TrainState, dict]:
         config, hp = self.config, state.hparams
-        key, sample_key, rollout_key, update_key = jax.random.split(state.key, 4)
+        key, start_key, sample_key, rollout_key, update_key = jax.random.split(state.key, 5)
 
-        # Act: each actor group draws a (possibly stale) snapshot and rolls out with it.
+        # Act: each actor group draws a (possibly stale) snapshot and rolls out with it (a new
+        # run's envs are reset first).
+        env_state = self.vec_env.start(state.env_state, start_key)
         snapshots, snapshot_age = ring_buffer.sample(state.buffer, sample_key, config.num_actors,
                                                      config.snapshot_sampling)
         env_state, traj = rollout.collect(
-            self.vec_env, self.actor, state.env_state, snapshots, rollout_key,
+            self.vec_env, self.actor, env_state, snapshots, rollout_key,
             unroll_length=config.unroll_length, num_actors=config.num_actors,
             normalize_obs=config.normalize_observations)
 
