@@ -78,8 +78,9 @@ _TRACE_SETTINGS = ("jax_enable_x64", "jax_default_matmul_precision", "jax_defaul
 
 
 def program_key(*parts) -> str:
-    """A hash of `parts` (reprs of what a program is built from: its static config, placement)
-    and of everything else it depends on: this package's source, the library versions, the JAX
+    """A hash of `parts` (reprs of what a program is built from: its static config, placement, and
+    the fingerprint of the code, env and algorithm it is traced from, `program.traced_from`) and
+    of everything else it depends on: this package's source, the library versions, the JAX
     settings above, `XLA_FLAGS` and the kind of host CPU."""
     context = (io.source_hash(), io.library_versions(), host_tag(), os.environ.get("XLA_FLAGS", ""),
                [(name, getattr(jax.config, name, None)) for name in _TRACE_SETTINGS])

@@ -27,11 +27,8 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import functools
-import hashlib
-import inspect
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -39,6 +36,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from vaco_jax import cache
+from vaco_jax import fingerprint as fingerprint_lib
 from vaco_jax.config import Config, HParams
 from vaco_jax.runtime import to_host
 from vaco_jax.trainer import Trainer, stack_hparams
@@ -263,8 +261,11 @@ class TrainProgram:
                   if f.name in _HPARAM_FIELDS or f.name in ("seed", "num_seeds")}
         shared.update(capacity=1, max_capacity=config.slots)
         placed = layout(num_runs, num_envs=config.num_envs, log=log)
-        return _build(dataclasses.replace(config, **shared), placed, donate,
-                      cache.ProgramStore.default() if store is True else store or None)
+        config = dataclasses.replace(config, **shared)
+        trainer = Trainer(config)
+        return _build(config, placed, donate,
+                      cache.ProgramStore.default() if store is True else store or None,
+                      _Traced(traced_from(trainer), trainer))
 
     def init_state(self, keys, hparams: HParams):
         """The initial state of the runs: `keys` `[num_runs, 2]`, `hparams` stacked `[num_runs]`."""
@@ -311,19 +312,27 @@ class TrainProgram:
 _HPARAM_FIELDS = {f.name for f in dataclasses.fields(HParams)}
 
 
+@dataclasses.dataclass(frozen=True)
+class _Traced:
+    """A trainer, compared by what its programs are traced from (`traced_from`)."""
+
+    fingerprint: fingerprint_lib.Fingerprint
+    trainer: Trainer = dataclasses.field(compare=False)
+
+
 @functools.lru_cache(maxsize=8)
-def _build(config: Config, placed: Layout, donate: bool,
-           store: cache.ProgramStore | None) -> TrainProgram:
-    """Built once per (static config, layout), so repeated runs in one process reuse the traced and
-    compiled program; loaded from `store` when a process before built the same."""
-    trainer = Trainer(config)
-    env_source = _env_source(trainer.env)
-    if env_source is None:   # an env whose code cannot be read (e.g. defined in a notebook)
+def _build(config: Config, placed: Layout, donate: bool, store: cache.ProgramStore | None,
+           traced: _Traced) -> TrainProgram:
+    """Built once per (static config, layout, what the trainer's programs are traced from), so
+    repeated runs in one process reuse the traced and compiled program; loaded from `store` when
+    a process before built the same."""
+    trainer = traced.trainer
+    if not traced.fingerprint.storable:   # e.g. an env class defined in a notebook
         store = None
     if store is not None:
         devices = [(d.platform, d.device_kind, d.id) for d in placed.mesh.devices.flat]
         key = cache.program_key(config, placed.axis, placed.padded_runs, placed.num_envs, devices,
-                                donate, env_source)
+                                donate, traced.fingerprint.digest)
         loaded = _load(trainer, placed, store, key)
         if loaded is not None:
             return loaded
@@ -349,23 +358,26 @@ def _build(config: Config, placed: Layout, donate: bool,
     return TrainProgram(trainer, placed, abstract, init, learn, evaluate, store=store, store_key=key)
 
 
-def _env_source(env) -> str | None:
-    """A hash of the source files of the env's classes (and of the envs it wraps): an env
-    registered with Brax by the user is part of the program, and its code can change without any
-    version changing. None when a class has no readable source file."""
-    digest = hashlib.sha256()
-    seen = set()
+def traced_from(trainer: Trainer) -> fingerprint_lib.Fingerprint:
+    """What `trainer`'s programs are traced from, besides its config (`vaco_jax.fingerprint`): the
+    code of the trainer and of everything it calls as loaded now (module constants such as
+    `objectives.MAX_LOG_RATIO` and `envs.FAST_SOLVER` included), its algorithm's functions, and
+    its env: the envs it wraps, their constructor arguments and other attributes, their MJX models
+    (from which their XML files are compiled) and their package's code. A user can register
+    another env or algorithm under a known name, or edit a reward function, without any name or
+    version changing."""
+    return fingerprint_lib.fingerprint(type(trainer), trainer.algorithm, trainer.env,
+                                       packages=env_packages(trainer.env))
+
+
+def env_packages(env) -> set[str]:
+    """The top-level packages of the classes of `env` and of the envs it wraps (`.env`)."""
+    packages, seen = set(), set()
     while env is not None and id(env) not in seen:
         seen.add(id(env))
-        for cls in type(env).__mro__:
-            if cls.__module__ == "builtins":
-                continue
-            try:
-                digest.update(Path(inspect.getsourcefile(cls)).read_bytes())
-            except (TypeError, OSError):
-                return None
+        packages.add(fingerprint_lib.top_level_package(env))
         env = getattr(env, "env", None)
-    return digest.hexdigest()[:16]
+    return packages
 
 
 def _load(trainer: Trainer, placed: Layout, store: cache.ProgramStore, key: str):
