@@ -65,3 +65,39 @@ def test_an_env_registered_again_under_its_name_gets_its_own_program(hopper_regi
     assert again is not scaled and again.loaded   # the first env's, from the store
     assert eval_return(again) == unscaled_return
     program._build.cache_clear()
+
+
+class FakeDevice:
+    """A device of some process, as `program.layout` sees it (no run needs it to exist)."""
+
+    def __init__(self, process_index: int, id: int):
+        self.process_index, self.id = process_index, id
+
+    def __repr__(self):
+        return f"process {self.process_index} device {self.id}"
+
+
+def test_one_runs_envs_are_split_over_the_devices_of_every_process():
+    # 2 processes × 4 devices; a process left without a share of the envs holds no part of the run.
+    devices = [FakeDevice(p, 4 * p + i) for p in range(2) for i in range(4)]
+    logged = []
+
+    def split(num_envs):
+        placed = program.layout(1, num_envs=num_envs, devices=devices, log=logged.append)
+        return placed.axis, [(d.process_index, d.id) for d in placed.mesh.devices.flat]
+
+    assert split(4) == ("envs", [(0, 0), (0, 1), (1, 4), (1, 5)])
+    assert logged == ["warning: the one run's 4 envs split evenly over 4 of the 8 devices only; "
+                      "use a num_envs divisible by 8 to use them all"]
+    assert split(8) == ("envs", [(p, 4 * p + i) for p in range(2) for i in range(4)])
+    assert split(6) == ("envs", [(0, 0), (0, 1), (0, 2), (1, 4), (1, 5), (1, 6)])
+    # No even split over both processes: the run is padded onto every device instead, and said so.
+    logged.clear()
+    axis, used = split(3)
+    assert axis == "runs" and len(used) == 8
+    assert logged == ["warning: the one run's 3 envs cannot be split evenly over the 2 processes, "
+                      "so every device runs a copy of the run; use a num_envs divisible by 2"]
+    # One process: as before, the most devices that divide the envs.
+    one_process = [FakeDevice(0, i) for i in range(4)]
+    placed = program.layout(1, num_envs=10, devices=one_process)
+    assert placed.axis == "envs" and [d.id for d in placed.mesh.devices.flat] == [0, 1]

@@ -10,7 +10,8 @@ Placement (`Layout`): a 1-D mesh over every device of every process (`jax.device
   of the device count, the program carries copies of the last run as padding (every device gets the
   same share) and every result drops them: no device is left out and nothing padded is reported;
 * one run with an env axis (MuJoCo): its environments are split instead, so the rollout (the
-  expensive part) runs on every device and XLA's partitioner inserts what the update gathers.
+  expensive part) runs on every device and XLA's partitioner inserts what the update gathers
+  (over the most devices that take equal shares, as many in every process: `env_devices`).
 
 `TrainProgram` is the MuJoCo trainer's program (init + one chunk of iterations and an evaluation),
 compiled ahead of time, with its per-device memory (`memory()`) known before it runs. A chunk is
@@ -115,21 +116,41 @@ def _global(host_tree, sharding: NamedSharding):
 
 def layout(num_runs: int, *, num_envs: int = 0, devices=None, log=None) -> Layout:
     """Runs over every device (padded to a multiple of the device count); one run with an env
-    axis splits its envs (over the most devices that divide `num_envs`, said in `log`; when only
-    one does, the run is padded like several)."""
+    axis splits its envs (over the most devices that divide `num_envs` evenly, as many of every
+    process, said in `log`; when no split uses more than one device, the run is padded like
+    several)."""
     devices = list(jax.devices() if devices is None else devices)
     count = len(devices)
     if count == 1:
         return Layout(Mesh(np.asarray(devices), (AXIS,)), "none", num_runs, num_runs, num_envs)
     if num_runs == 1 and num_envs:
-        used = max(d for d in range(1, count + 1) if num_envs % d == 0)
-        if used > 1:
-            if used < count and log is not None:
-                log(f"warning: the one run's {num_envs} envs split evenly over {used} of the {count} "
-                    f"devices only; use a num_envs divisible by {count} to use them all")
-            return Layout(Mesh(np.asarray(devices[:used]), (AXIS,)), "envs", 1, 1, num_envs)
+        used = env_devices(num_envs, devices)
+        if len(used) > 1:
+            if len(used) < count and log is not None:
+                log(f"warning: the one run's {num_envs} envs split evenly over {len(used)} of the "
+                    f"{count} devices only; use a num_envs divisible by {count} to use them all")
+            return Layout(Mesh(np.asarray(used), (AXIS,)), "envs", 1, 1, num_envs)
+        processes = len({device.process_index for device in devices})
+        if processes > 1 and log is not None:
+            log(f"warning: the one run's {num_envs} envs cannot be split evenly over the "
+                f"{processes} processes, so every device runs a copy of the run; use a num_envs "
+                f"divisible by {processes}")
     padded = -(-num_runs // count) * count
     return Layout(Mesh(np.asarray(devices), (AXIS,)), "runs", num_runs, padded, num_envs)
+
+
+def env_devices(num_envs: int, devices) -> list:
+    """The devices that one run's `num_envs` envs are split over: the most that take an equal
+    share, the same number from every process (process by process, each in its own order). A
+    process without a share would hold no part of the run: every process runs the program."""
+    by_process: dict[int, list] = {}
+    for device in devices:
+        by_process.setdefault(device.process_index, []).append(device)
+    processes, per_process = len(by_process), min(len(d) for d in by_process.values())
+    shares = [k for k in range(1, per_process + 1) if num_envs % (k * processes) == 0]
+    if not shares:   # no split over every process: the caller pads the run instead
+        return []
+    return [device for _, own in sorted(by_process.items()) for device in own[:shares[-1]]]
 
 
 def jit_runs(fn, layout_: Layout, *, in_run_axes):
