@@ -138,8 +138,8 @@ def barrier(name: str) -> None:
 
     Waits through JAX's coordination service, for up to an hour: processes that compile the same
     program can finish minutes apart on a busy host, and a device collective would give up after
-    30 s (gloo's wait for its peers on CPU). Without the coordination service's client (another
-    JAX version), a device collective it is."""
+    30 s (gloo's wait for its peers on CPU). A JAX without that service's client gets a device
+    collective instead."""
     global _barriers_passed
     if jax.process_count() == 1:
         return
