@@ -310,8 +310,8 @@ def run_sweep(cells: Sequence[Cell], out: str | Path, *, preset: Preset | None =
     if primary:
         out.mkdir(parents=True, exist_ok=True)
     runtime.barrier("sweep directory ready")
-    finished = _finished_cells(out)
-    runtime.barrier("finished cells read")
+    # Which cells are left decides which programs every process runs: process 0's reading.
+    finished = runtime.primary_decision(lambda: _finished_cells(out))
     for cell in cells:
         if cell.cell_id in finished and finished[cell.cell_id]["fingerprint"] != cell.fingerprint():
             raise SweepError(
