@@ -75,6 +75,7 @@ def test_every_field_refuses_a_value_of_the_wrong_type(field):
     (dict(num_envs=True), "num_envs", "must be an integer"),
     (dict(actor_hidden=()), "actor_hidden", "non-empty tuple of positive layer widths"),
     (dict(critic_hidden=(64, 0)), "critic_hidden", "non-empty tuple of positive layer widths"),
+    (dict(decoupled_is_max=0.5), "decoupled_is_max", ">= 1"),
 ])
 def test_out_of_range_values_are_refused_naming_field_value_and_allowed(changes, field, allowed):
     with pytest.raises(ConfigError) as error:

@@ -119,6 +119,49 @@ def test_ppo_clip_value_and_gradient():
     np.testing.assert_allclose(grad[~clipped], (-ratio * a / N)[~clipped], rtol=1e-5)
 
 
+def test_decoupled_ppo_against_a_hand_computation():
+    # loss = −mean(min(π_prox/β, C) · min(rÂ, clip(r, 1±ε)Â)), r = π_θ/π_prox, ε = 0.2, C = 2:
+    #   π_prox/β = 1, 2, 0.75, 4 → 2 (capped), 1;   r = 1.1, 1.0, 0.5, 1.5, 1.5;  Â = 1, −1, 2, −0.5, 1
+    #   min(rÂ, clip(r)Â) = 1.1, −1, 1.0 (r·Â), −0.75 (r·Â), 1.2 (clipped)
+    #   weighted = 1.1, −2, 0.75, −1.5, 1.2 → loss = −(−0.45)/5 = 0.09
+    # d loss / d log π_θ = −weight · r · Â / 5 where the unclipped term is the minimum, else 0.
+    behavior = np.log([0.5, 0.25, 0.4, 0.1, 0.2]).astype(np.float32)
+    proximal = np.log([0.5, 0.5, 0.3, 0.4, 0.2]).astype(np.float32)
+    current = np.log([0.55, 0.5, 0.15, 0.6, 0.3]).astype(np.float32)
+    advantages = np.array([1.0, -1.0, 2.0, -0.5, 1.0], np.float32)
+
+    def loss(lp):
+        return objectives.decoupled_ppo(lp, behavior, advantages, log_proximal=proximal,
+                                        clip_eps=0.2, is_max=2.0)
+    (value, metrics), grad = jax.value_and_grad(loss, has_aux=True)(current)
+    assert float(value) == pytest.approx(0.09, abs=1e-6)
+    np.testing.assert_allclose(grad, [-0.22, 0.4, -0.15, 0.3, 0.0], atol=1e-6)
+    assert float(metrics["clip_fraction"]) == pytest.approx(0.6)            # |r − 1| > ε
+    assert float(metrics["behavior_capped_fraction"]) == pytest.approx(0.2)  # π_prox/β > C
+    # The behavioural weight is data: no gradient reaches log π_prox through it, or log β.
+    grad_behavior = jax.grad(lambda lb: objectives.decoupled_ppo(
+        current, lb, advantages, log_proximal=proximal, clip_eps=0.2, is_max=2.0)[0])(behavior)
+    np.testing.assert_array_equal(grad_behavior, 0.0)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_decoupled_ppo_is_ppo_clip_when_the_proximal_policy_is_the_behaviour_one(masked):
+    log_prob, log_behavior, advantages = sample_inputs(14, spread=0.4)
+    mask = (np.arange(N) % 3 > 0) if masked else None
+
+    def decoupled(lp):
+        return objectives.decoupled_ppo(lp, log_behavior, advantages, log_proximal=log_behavior,
+                                        clip_eps=0.2, is_max=2.0, mask=mask)[0]
+
+    def ppo(lp):
+        return objectives.ppo_clip(lp, log_behavior, advantages, clip_eps=0.2, mask=mask)[0]
+    value, grad = jax.value_and_grad(decoupled)(log_prob)
+    expected, expected_grad = jax.value_and_grad(ppo)(log_prob)
+    np.testing.assert_array_equal(value, expected)
+    np.testing.assert_array_equal(grad, expected_grad)
+    assert np.any(np.asarray(grad) == 0.0) and np.any(np.asarray(grad) != 0.0)   # some clipped
+
+
 def test_spo_value():
     log_prob, log_behavior, advantages = sample_inputs(8, spread=0.4)
     ratio = np.exp(log_prob - log_behavior)
@@ -224,8 +267,11 @@ def test_the_filter_divergence_and_the_ratio_diagnostic_have_distinct_names():
 def test_every_registered_objective_is_the_objective_function_it_names():
     log_prob, log_behavior, advantages = sample_inputs(7, spread=0.5)
     kl = jnp.abs(log_prob - log_behavior)
-    inputs = algorithms.PolicyInputs(log_prob, log_behavior, advantages, kl=kl)
-    params = algorithms.ObjectiveParams(clip_eps=0.2, delta=0.05, rho_bar=1.0, kl_coef=0.1)
+    log_proximal = log_behavior + 0.3 * np.random.default_rng(1).normal(size=N).astype(np.float32)
+    inputs = algorithms.PolicyInputs(log_prob, log_behavior, advantages, kl=kl,
+                                     log_proximal=log_proximal)
+    params = algorithms.ObjectiveParams(clip_eps=0.2, delta=0.05, rho_bar=1.0, kl_coef=0.1,
+                                        decoupled_is_max=1.5)
     direct = {
         "tv_filter": objectives.tv_filter(log_prob, log_behavior, advantages, delta=0.05),
         "ppo_clip": objectives.ppo_clip(log_prob, log_behavior, advantages, clip_eps=0.2),
@@ -233,6 +279,9 @@ def test_every_registered_objective_is_the_objective_function_it_names():
         "spo": objectives.spo(log_prob, log_behavior, advantages, eps=0.2),
         "impala_pg": objectives.impala_pg(log_prob, log_behavior, advantages, rho_bar=1.0),
         "pg": objectives.is_pg(log_prob, log_behavior, advantages),
+        "decoupled_ppo": objectives.decoupled_ppo(log_prob, log_behavior, advantages,
+                                                  log_proximal=log_proximal, clip_eps=0.2,
+                                                  is_max=1.5),
     }
     assert set(algorithms.OBJECTIVES) == set(direct)
     for name, objective in algorithms.OBJECTIVES.items():
@@ -249,6 +298,8 @@ def test_one_vocabulary_for_algorithms_in_mujoco_and_the_llm():
     assert algorithms.REGISTRY["vaco"].objective.name == "tv_filter"
     assert algorithms.REGISTRY["ppo_clip"].objective.name == "ppo_clip"
     assert algorithms.REGISTRY["pg"].objective.name == "pg"
+    assert algorithms.REGISTRY["decoupled_ppo"].name == "gae+decoupled_ppo"
+    assert algorithms.REGISTRY["appo"].name == "vtrace_once+ppo_clip"   # Sample Factory, RLlib
     # Every LLM choice is an algorithm of the shared registry whose objective needs no critic/KL.
     for name in llm_config.OBJECTIVES:
         assert name in algorithms.REGISTRY and not algorithms.REGISTRY[name].objective.needs_kl
@@ -271,12 +322,12 @@ def poisoned_inputs(seed):
     masked = algorithms.PolicyInputs(
         jnp.asarray(log_prob), poison(log_behavior, -np.inf), poison(advantages, np.nan),
         mask=jnp.asarray(mask), log_reference=poison(log_behavior + 0.1, -np.inf),
-        kl=poison(kl, np.nan))
+        kl=poison(kl, np.nan), log_proximal=poison(log_behavior - 0.2, np.nan))
     half = slice(0, N // 2)
     direct = algorithms.PolicyInputs(
         jnp.asarray(log_prob[half]), jnp.asarray(log_behavior[half]),
         jnp.asarray(advantages[half]), log_reference=jnp.asarray(log_behavior[half] + 0.1),
-        kl=jnp.asarray(kl[half]))
+        kl=jnp.asarray(kl[half]), log_proximal=jnp.asarray(log_behavior[half] - 0.2))
     return masked, direct
 
 

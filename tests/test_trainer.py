@@ -247,6 +247,19 @@ def test_capacity_one_vaco_matches_unclipped_ppo_over_a_run():
                                    err_msg=key)
 
 
+def test_capacity_one_decoupled_ppo_is_ppo_clip_and_stale_data_is_reweighted():
+    """At C = 1 the proximal policy π_T is the behaviour policy (log π_T is log β bit for bit), so
+    decoupled PPO is PPO-Clip exactly; with stale snapshots (C = 3) π_T/β ≠ 1 and, with the cap at
+    1, a share of the samples is capped (none when π_T is β)."""
+    config = dataclasses.replace(TINY, capacity=1, max_capacity=0, decoupled_is_max=1.0)
+    runs = {(algo, c): jax.jit(Trainer(dataclasses.replace(config, algo=algo, capacity=c)).train)(
+        jax.random.PRNGKey(3)) for algo, c in [("ppo_clip", 1), ("decoupled_ppo", 1),
+                                               ("decoupled_ppo", 3)]}
+    assert_trees_equal(runs["decoupled_ppo", 1][0].params, runs["ppo_clip", 1][0].params)
+    assert np.all(runs["decoupled_ppo", 1][1]["behavior_capped_fraction"] == 0.0)
+    assert np.all(runs["decoupled_ppo", 3][1]["behavior_capped_fraction"][1:] > 0.1)
+
+
 # (The five named algorithms also learn, with finite metrics, in test_learning.py.)
 @pytest.mark.parametrize("algo", ["gae+tv_filter", "vtrace_once+clip", "vtrace_every+tv_filter"])
 def test_every_pairing_runs_and_reports_finite_metrics(algo):

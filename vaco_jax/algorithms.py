@@ -9,9 +9,10 @@ only call what the registry holds (no `if name == ...` chains):
   MuJoCo trainer and the LLM's GRPO (`vaco_jax.llm.grpo`) both call it.
 
 One vocabulary, the same everywhere (MuJoCo and LLM): the **algorithm** names `vaco`, `ppo_clip`,
-`ppo_kl`, `spo`, `impala`, `pg`; the **objective** names `tv_filter`, `ppo_clip`, `ppo_kl`, `spo`,
-`impala_pg`, `pg`. The LLM testbed has no critic, so there an algorithm contributes its objective
-and the advantage is always GRPO's group-normalised reward.
+`ppo_kl`, `spo`, `impala`, `pg`, `decoupled_ppo`, `appo`; the **objective** names `tv_filter`,
+`ppo_clip`, `ppo_kl`, `spo`, `impala_pg`, `pg`, `decoupled_ppo`. The LLM testbed has no critic, so
+there an algorithm contributes its objective and the advantage is always GRPO's group-normalised
+reward.
 
 Adding an algorithm: write its objective in `objectives.py`, register it in `OBJECTIVES`, name the
 pair in `REGISTRY`. Any `<estimator>+<objective>` string is accepted too (e.g. the ablations).
@@ -72,6 +73,8 @@ class PolicyInputs:
     mask: Any = None               # 1 = counts (e.g. answer tokens), None = every entry
     log_reference: Any = None      # log π_T(a|s) for `tv_reference=learner`, else None
     kl: Any = None                 # per-sample analytic KL(β ‖ π_θ), for objectives that need it
+    log_proximal: Any = None       # log π_prox(a|s) of decoupled PPO: π_T, the learner at the
+                                   # start of the iteration (both trainers always pass it)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +86,7 @@ class ObjectiveParams:
     is_max: Any = jnp.inf          # cap on the TV filter's importance weight
     rho_bar: Any = 1.0             # IMPALA's ρ̄
     kl_coef: Any = 0.0             # PPO-KL's β_KL
+    decoupled_is_max: Any = 2.0    # decoupled PPO's cap C on the behavioural weight π_prox/β
     filter_mode: str = "batch"     # "batch" | "per_sample" (static)
 
 
@@ -92,6 +96,12 @@ class Objective:
     fn: Callable
     needs_kl: bool = False
     """Reads `PolicyInputs.kl` (an analytic per-sample KL: Gaussian policies only)."""
+
+
+def _required(value, field: str):
+    if value is None:
+        raise ValueError(f"this objective needs PolicyInputs.{field}")
+    return value
 
 
 OBJECTIVES: dict[str, Objective] = {o.name: o for o in (
@@ -109,6 +119,10 @@ OBJECTIVES: dict[str, Objective] = {o.name: o for o in (
         x.log_prob, x.log_behavior, x.advantages, rho_bar=p.rho_bar, mask=x.mask)),
     Objective("pg", lambda x, p: objectives.is_pg(
         x.log_prob, x.log_behavior, x.advantages, mask=x.mask)),
+    Objective("decoupled_ppo", lambda x, p: objectives.decoupled_ppo(
+        x.log_prob, x.log_behavior, x.advantages,
+        log_proximal=_required(x.log_proximal, "log_proximal"), clip_eps=p.clip_eps,
+        is_max=p.decoupled_is_max, mask=x.mask)),
 )}
 # Names used by earlier versions, still accepted in stored configs.
 _OBJECTIVE_ALIASES = {"clip": "ppo_clip", "kl": "ppo_kl"}
@@ -136,6 +150,11 @@ REGISTRY: dict[str, Algorithm] = {
     "spo": pair("gae", "spo"),
     "impala": pair("vtrace_every", "impala_pg"),
     "pg": pair("gae", "pg"),
+    # Decoupled PPO (Hilton et al. 2021; AReaL): clipped around π_T, weighted by min(π_T/β, C).
+    "decoupled_ppo": pair("gae", "decoupled_ppo"),
+    # APPO (Sample Factory; RLlib): V-trace targets and advantages, PPO's clipped objective — the
+    # pairing also listed below as the ablation "Align without Filter".
+    "appo": pair("vtrace_once", "ppo_clip"),
 }
 # Ablations that separate Align from Filter (written as pairings).
 ABLATIONS = ("gae+tv_filter", "vtrace_once+ppo_clip")

@@ -40,9 +40,10 @@ class Config:
     ... — all 25 in the README; needs the dmc extra); or toy_reach, toy_bandit (pure JAX, for
     tests)."""
     algo: str = "vaco"
-    """Algorithm: vaco, ppo_clip, ppo_kl, spo, impala, pg, or any `<estimator>+<objective>` pairing
-    (estimators gae, vtrace_once, vtrace_every; objectives tv_filter, ppo_clip, ppo_kl, spo,
-    impala_pg, pg; e.g. the ablations gae+tv_filter, vtrace_once+ppo_clip)."""
+    """Algorithm: vaco, ppo_clip, ppo_kl, spo, impala, pg, decoupled_ppo, appo, or any
+    `<estimator>+<objective>` pairing (estimators gae, vtrace_once, vtrace_every; objectives
+    tv_filter, ppo_clip, ppo_kl, spo, impala_pg, pg, decoupled_ppo; e.g. the ablations
+    gae+tv_filter, vtrace_once+ppo_clip)."""
     seed: int = 0
     """Seed of the first run; seed i of a multi-seed run uses `seed + i`."""
     num_seeds: int = 1
@@ -121,6 +122,10 @@ class Config:
     """V-trace c̄ (truncation of the trace-cutting weight)."""
     is_max: float = math.inf
     """VACO truncation of the importance weight w (inf = none)."""
+    decoupled_is_max: float = 2.0
+    """Decoupled PPO's cap C on the behavioural weight min(π_T/β, C) (≥ 1; inf = none). 2 as in
+    truncated importance sampling's write-up (verl's `tis_imp_ratio_cap`, off by default there);
+    AReaL's `behav_imp_weight_cap` (also off by default) drops tokens above its cap instead."""
     reward_scale: float = 0.1
     """Multiply rewards by this before computing advantages and value targets (returns are logged
     unscaled). Keeps value losses from dominating the shared, norm-clipped gradient."""
@@ -185,6 +190,7 @@ class HParams:
     rho_bar: jnp.ndarray
     c_bar: jnp.ndarray
     is_max: jnp.ndarray
+    decoupled_is_max: jnp.ndarray
     reward_scale: jnp.ndarray
     vf_coef: jnp.ndarray
     ent_coef: jnp.ndarray
@@ -194,7 +200,7 @@ class HParams:
 
 
 # Floats that may be infinite (inf disables the mechanism); every other float must be finite.
-INFINITE_ALLOWED = ("delta", "is_max")
+INFINITE_ALLOWED = ("delta", "is_max", "decoupled_is_max")
 
 
 def _fail(field: str, value, allowed: str) -> None:
@@ -259,6 +265,9 @@ def validate(config: Config) -> None:
                  "adam_eps", "kl_target"]:
         if not floats[name] > 0:
             _fail(name, getattr(config, name), "must be > 0")
+    if not floats["decoupled_is_max"] >= 1:
+        _fail("decoupled_is_max", config.decoupled_is_max,
+              "must be >= 1 (inf = no cap): a cap below 1 would shrink on-policy samples' weight")
     for name in ["kl_coef", "vf_coef", "ent_coef"]:
         if floats[name] < 0:
             _fail(name, getattr(config, name), "must be >= 0")

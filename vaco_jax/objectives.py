@@ -51,8 +51,8 @@ def log_ratio(log_prob, log_reference):
 
     The value is `min(x, cap)` itself and the gradient rides on `x − sg(x)`, which is exactly 0
     for any finite x (`x − sg(x − cap)` would round to another value beyond |x| ≈ 2**24 in
-    float32). x is clipped to the finite numbers of its dtype first, so at x = ±inf (where `x − sg(x)` is NaN)
-    the value is the cap or −inf (a ratio of 0) with a zero gradient."""
+    float32). That term sees x clipped to its dtype's finite range, so at x = ±inf (where
+    `x − sg(x)` is NaN) the value is the cap or −inf (a ratio of 0), with a zero gradient."""
     x = jnp.asarray(log_prob - log_reference)
     largest = float(jnp.finfo(x.dtype).max)
     finite = jnp.clip(x, -largest, largest)
@@ -85,6 +85,34 @@ def ppo_clip(log_prob, log_behavior, advantages, *, clip_eps, mask=None):
     loss = -masked_mean(jnp.minimum(unclipped, clipped), mask)
     clipped_active = (jnp.abs(sg(ratio) - 1.0) > clip_eps).astype(ratio.dtype)
     return loss, {"clip_fraction": masked_mean(clipped_active, mask)}
+
+
+def decoupled_ppo(log_prob, log_behavior, advantages, *, log_proximal, clip_eps, is_max,
+                  mask=None):
+    """Decoupled PPO (Hilton et al. 2021, "Batch size-invariance for policy optimization"; AReaL's
+    asynchronous default): PPO's clipped surrogate around a proximal policy π_prox rather than the
+    behaviour policy, importance-weighted from β to π_prox:
+
+    ```
+    L = −E[ sg(min(π_prox/β, C)) · min(r Â, clip(r, 1±ε) Â) ],     r = π_θ / π_prox
+    ```
+    Clipping bounds how far the update moves from π_prox (here π_T, the learner at the start of the
+    iteration: forward lag), whatever the data's staleness (backward lag), which the behavioural
+    weight corrects, truncated at C (`is_max`; truncated importance sampling, as verl's TIS; C ≥ 1).
+    With π_prox = β the weight is 1 and this is `ppo_clip`, bit for bit.
+    """
+    log_prob, log_behavior, advantages, log_proximal = unmasked(
+        mask, log_prob, log_behavior, advantages, log_proximal)
+    behavior_ratio = jnp.exp(sg(log_ratio(log_proximal, log_behavior)))
+    behavior_weight = jnp.minimum(behavior_ratio, is_max)
+    ratio = jnp.exp(log_ratio(log_prob, sg(log_proximal)))
+    unclipped = ratio * advantages
+    clipped = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantages
+    loss = -masked_mean(behavior_weight * jnp.minimum(unclipped, clipped), mask)
+    clipped_active = (jnp.abs(sg(ratio) - 1.0) > clip_eps).astype(ratio.dtype)
+    return loss, {"clip_fraction": masked_mean(clipped_active, mask),
+                  "behavior_capped_fraction": masked_mean(
+                      (behavior_ratio > is_max).astype(ratio.dtype), mask)}
 
 
 def ppo_kl(log_prob, log_behavior, advantages, *, kl, kl_coef, mask=None):

@@ -260,11 +260,14 @@ class Trainer:
         kl = None
         if objective.needs_kl:
             kl = networks.gaussian(mb.behavior_loc, mb.behavior_scale).kl_divergence(dist)
+        # π_T is decoupled PPO's proximal policy (an objective that does not read it costs nothing).
         inputs = algorithms.PolicyInputs(
             log_prob, mb.log_behavior, advantages, kl=kl,
-            log_reference=mb.log_learner_start if config.tv_reference == "learner" else None)
-        params = algorithms.ObjectiveParams(hp.clip_eps, hp.delta, hp.is_max, hp.rho_bar, kl_coef,
-                                            config.filter_mode)
+            log_reference=mb.log_learner_start if config.tv_reference == "learner" else None,
+            log_proximal=mb.log_learner_start)
+        params = algorithms.ObjectiveParams(
+            clip_eps=hp.clip_eps, delta=hp.delta, is_max=hp.is_max, rho_bar=hp.rho_bar,
+            kl_coef=kl_coef, decoupled_is_max=hp.decoupled_is_max, filter_mode=config.filter_mode)
         return objective.fn(inputs, params)
 
     # --- chunks and the whole run ------------------------------------------------------------

@@ -21,7 +21,7 @@ from vaco_jax.llm.problems import Difficulty
 
 # The algorithms (`vaco_jax.algorithms` names) the LLM testbed runs: their objectives need only
 # token ratios and advantages (no critic, no analytic KL).
-OBJECTIVES = ("ppo_clip", "vaco", "pg")
+OBJECTIVES = ("ppo_clip", "vaco", "pg", "decoupled_ppo")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,9 +59,10 @@ class SFTConfig:
 
 @dataclasses.dataclass(frozen=True)
 class GRPOConfig:
-    objective: Literal["ppo_clip", "vaco", "pg"] = "vaco"
+    objective: Literal["ppo_clip", "vaco", "pg", "decoupled_ppo"] = "vaco"
     """The algorithm whose policy objective is used (names as in `vaco_jax.algorithms`): `ppo_clip`
-    (token-ratio clipping), `vaco` (the TV filter on token ratios), `pg` (`−E[wÂ]`, no constraint).
+    (token-ratio clipping), `vaco` (the TV filter on token ratios), `pg` (`−E[wÂ]`, no constraint),
+    `decoupled_ppo` (clipping around π_T, tokens weighted by min(π_T/β, C); PPO-clip on-policy).
     Advantages are always GRPO's group-normalised rewards (there is no critic to realign)."""
     num_prompts: int = 8
     """Prompts per generated batch."""
@@ -85,6 +86,9 @@ class GRPOConfig:
     """PPO ε (and the clip-fraction diagnostic for every objective)."""
     delta: float = 0.005
     """VACO's TV threshold δ (token ratios stay near 1, so much smaller than MuJoCo's 0.2)."""
+    decoupled_is_max: float = 2.0
+    """Decoupled PPO's cap C on the behavioural weight π_T/β (≥ 1; only backward lag makes it
+    differ from 1); as `vaco_jax.config.Config.decoupled_is_max`."""
     tv_reference: Literal["behavior", "learner"] = "behavior"
     temperature: float = 1.0
     top_p: float = 1.0
@@ -128,13 +132,15 @@ class GRPOHParams:
     delta: jnp.ndarray
     temperature: jnp.ndarray
     capacity: jnp.ndarray
+    decoupled_is_max: jnp.ndarray
 
 
 def hparams(config: GRPOConfig) -> GRPOHParams:
     f = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
     return GRPOHParams(jnp.asarray(OBJECTIVES.index(config.objective), jnp.int32),
                        f(config.learning_rate), f(config.clip_eps), f(config.delta),
-                       f(config.temperature), jnp.asarray(config.capacity, jnp.int32))
+                       f(config.temperature), jnp.asarray(config.capacity, jnp.int32),
+                       f(config.decoupled_is_max))
 
 
 def stack_hparams(items: list[GRPOHParams]) -> GRPOHParams:
@@ -189,6 +195,8 @@ def validate(config: LLMConfig) -> LLMConfig:
         _bad("grpo.top_p", g.top_p, "must be in (0, 1]")
     if not (g.delta >= 0):
         _bad("grpo.delta", g.delta, "must be >= 0")
+    if not (g.decoupled_is_max >= 1):
+        _bad("grpo.decoupled_is_max", g.decoupled_is_max, "must be >= 1 (inf = no cap)")
     if not (g.clip_eps > 0):
         _bad("grpo.clip_eps", g.clip_eps, "must be > 0")
     if g.capacity < 1 or g.capacity > g.slots:

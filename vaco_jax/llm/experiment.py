@@ -33,7 +33,7 @@ class Experiment:
     ns: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
     """Minibatch updates per generated batch (forward lag)."""
     objectives: tuple[str, ...] = ("ppo_clip", "vaco")
-    """Objectives to compare (any of ppo_clip, vaco, pg)."""
+    """Objectives to compare (any of ppo_clip, vaco, pg, decoupled_ppo)."""
     out: str = "runs/llm/cpu"
     """Results directory: config.json, results.jsonl (one row per N, objective, seed), summary.json."""
     plot: bool = True
@@ -168,7 +168,8 @@ def plot(summary, path, title=""):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colors = {"ppo_clip": "tab:red", "vaco": "tab:blue", "pg": "tab:gray"}
+    colors = {"ppo_clip": "tab:red", "vaco": "tab:blue", "pg": "tab:gray",
+              "decoupled_ppo": "tab:purple"}
     fig, (ax_acc, ax_frac, ax_curve) = plt.subplots(1, 3, figsize=(16, 4))
     for objective, table in summary["by_objective"].items():
         ns = np.array(sorted(int(n) for n in table))

@@ -9,7 +9,8 @@ One iteration:
 4. log β of every answer token as the sampler drew it (from its own logits), and, with a stale
    behaviour policy, log π_T by one teacher-forced pass (without gradient);
 5. **N minibatch updates** on the batch (× `num_epochs`): the forward-lag knob. Objective on token
-   ratios `w = π_θ/β`: `ppo_clip`, `vaco` (the TV filter of SPEC §3.2) or `pg` (`−E[wÂ]`);
+   ratios `w = π_θ/β`: `ppo_clip`, `vaco` (the TV filter of SPEC §3.2), `pg` (`−E[wÂ]`) or
+   `decoupled_ppo` (clipping `π_θ/π_T`, tokens weighted by `min(π_T/β, C)`);
 6. push the new parameters into the ring buffer.
 
 **What w means under top-p sampling.** π_θ and β are both the model's own tempered softmax
@@ -97,15 +98,18 @@ def policy_loss(log_prob, batch: Batch, hp: GRPOHParams, tv_reference: str = "be
     """The objective of algorithm `hp.objective` (an index into `OBJECTIVES`) on token ratios.
 
     The objectives are the shared ones of `vaco_jax.algorithms` (`vaco` → `tv_filter`, `ppo_clip`
-    → `ppo_clip`, `pg` → `pg`), called with the shared signature. The choice is a traced leaf,
+    → `ppo_clip`, `pg` → `pg`, `decoupled_ppo` → `decoupled_ppo` with π_T as the proximal
+    policy), called with the shared signature. The choice is a traced leaf,
     taken by `lax.switch`, so one compiled program can run all of them side by side under `vmap`.
     Every objective logs the same diagnostics of `w = π_θ/β` (`tv_estimate`, `clip_fraction =
     mean(|w − 1| > ε)`, `approx_kl`, `max_ratio`) and `filtered_fraction` (0 for non-filters).
     """
     inputs = algorithms.PolicyInputs(
         log_prob, batch.log_behavior, batch.advantages, mask=batch.mask,
-        log_reference=batch.log_learner_start if tv_reference == "learner" else None)
-    params = algorithms.ObjectiveParams(clip_eps=hp.clip_eps, delta=hp.delta)
+        log_reference=batch.log_learner_start if tv_reference == "learner" else None,
+        log_proximal=batch.log_learner_start)
+    params = algorithms.ObjectiveParams(clip_eps=hp.clip_eps, delta=hp.delta,
+                                        decoupled_is_max=hp.decoupled_is_max)
 
     def branch(objective):
         def run():
