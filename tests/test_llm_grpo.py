@@ -283,6 +283,28 @@ def test_warm_start_key_follows_the_data_and_the_code_that_makes_it(tmp_path, mo
     assert sft.cache_key(TINY) == procedural
 
 
+def test_each_evaluation_tells_optimisation_from_generalisation(tmp_path):
+    # Beside held-out greedy accuracy: greedy accuracy on a fixed sample of training problems and
+    # sampled (temperature 1) accuracy on held-out problems, per evaluation, per row, summarised.
+    config = llm_config.replace(TINY, grpo=dict(num_seeds=1))
+    train_set, test_set = experiment.load_problems(config)
+    params = model.init_params(config.model, jax.random.PRNGKey(0))
+    rows = experiment.train_one_n(config, 1, ("ppo_clip",), params, train_set, test_set,
+                                  log=lambda _: None, compiler_options=experiment.FAST_COMPILE)
+    (row,) = rows
+    for key in experiment.EVALUATIONS:
+        assert len(row[key]) == len(row["eval_iterations"]) == 2, key
+        assert np.all((0 <= row[key]) & (row[key] <= 1)), (key, row[key])
+    for key in ("final_accuracy", "final_train_greedy_accuracy", "final_sampled_accuracy"):
+        assert 0 <= row[key] <= 1, key
+    entry = experiment.summarize(io.to_jsonable(rows), 0.0)["by_objective"]["ppo_clip"]["1"]
+    for key in ("mean", "train_reward", "train_greedy_accuracy", "sampled_accuracy"):
+        assert 0 <= entry[key] <= 1, key
+    assert entry["train_greedy_accuracy_by_seed"] == [row["final_train_greedy_accuracy"]]
+    assert entry["generalization_gap"] == pytest.approx(
+        row["final_train_greedy_accuracy"] - row["final_accuracy"])
+
+
 # --- the sweep driver (no compilation: training is replaced by a stub) ---------------------------
 def fake_rows(config, n, objectives, params, train_set, test_set, log=print,
               compiler_options=None):
@@ -292,6 +314,10 @@ def fake_rows(config, n, objectives, params, train_set, test_set, log=print,
             acc = 0.5 - 0.01 * n * (o == "ppo_clip") + 0.01 * seed
             rows.append({"n": n, "objective": o, "seed": seed, "eval_iterations": [2, 4],
                          "eval_accuracy": [0.4, acc], "final_accuracy": acc,
+                         "eval_sampled_accuracy": [0.3, acc - 0.1],
+                         "final_sampled_accuracy": acc - 0.1,
+                         "train_greedy_accuracy": [0.5, acc + 0.2],
+                         "final_train_greedy_accuracy": acc + 0.2,
                          "reward": [0.3, 0.4], "clip_fraction_mean": [0.01 * n, 0.03 * n],
                          "filtered_fraction_mean": [0.0, 0.02 * n * (o == "vaco")],
                          "tv_estimate_mean": [0.001 * n, 0.001 * n],
@@ -318,6 +344,9 @@ def test_sweep_resumes_summarises_and_refuses_other_configs(tmp_path, monkeypatc
     assert ppo4["std"] == pytest.approx(np.std([0.46, 0.47], ddof=1))
     assert ppo4["clip_fraction"] == pytest.approx(0.08)
     assert summary["by_objective"]["vaco"]["4"]["filtered_fraction"] == pytest.approx(0.04)
+    assert ppo4["train_greedy_accuracy"] == pytest.approx(0.665)
+    assert ppo4["sampled_accuracy_by_seed"] == pytest.approx([0.36, 0.37])
+    assert ppo4["generalization_gap"] == pytest.approx(0.2)
     assert summary["base_accuracy"] == 0.45
     # Every output, the figure included, is under `out`.
     assert (tmp_path / "out" / "forward_lag.png").stat().st_size > 10_000

@@ -97,6 +97,10 @@ class GRPOConfig:
     (why: `vaco_jax.llm.grpo`)."""
     scale_advantages: bool = True
     """Divide group-centred rewards by the group's standard deviation (GRPO); off = Dr. GRPO."""
+    train_eval_size: int = 256
+    """Training problems (the first of the train set, a fixed sample) whose greedy accuracy every
+    evaluation measures beside the held-out one (0 = none): both low is an optimisation failure,
+    training high and held-out low a generalisation gap. Static."""
     capacity: int = 1
     """Backward lag: generate with a snapshot drawn from the last `capacity` (1 = on-policy)."""
     max_capacity: int = 0
@@ -180,6 +184,8 @@ def validate(config: LLMConfig) -> LLMConfig:
         _bad("grpo.objective", g.objective, f"one of {OBJECTIVES}")
     if g.group_size < 2:
         _bad("grpo.group_size", g.group_size, "must be >= 2 (advantages are relative to the group)")
+    if g.train_eval_size < 0:
+        _bad("grpo.train_eval_size", g.train_eval_size, "must be >= 0")
     for field in ("num_prompts", "num_minibatches", "num_epochs", "iterations", "eval_every",
                   "num_seeds"):
         if getattr(g, field) < 1:
@@ -225,7 +231,7 @@ PRESETS = {
                         num_test=32, prompt_len=52, answer_len=16),
         sft=SFTConfig(steps=60, batch_size=16, learning_rate=3e-3, warmup_steps=10),
         grpo=GRPOConfig(num_prompts=4, group_size=4, iterations=4, eval_every=2, num_seeds=2,
-                        learning_rate=1e-4, delta=0.005)),
+                        learning_rate=1e-4, delta=0.005, train_eval_size=32)),
     # experiments/llm_forward_lag.py on a 2-core CPU: a 113k-parameter model, 1–2 step problems;
     # half the warm-start demonstrations answer directly, which the model does unreliably, so
     # on-policy RL has something to learn (to work the problem). δ from an N = 8 pilot (seeds

@@ -56,6 +56,9 @@ class Experiment:
 
 FIGURE = "forward_lag.png"   # written into the results directory
 
+# What each evaluation measures (`GRPO.evaluations`), `[num_evals]` per row.
+EVALUATIONS = ("eval_accuracy", "eval_sampled_accuracy", "train_greedy_accuracy")
+
 # XLA options that roughly halve CPU compile time at the cost of run time (tests, tiny runs).
 FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
 
@@ -116,11 +119,12 @@ def train_one_n(config: LLMConfig, n: int, objectives, params, train_set, test_s
     for i, (objective, seed) in enumerate(pairs):
         m = jax.tree.map(lambda x: np.asarray(x[i]), metrics)
         steps = m.pop("steps")
+        evaluations = {k: m.pop(k) for k in EVALUATIONS}                      # [num_evals]
         rows.append({
             "n": n, "objective": objective, "seed": seed,
             "eval_iterations": [(j + 1) * cfg.grpo.eval_every
-                                for j in range(len(m["eval_accuracy"]))],
-            "eval_accuracy": m.pop("eval_accuracy"),
+                                for j in range(len(evaluations["eval_accuracy"]))],
+            **evaluations,
             **{k: v for k, v in m.items()},                                   # [iterations]
             **{f"{k}_mean": v.mean(-1) for k, v in steps.items()},          # [iterations]
             "tv_estimate_max": steps["tv_estimate"].max(-1),
@@ -128,13 +132,20 @@ def train_one_n(config: LLMConfig, n: int, objectives, params, train_set, test_s
             "tv_estimate_by_step": steps["tv_estimate"].mean(0),              # [K·N]
             "compile_seconds": compile_s, "run_seconds": run_s,
         })
-        rows[-1]["final_accuracy"] = float(rows[-1]["eval_accuracy"][-1])
+        rows[-1]["final_accuracy"] = float(evaluations["eval_accuracy"][-1])
+        rows[-1]["final_sampled_accuracy"] = float(evaluations["eval_sampled_accuracy"][-1])
+        rows[-1]["final_train_greedy_accuracy"] = float(evaluations["train_greedy_accuracy"][-1])
     return rows
 
 
 def summarize(rows, base_accuracy: float):
-    """Per (objective, N): final accuracy over seeds (mean, std, min, max, per seed) and the mean
-    clip fraction, filtered fraction and TV estimate over all minibatch steps of all seeds."""
+    """Per (objective, N): final held-out greedy accuracy over seeds (mean, std, min, max, per
+    seed); the mean clip fraction, filtered fraction and TV estimate over all minibatch steps of all
+    seeds; and, to tell an optimisation failure from a generalisation gap, the training reward
+    (sampled answers to the training batches) beside the final greedy accuracy on a fixed sample of
+    training problems (`train_greedy_accuracy`, and its excess over held-out, `generalization_gap`)
+    and the final held-out accuracy of sampled answers (`sampled_accuracy`), means over seeds with
+    per-seed lists. (Rows of versions before these evaluations have none: their entries lack them.)"""
     summary = {"base_accuracy": base_accuracy, "by_objective": {}}
     for objective in sorted({r["objective"] for r in rows}):
         table = {}
@@ -155,6 +166,15 @@ def summarize(rows, base_accuracy: float):
                 "tv_estimate_max": float(np.max([np.max(r["tv_estimate_max"]) for r in runs])),
                 "approx_kl": mean_of("approx_kl_mean"),
             }
+            for key, name in (("final_train_greedy_accuracy", "train_greedy_accuracy"),
+                              ("final_sampled_accuracy", "sampled_accuracy")):
+                if all(key in r for r in runs):
+                    values = np.array([r[key] for r in runs])
+                    table[str(n)][name] = float(values.mean())
+                    table[str(n)][f"{name}_by_seed"] = values.tolist()
+            if "train_greedy_accuracy" in table[str(n)]:
+                table[str(n)]["generalization_gap"] = (table[str(n)]["train_greedy_accuracy"]
+                                                       - float(acc.mean()))
         summary["by_objective"][objective] = table
     return summary
 
@@ -264,10 +284,13 @@ def run(experiment: Experiment, log=print) -> dict:
             io.append_jsonl(results_path, new_rows)
         rows += io.to_jsonable(new_rows)
         for o in todo:
-            acc = [r["final_accuracy"] for r in new_rows if r["objective"] == o]
+            runs = [r for r in new_rows if r["objective"] == o]
+            acc = [r["final_accuracy"] for r in runs]
             spread = f" ± {np.std(acc, ddof=1):.3f}" if len(acc) > 1 else ""
             log(f"       {o:>8}: final accuracy {np.mean(acc):.3f}{spread} "
-                f"(seeds {', '.join(f'{a:.3f}' for a in acc)})")
+                f"(seeds {', '.join(f'{a:.3f}' for a in acc)}); on train problems "
+                f"{np.mean([r['final_train_greedy_accuracy'] for r in runs]):.3f}, sampled "
+                f"{np.mean([r['final_sampled_accuracy'] for r in runs]):.3f}")
 
     wanted = [r for r in rows if r["n"] in experiment.ns and r["objective"] in experiment.objectives]
     summary = summarize(wanted, warm["base_accuracy"])

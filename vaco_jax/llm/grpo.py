@@ -26,8 +26,9 @@ the policy gradient of the untruncated policy estimated on nucleus samples, a bi
 `top_p` → 1 (as in RL trainers that sample with top-p and compute old log-probabilities from the
 full softmax).
 
-`GRPO(config, train_set, test_set).train(key, params, hparams)` runs all iterations with a greedy
-held-out evaluation every `eval_every`; vmap it over keys for seeds.
+`GRPO(config, train_set, test_set).train(key, params, hparams)` runs all iterations with an
+evaluation every `eval_every` (held-out greedy and sampled accuracy, greedy accuracy on a fixed
+sample of training problems); vmap it over keys for seeds.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from vaco_jax.objectives import sg
 from vaco_jax.llm import sampling, verifier
 from vaco_jax.llm.config import OBJECTIVES, GRPOHParams, LLMConfig, hparams as make_hparams
 from vaco_jax.llm.dataset import ProblemSet
-from vaco_jax.llm.evaluation import greedy_accuracy
+from vaco_jax.llm.evaluation import greedy_accuracy, sampled_accuracy
 from vaco_jax.llm.model import Transformer, answer_mask, sequence_log_probs
 
 STEP_METRICS = ("tv_estimate", "clip_fraction", "filtered_fraction", "approx_kl", "max_ratio",
@@ -221,20 +222,36 @@ class GRPO:
         test = (self.data if data is None else data).test
         return greedy_accuracy(params, test, self.config.model, self.config.task.answer_len)
 
+    def evaluations(self, params, iteration, data: Data | None = None):
+        """Everything an evaluation measures (`vaco_jax.llm.evaluation`): held-out greedy accuracy
+        (`eval_accuracy`), held-out sampled accuracy at temperature 1 (`eval_sampled_accuracy`; the
+        key depends on the iteration only, so every run draws with the same noise) and greedy
+        accuracy on a fixed sample of `train_eval_size` training problems
+        (`train_greedy_accuracy`; NaN when the size is 0)."""
+        data = self.data if data is None else data
+        m, answer_len = self.config.model, self.config.task.answer_len
+        key = jax.random.fold_in(jax.random.PRNGKey(0), iteration)
+        size = min(self.config.grpo.train_eval_size, len(data.train))
+        train_sample = jax.tree.map(lambda x: x[:size], data.train)
+        return {"eval_accuracy": self.evaluate(params, data),
+                "eval_sampled_accuracy": sampled_accuracy(params, data.test, m, answer_len, key),
+                "train_greedy_accuracy": (greedy_accuracy(params, train_sample, m, answer_len)
+                                          if size else jnp.float32(jnp.nan))}
+
     def train(self, key, params, hparams: GRPOHParams | None = None, data: Data | None = None):
         """All iterations from warm-start `params`. Returns `(state, metrics)`: per-iteration
-        metrics `[iterations]` (step metrics `[iterations, K·N]`) and `eval_accuracy [num_evals]`
-        (after every `eval_every` iterations). Pass `data` (e.g. `self.data`) as an argument
-        under `jit` for large problem sets."""
+        metrics `[iterations]` (step metrics `[iterations, K·N]`) and the `evaluations`
+        `[num_evals]` (after every `eval_every` iterations). Pass `data` (e.g. `self.data`) as an
+        argument under `jit` for large problem sets."""
         g = self.config.grpo
         state = self.init(key, params, hparams)
 
         def chunk(state, _):
             state, metrics = jax.lax.scan(lambda s, _: self.iteration(s, data), state, None,
                                           length=g.eval_every)
-            return state, (metrics, self.evaluate(state.params, data))
+            return state, (metrics, self.evaluations(state.params, state.iteration, data))
 
-        state, (metrics, accuracy) = jax.lax.scan(chunk, state, None,
-                                                  length=g.iterations // g.eval_every)
+        state, (metrics, evaluations) = jax.lax.scan(chunk, state, None,
+                                                     length=g.iterations // g.eval_every)
         metrics = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), metrics)
-        return state, {**metrics, "eval_accuracy": accuracy}
+        return state, {**metrics, **evaluations}
