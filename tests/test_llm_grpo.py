@@ -420,7 +420,7 @@ def test_on_policy_the_ratio_is_one_at_any_top_p(nucleus_batches, top_p):
     live = np.asarray(batch.mask) > 0
     assert (~live).any(), "no answer ended early: the padding case is not exercised"
     log_ratio = np.asarray(log_prob - batch.log_behavior)[live]
-    assert np.abs(log_ratio).max() <= 2e-6, (top_p, np.abs(log_ratio).max())
+    assert np.abs(log_ratio).max() <= 1e-5, (top_p, np.abs(log_ratio).max())   # 1.4e-6 here
     assert np.all(np.isfinite(np.asarray(batch.log_behavior)))
     np.testing.assert_array_equal(metrics["clip_fraction"], 0.0)
     np.testing.assert_array_equal(metrics["filtered_fraction"], 0.0)

@@ -207,6 +207,8 @@ OBJECTIVES = {
     "ppo_kl": lambda lp, lb, adv: objectives.ppo_kl(lp, lb, adv, kl=lp - lb, kl_coef=0.1),
     "spo": lambda lp, lb, adv: objectives.spo(lp, lb, adv, eps=0.2),
     "impala_pg": lambda lp, lb, adv: objectives.impala_pg(lp, lb, adv, rho_bar=1.0),
+    "decoupled_ppo": lambda lp, lb, adv: objectives.decoupled_ppo(
+        lp, lb, adv, log_proximal=-lp, clip_eps=0.2, is_max=2.0),
     "tv_filter": lambda lp, lb, adv: objectives.tv_filter(lp, lb, adv, delta=0.2),
     "tv_filter/learner": lambda lp, lb, adv: objectives.tv_filter(lp, lb, adv, delta=0.2,
                                                                   log_reference=lp + 3.0),
