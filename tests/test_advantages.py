@@ -141,3 +141,23 @@ def test_vtrace_clips_importance_weights():
     tiny = dict(batch, log_rhos=np.full((T, B), -30.0, np.float32))
     np.testing.assert_allclose(vtrace(**tiny, gamma=GAMMA, lambda_=LAMBDA)[0], batch["values"],
                                atol=1e-6)
+
+
+def test_a_terminal_steps_next_value_is_never_read():
+    # An episode that ends in a physics blow-up may leave a NaN final observation, hence a NaN
+    # V(s'_t); multiplying it by the zero discount (0 · NaN = NaN) poisoned every advantage before.
+    batch = random_batch(3, p_terminated=0.3)
+    terminated = batch["terminated"]
+    assert terminated.any()
+    poisoned = dict(batch, next_values=np.where(terminated, np.nan, batch["next_values"]))
+    zeroed = dict(batch, next_values=np.where(terminated, 0.0, batch["next_values"]))
+    gae_args = {k: v for k, v in poisoned.items() if k != "log_rhos"}
+    advantages = gae(**gae_args, gamma=GAMMA, lambda_=LAMBDA)
+    assert np.all(np.isfinite(advantages))
+    np.testing.assert_array_equal(advantages, gae(**{k: v for k, v in zeroed.items() if k != "log_rhos"},
+                                                  gamma=GAMMA, lambda_=LAMBDA))
+    # Nor by V-trace; and where no NaN is, the results are bit for bit those of the product.
+    targets, advantages = vtrace(**poisoned, gamma=GAMMA, lambda_=LAMBDA)
+    assert np.all(np.isfinite(targets)) and np.all(np.isfinite(advantages))
+    for got, want in zip((targets, advantages), vtrace(**batch, gamma=GAMMA, lambda_=LAMBDA)):
+        np.testing.assert_array_equal(got, want)

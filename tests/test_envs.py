@@ -177,3 +177,34 @@ def test_unstarted_envs_are_reset_by_start_and_started_ones_left_alone():
     expected = jax.tree.map(lambda a, b: jnp.stack([a, b]), reset, vec_env.reset(other))
     for x, y in zip(jax.tree.leaves(out), jax.tree.leaves(expected)):
         np.testing.assert_array_equal(x, y)
+
+
+class BlowUpReach(envs.ToyReach):
+    """toy_reach whose episodes end, at the box's edge, in a NaN reward and observation (as a
+    physics blow-up ends a DM Control episode)."""
+
+    def step(self, state, action):
+        state = super().step(state, action)
+        blown = state.done > 0.5
+        return state.replace(obs=jnp.where(blown, jnp.nan, state.obs),
+                             reward=jnp.where(blown, jnp.nan, state.reward))
+
+
+def test_an_episode_ending_in_nan_ends_with_zeros_and_is_counted():
+    _, result, obs_after = run(envs.VecEnv(BlowUpReach(), num_envs=4, episode_length=1000), 40,
+                               action_value=1.0)   # out of the box by ~step 30
+    _, plain, _ = run(envs.VecEnv(envs.ToyReach(), num_envs=4, episode_length=1000), 40,
+                      action_value=1.0)
+    ended = np.asarray(result.terminated)
+    assert ended.any()
+    np.testing.assert_array_equal(result.nonfinite, ended)
+    for values in (result.reward, result.next_obs, result.episode_return, obs_after):
+        assert np.all(np.isfinite(values))
+    assert np.all(np.asarray(result.next_obs)[ended] == 0.0)
+    # Every other step is what the env returned, bit for bit; the episode's return lacks only the
+    # final (NaN) reward.
+    np.testing.assert_array_equal(result.reward, np.where(ended, 0.0, plain.reward))
+    np.testing.assert_array_equal(np.asarray(result.next_obs)[~ended],
+                                  np.asarray(plain.next_obs)[~ended])
+    np.testing.assert_allclose(np.asarray(result.episode_return)[ended],
+                               np.asarray(plain.episode_return - plain.reward)[ended], rtol=1e-6)

@@ -268,3 +268,28 @@ def test_every_pairing_runs_and_reports_finite_metrics(algo):
     for key in ["loss", "policy_loss", "value_loss", "tv_estimate", "eval_return"]:
         assert np.all(np.isfinite(metrics[key])), key
     assert metrics["env_steps"][-1] == config.env_steps
+
+
+class BlowUpBandit(envs.ToyBandit):
+    """toy_bandit whose episode ends in a NaN reward and observation when the action exceeds 0.5,
+    as a physics blow-up ends a DM Control episode."""
+
+    def step(self, state, action):
+        state = super().step(state, action)
+        blown = action[0] > 0.5
+        return state.replace(obs=jnp.where(blown, jnp.nan, state.obs),
+                             reward=jnp.where(blown, jnp.nan, state.reward))
+
+
+def test_episodes_ending_in_nan_are_counted_and_do_not_poison_the_update(monkeypatch):
+    # A NaN reward, or the NaN final observation's value (multiplied by a zero discount), used to
+    # make the advantages and the loss NaN: the divergence guard then froze the seed.
+    monkeypatch.setattr(trainer_lib, "make_env", lambda *args: BlowUpBandit())
+    trainer = Trainer(dataclasses.replace(TINY, env="toy_bandit"))
+    state, metrics = jax.jit(trainer.learn_chunk)(trainer.init(jax.random.PRNGKey(0)))
+    assert trainer_lib.nonfinite_names(state.health.nonfinite) == []
+    for name in ("loss", "policy_loss", "value_loss", "train_return"):
+        assert np.isfinite(metrics[name]), name
+    assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(state.params))
+    steps = TINY.iterations_per_eval * TINY.unroll_length * TINY.num_envs   # one episode each
+    assert 0 < float(metrics["nonfinite_episodes"]) < steps

@@ -8,6 +8,9 @@ Conventions (the same for both estimators):
     recursion must not run into the next episode).
   * `V(s_T)` after the last step is `next_values[T - 1]` (equal to it whenever step T-1 did not end
     the episode, and unused when it did).
+  * A terminal step's next value is never read (`where`, not a product with `1 − terminated`): the
+    final observation of an episode that ended in a physics blow-up may be NaN, and `0 · NaN`
+    would poison every advantage before it.
 Both are one reverse `lax.scan` over T on whole `[B]` rows (no per-sequence vmap).
 """
 
@@ -24,7 +27,7 @@ def gae(rewards, values, next_values, terminated, truncated, *, gamma, lambda_):
     `γ_t = γ (1 − terminated_t)`.
     """
     discounts = gamma * (1.0 - terminated.astype(values.dtype))
-    deltas = rewards + discounts * next_values - values
+    deltas = rewards + discounts * bootstrap_values(next_values, terminated) - values
     trace = discounts * lambda_ * (1.0 - truncated.astype(values.dtype))
 
     def step(next_advantage, xs):
@@ -50,6 +53,7 @@ def vtrace(log_rhos, rewards, values, next_values, terminated, truncated, *, gam
     Returns `(targets, advantages)`; neither carries gradient.
     """
     log_rhos, values, next_values = jax.lax.stop_gradient((log_rhos, values, next_values))
+    next_values = bootstrap_values(next_values, terminated)
     dtype = values.dtype
     not_truncated = 1.0 - truncated.astype(dtype)
     discounts = gamma * (1.0 - terminated.astype(dtype))
@@ -71,3 +75,8 @@ def vtrace(log_rhos, rewards, values, next_values, terminated, truncated, *, gam
     bootstrap = jnp.where(truncated.astype(bool), next_values, next_targets)
     advantages = rewards + discounts * (lambda_ * bootstrap + (1.0 - lambda_) * next_values) - values
     return targets, advantages
+
+
+def bootstrap_values(next_values, terminated):
+    """`V(s'_t)` where step t did not terminate, 0 where it did (so a NaN there is never read)."""
+    return jnp.where(terminated.astype(bool), 0.0, next_values)

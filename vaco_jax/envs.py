@@ -286,6 +286,8 @@ class EnvState:
     pool: Any           # [B] fresh initial states, handed out in order to envs that end
     pool_used: jax.Array       # int32: entries of `pool` already handed out (B = empty)
     started: jax.Array         # bool: the envs have been reset (false until `VecEnv.start`)
+    nonfinite_episodes: jax.Array  # [B] int32: episodes so far that ended in a non-finite reward
+                                   # or observation (replaced by 0: `zero_nonfinite_ends`)
 
     @property
     def obs(self):
@@ -301,6 +303,8 @@ class StepResult:
     terminated: jax.Array      # bool: terminal state, no bootstrap
     truncated: jax.Array       # bool: time limit reached in a non-terminal state, bootstrap
     episode_return: jax.Array  # return of the episode that ended at this step (0 where none did)
+    nonfinite: jax.Array       # bool: the episode ended here with a non-finite reward or next
+                               # observation, replaced by 0 in both (see `zero_nonfinite_ends`)
 
 
 class VecEnv:
@@ -319,8 +323,9 @@ class VecEnv:
         inner = jax.vmap(self.env.reset)(jax.random.split(key, self.num_envs))
         zeros = jnp.zeros((self.num_envs,))
         # The pool starts empty (`inner` only gives it its structure); the first env to end fills it.
-        return EnvState(inner, jnp.zeros((self.num_envs,), jnp.int32), zeros, inner,
-                        jnp.int32(self.num_envs), jnp.bool_(True))
+        counts = jnp.zeros((self.num_envs,), jnp.int32)
+        return EnvState(inner, counts, zeros, inner, jnp.int32(self.num_envs), jnp.bool_(True),
+                        counts)
 
     def unstarted(self, key_like) -> EnvState:
         """The state of envs not reset yet: zeros shaped like `reset`'s, `started` false, for
@@ -350,13 +355,14 @@ class VecEnv:
         """Step every env with `action [B, action_dim]` (clipped to [-1, 1]); reset those that ended."""
         inner = jax.vmap(self.env.step)(state.inner, jnp.clip(action, -1.0, 1.0))
         step_count = state.step_count + 1
-        reward = inner.reward.astype(jnp.float32)
         terminated = inner.done > 0.5
         truncated = jnp.logical_and(step_count >= self.episode_length, ~terminated)
         done = jnp.logical_or(terminated, truncated)
+        reward, next_obs, nonfinite = zero_nonfinite_ends(inner.reward.astype(jnp.float32),
+                                                          inner.obs, done)
         episode_return = state.episode_return + reward
-        result = StepResult(inner.obs, reward, terminated, truncated,
-                            jnp.where(done, episode_return, 0.0))
+        result = StepResult(next_obs, reward, terminated, truncated,
+                            jnp.where(done, episode_return, 0.0), nonfinite)
 
         # Fresh resets come from a pool of B independently randomised initial states, refilled
         # (one vmapped reset of B envs) only when the envs ending now would overdraw it. Resetting
@@ -379,8 +385,22 @@ class VecEnv:
         fresh = jax.tree.map(lambda p: p[slot], pool).replace(metrics=inner.metrics, info=inner.info)
         inner = select_per_env(done, fresh, inner)
         new_state = EnvState(inner, jnp.where(done, 0, step_count), jnp.where(done, 0.0, episode_return),
-                             pool, pool_used + n_done, state.started)
+                             pool, pool_used + n_done, state.started,
+                             state.nonfinite_episodes + nonfinite)
         return new_state, result
+
+
+def zero_nonfinite_ends(reward, obs, done):
+    """`(reward [B], obs [B, ...], nonfinite [B])`: the non-finite rewards and observation entries
+    of the envs whose episode ends here (`done`) replaced by 0, and which envs had any. A physics
+    blow-up ends an episode with a NaN state (DM Control's tasks end one when MJX's state turns
+    NaN): its NaN reward would reach every return and loss, and its NaN final observation the
+    critic. Elsewhere nothing changes (a finite step is bit for bit what the env returned)."""
+    finite_reward, finite_obs = jnp.isfinite(reward), jnp.isfinite(obs)
+    ends = done.reshape(done.shape + (1,) * (obs.ndim - 1))
+    nonfinite = done & ~(finite_reward & jnp.all(finite_obs.reshape(obs.shape[0], -1), axis=-1))
+    return (jnp.where(done & ~finite_reward, 0.0, reward), jnp.where(ends & ~finite_obs, 0.0, obs),
+            nonfinite)
 
 
 def cond_any(pred, branch, operand):

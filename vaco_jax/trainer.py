@@ -129,11 +129,11 @@ class Trainer:
 
         # Act: each actor group draws a (possibly stale) snapshot and rolls out with it (a new
         # run's envs are reset first).
-        env_state = self.vec_env.start(state.env_state, start_key)
+        started = self.vec_env.start(state.env_state, start_key)
         snapshots, snapshot_age = ring_buffer.sample(state.buffer, sample_key, config.num_actors,
                                                      config.snapshot_sampling)
         env_state, traj = rollout.collect(
-            self.vec_env, self.actor, env_state, snapshots, rollout_key,
+            self.vec_env, self.actor, started, snapshots, rollout_key,
             unroll_length=config.unroll_length, num_actors=config.num_actors,
             normalize_obs=config.normalize_observations)
 
@@ -165,6 +165,9 @@ class Trainer:
             "snapshot_age_max": jnp.max(snapshot_age).astype(jnp.float32),
             "episode_return_sum": jnp.sum(traj.episode_return),
             "episodes": episodes_ended.astype(jnp.float32),
+            # Episodes that ended in a non-finite reward or observation (zeroed by `VecEnv.step`).
+            "nonfinite_episodes": jnp.sum(env_state.nonfinite_episodes
+                                          - started.nonfinite_episodes).astype(jnp.float32),
         }
         new_state = state.replace(
             params=params, opt_state=opt_state, normalizer=normalizer, env_state=env_state,
@@ -280,13 +283,15 @@ class Trainer:
 
     def learn_chunk(self, state: TrainState) -> tuple[TrainState, dict]:
         """`iterations_per_eval` iterations; their mean metrics (`train_return`: the mean return
-        of the training episodes that ended in them)."""
+        of the training episodes that ended in them; `nonfinite_episodes`: how many of those
+        ended in a non-finite reward or observation, e.g. a physics blow-up)."""
         state, per_iteration = jax.lax.scan(lambda s, _: self.iteration(s), state, None,
                                             length=self.config.iterations_per_eval)
         metrics = jax.tree.map(jnp.mean, per_iteration)
         episodes = jnp.sum(per_iteration.pop("episodes"))
         returns = jnp.sum(per_iteration.pop("episode_return_sum"))
         del metrics["episodes"], metrics["episode_return_sum"]
+        metrics["nonfinite_episodes"] = jnp.sum(per_iteration["nonfinite_episodes"])
         metrics["train_return"] = jnp.where(episodes > 0, returns / jnp.maximum(episodes, 1.0),
                                             jnp.nan)
         metrics["env_steps"] = state.env_steps
