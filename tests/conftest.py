@@ -28,7 +28,7 @@ jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 BY_FUNCTION = {"test_learning.py"}
 HEAVY_FIRST = [
     "test_learning.py::test_algorithms_learn_inverted_pendulum_synchronously",
-    "test_scale_out.py", "test_trainer.py",
+    "test_scale_out.py", "test_multiprocess.py", "test_trainer.py",
     "test_learning.py::test_vaco_and_ppo_clip_learn_dmc_cartpole_balance",
     "test_sweep.py", "test_notebooks.py", "test_benchmarks.py", "test_cli.py", "test_dmc.py",
     "test_policy.py", "test_checkpoint.py", "test_llm_grpo.py", "test_envs.py", "test_llm_model.py",
