@@ -8,6 +8,7 @@
 Every field can be overridden (`--help`), e.g. `--config.grpo.delta 0.01`. Everything is written
 under `--out` (results, summary, log, forward_lag.png); the warm start is cached per user
 (`--cache-dir` to change), keyed by the model/task/sft configuration, the data and the code that makes it; results resume.
+`--logger tensorboard wandb` also logs every (N, objective, seed) run (`vaco_jax.loggers`).
 """
 
 from __future__ import annotations

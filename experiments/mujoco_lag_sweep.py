@@ -13,7 +13,8 @@ spreads them over every device of every process (`vaco_jax.program`; multi-host 
 as a tidy table, written cell by cell by process 0; running the same command again resumes
 (finished cells are skipped). `--plan` prints the plan; `--dry-run` compiles every program ahead
 of time and prints its per-device memory, choosing `--runs-per-call` when a cell does not fit the
-device (`--device-memory`).
+device (`--device-memory`). `--logger tensorboard wandb` also logs every run of a cell, per
+(capacity, δ, seed), as the cell runs (`vaco_jax.loggers`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import tyro
 from vaco_jax import program, runtime
 from vaco_jax.study import presets, sweep
 from vaco_jax.errors import ConfigError
+from vaco_jax.options import LoggerOptions, validate_logging
 from vaco_jax.runtime import Cluster
 
 
@@ -86,6 +88,10 @@ class Args:
     cache), off, or a directory."""
     verbose: bool = False
     """Show the libraries' own log messages (absl, orbax, jax)."""
+    logging: Annotated[LoggerOptions, tyro.conf.OmitArgPrefixes,
+                       tyro.conf.arg(prefix_name=False)] = LoggerOptions()
+    """Where each run's metrics also go as its cell runs: one logged run per (capacity, δ, seed)
+    of a cell (`vaco_jax.loggers`)."""
     cluster: Annotated[Cluster, tyro.conf.OmitArgPrefixes] = Cluster()
 
 
@@ -121,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     args = tyro.cli(Args, args=argv, description=__doc__.split("\n\n")[0],
                     prog="python -m experiments.mujoco_lag_sweep")
     try:
+        validate_logging(args.logging)
         runtime.start(args.cluster, compile_cache=args.compile_cache, verbose=args.verbose)
         preset = presets.preset(args.preset, envs=args.envs, capacities=args.capacities,
                               num_seeds=args.num_seeds, seed=args.seed, total_steps=args.total_steps,
@@ -143,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         sweep.run_sweep(cells, out, preset=preset, max_cells=args.max_cells, progress=args.progress,
-                        allow_code_change=args.allow_code_change)
+                        allow_code_change=args.allow_code_change, logging=args.logging)
     except sweep.SweepError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -101,13 +101,16 @@ def test_tensorboard_gets_the_metrics_rows_at_their_steps(run_dir):
 
 def test_wandb_offline_gets_per_seed_and_mean_scalars(tmp_path, monkeypatch):
     from vaco_jax import Config, loggers
+    from vaco_jax.config import to_json_dict
+    from vaco_jax.options import LoggerOptions
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
-    logger = loggers.make("wandb", tmp_path, Config(num_seeds=2, seed=5), wandb_project="test")
+    logger = loggers.make(LoggerOptions(logger=("wandb",), wandb_project="test"), tmp_path,
+                          to_json_dict(Config(num_seeds=2, seed=5)))
     logger.log(100, loggers.scalars({"step": 100, "eval_return": [1.0, 3.0]}, [5, 6]))
     logger.log(200, loggers.scalars({"step": 200, "eval_return": [2.0, float("nan")]}, [5, 6]))
-    summary = dict(logger.run.summary)
+    summary = dict(logger.backends[0].run.summary)
     logger.close()
     # The last value of each; a NaN (a diverged seed) is left out rather than logged.
     assert summary["eval_return/mean"] == 2.0 and summary["eval_return/seed_5"] == 2.0
@@ -126,15 +129,15 @@ def test_a_logger_without_its_package_is_refused_naming_the_install(monkeypatch)
     import importlib.util
 
     from vaco_jax import Options
-    from vaco_jax.options import validate_options
+    from vaco_jax.options import LoggerOptions, validate_options
 
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "wandb" else find_spec(name, *a))
     with pytest.raises(ConfigError, match=r"`logger` = 'wandb' is invalid: needs the wandb "
                                           r'package: pip install -e "\.\[wandb\]"'):
-        validate_options(Options(logger="wandb"))
-    validate_options(Options(logger="tensorboard"))
+        validate_options(Options(logging=LoggerOptions(logger=("tensorboard", "wandb"))))
+    validate_options(Options(logging=LoggerOptions(logger=("tensorboard",))))
 
 
 def test_a_run_starts_from_a_saved_config_and_flags_override_it(run_dir, tmp_path, capsys):
@@ -270,6 +273,7 @@ def test_library_log_messages_show_only_when_verbose(caplog):
 
 def test_help_documents_every_flag_and_lists_the_choices():
     from vaco_jax import Config, Options, algorithms, envs
+    from vaco_jax.options import LoggerOptions
     from vaco_jax.runtime import Cluster
     done = subprocess.run([sys.executable, "-m", "vaco_jax.train", "--help"], capture_output=True,
                           text=True, env=dict(os.environ, COLUMNS="100"), timeout=120)
@@ -283,8 +287,10 @@ def test_help_documents_every_flag_and_lists_the_choices():
     for title in titles:
         assert title not in text, title
     lines = text.splitlines()
-    for cls in (Config, Options, Cluster):
+    for cls in (Config, Options, LoggerOptions, Cluster):
         for field in dataclasses.fields(cls):
+            if field.name == "logging":   # Options' nested LoggerOptions: their own flags
+                continue
             flag = "--" + field.name.replace("_", "-")
             i = next(i for i, line in enumerate(lines)
                      if flag in [token.rstrip(",") for token in line.strip(" │").split()])

@@ -122,6 +122,38 @@ def test_interrupted_sweep_resumes_without_redoing_finished_cells(full_sweep, ce
     assert sweep.run_sweep(cells, tmp_path, log=lambda _: None) == []    # nothing left to do
 
 
+def test_a_logged_cell_gives_each_run_its_own_tensorboard_run_and_changes_no_result(
+        full_sweep, cells, tmp_path):
+    from tensorboard.backend.event_processing import event_accumulator
+
+    from vaco_jax.options import LoggerOptions
+
+    cell = cells[0]
+    assert sweep.run_sweep([cell], tmp_path, log=lambda _: None,
+                           logging=LoggerOptions(logger=("tensorboard",))) == [cell.cell_id]
+    table = sweep.load_results(tmp_path)
+    reference = sweep.load_results(full_sweep[0])
+    pd.testing.assert_frame_equal(table, reference[reference["cell"] == cell.cell_id]
+                                  .reset_index(drop=True))
+    # One TensorBoard run per (capacity, δ, seed), named by its coordinates under the cell's.
+    root = tmp_path / "tensorboard" / "main" / "toy_reach" / "vaco" / "default"
+    assert sorted(p.name for p in root.iterdir()) == sorted(
+        f"C={r.capacity},delta=0.2,seed={r.seed}" for r in cell.runs)
+    steps = [4096, 8192, 12288, 16384]
+    for run in cell.runs:
+        events = event_accumulator.EventAccumulator(
+            str(root / f"C={run.capacity},delta=0.2,seed={run.seed}"))
+        events.Reload()
+        assert {"eval_return", "tv_estimate", "filtered_fraction", "snapshot_age", "behavior_tv",
+                "diverged"} <= set(events.Tags()["scalars"])
+        assert "config/text_summary" in events.Tags()["tensors"]
+        rows = table[(table["capacity"] == run.capacity) & (table["seed"] == run.seed)]
+        for tag in ("eval_return", "tv_estimate", "snapshot_age"):
+            scalars = events.Scalars(tag)
+            assert [e.step for e in scalars] == list(rows["step"]) == steps, tag
+            np.testing.assert_allclose([e.value for e in scalars], rows[tag], rtol=1e-6)
+
+
 def test_a_changed_config_is_never_mixed_into_finished_results(full_sweep):
     out, _ = full_sweep
     changed = sweep.plan(TINY.with_overrides(learning_rate=3e-3), ["main"], algos=ALGOS)

@@ -7,9 +7,41 @@ what it does when a seed diverges. A run may be resumed with other options, neve
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+import typing
+from typing import Annotated, Literal
+
+import tyro
 
 from vaco_jax.errors import check_types, invalid
+
+# --logger: the package each backend imports, and the extra that installs it.
+LOGGER_PACKAGES = {"tensorboard": ("tensorboardX", "tensorboard"), "wandb": ("wandb", "wandb")}
+LoggerName = Literal[tuple(LOGGER_PACKAGES)]
+
+
+@dataclasses.dataclass(frozen=True)
+class LoggerOptions:
+    """Where metrics go besides the output files (the same flags for every command). Logging
+    only reads what a run has already computed: it never changes a result, and off it costs
+    nothing."""
+
+    logger: tuple[LoggerName, ...] = ()
+    """Also send the metrics to these backends, any of: tensorboard (event files under
+    `<out>/tensorboard/`, needs the `tensorboard` extra), wandb (Weights & Biases, the `wandb`
+    extra), e.g. `--logger tensorboard wandb`."""
+    wandb_entity: str = ""
+    """The W&B entity (user or team) to log to (default: W&B's, e.g. WANDB_ENTITY or your user)."""
+    wandb_project: str = "vaco_jax"
+    """The W&B project."""
+    wandb_group: str = ""
+    """The W&B group of the runs (default: none for a training run; the output directory's name
+    for a sweep or an LLM experiment, which log one W&B run per run)."""
+    wandb_tags: tuple[str, ...] = ()
+    """W&B tags added to every run (the runs' coordinates, e.g. `algo:vaco`, `capacity:4`, are
+    added as tags too)."""
+    wandb_mode: Literal["online", "offline", "disabled"] | None = None
+    """W&B's mode: online, offline (kept under `<out>/wandb/` for a later `wandb sync`) or
+    disabled (default: W&B's own, e.g. WANDB_MODE)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,11 +84,9 @@ class Options:
     on_nan: Literal["stop", "skip-seed"] = "stop"
     """When a seed's loss, gradient or parameters become non-finite: `stop` the run (the last good
     checkpoint is kept) or `skip-seed` (freeze that seed, report it, continue the others)."""
-    logger: Literal["none", "tensorboard", "wandb"] = "none"
-    """Also send every evaluation's metrics to TensorBoard (`<out>/tensorboard/`, needs the
-    `tensorboard` extra) or Weights & Biases (the `wandb` extra; WANDB_MODE=offline keeps it local)."""
-    wandb_project: str = "vaco_jax"
-    """The W&B project of --logger wandb."""
+    logging: Annotated[LoggerOptions, tyro.conf.OmitArgPrefixes,
+                       tyro.conf.arg(prefix_name=False)] = LoggerOptions()
+    """Where every evaluation's metrics also go (`--logger`, `--wandb-*`)."""
     compile_cache: str = "default"
     """JAX's persistent compilation cache: `default` (JAX_COMPILATION_CACHE_DIR if set, else the
     per-user cache, `vaco_jax.cache`), `off`, or a directory. A repeated run skips compiling."""
@@ -70,7 +100,7 @@ class Options:
 # Options that a resumed run may set anew (the others name the run or are implied by resuming).
 RESUME_MAY_CHANGE = ("progress", "allow_version_change", "allow_code_change", "checkpoint_every",
                      "checkpoint_budget", "checkpoint_max_age", "keep_checkpoints", "on_nan",
-                     "compile_cache", "verbose", "logger", "wandb_project")
+                     "compile_cache", "verbose", *(f.name for f in dataclasses.fields(LoggerOptions)))
 
 _UNITS = {"": 1.0, "s": 1.0, "min": 60.0, "h": 3600.0}
 
@@ -88,15 +118,39 @@ def duration_seconds(text: str) -> float:
     return seconds
 
 
-# --logger: the package each backend imports, and the extra that installs it.
-LOGGER_PACKAGES = {"tensorboard": ("tensorboardX", "tensorboard"), "wandb": ("wandb", "wandb")}
-
-
 def _missing_logger_package(logger: str):
     import importlib.util
 
     package = LOGGER_PACKAGES.get(logger)
     return package if package and importlib.util.find_spec(package[0]) is None else None
+
+
+def validate_logging(options: LoggerOptions) -> None:
+    """Raise `ConfigError` naming the first bad logger option (before anything compiles)."""
+    if not isinstance(options, LoggerOptions):
+        raise invalid("logging", options, "must be a vaco_jax.options.LoggerOptions")
+    for name in ("wandb_entity", "wandb_project", "wandb_group"):
+        if not isinstance(getattr(options, name), str):
+            raise invalid(name, getattr(options, name), "must be a string")
+    for name in ("logger", "wandb_tags"):
+        value = getattr(options, name)
+        if not isinstance(value, tuple) or not all(isinstance(v, str) for v in value):
+            raise invalid(name, value, "must be a tuple of strings")
+    modes = typing.get_args(typing.get_args(
+        typing.get_type_hints(LoggerOptions)["wandb_mode"])[0])
+    if options.wandb_mode is not None and options.wandb_mode not in modes:
+        raise invalid("wandb_mode", options.wandb_mode, f"allowed values are {modes} or None "
+                                                        f"(W&B's default)")
+    for backend in options.logger:
+        if backend not in LOGGER_PACKAGES:
+            raise invalid("logger", backend, f"allowed values are {tuple(LOGGER_PACKAGES)}")
+        missing = _missing_logger_package(backend)
+        if missing:
+            raise invalid("logger", backend,
+                          f"needs the {missing[0]} package: pip install -e \".[{missing[1]}]\"")
+    for tag in options.wandb_tags:
+        if not 0 < len(tag) <= 64:   # W&B's limit
+            raise invalid("wandb_tags", tag, "each tag must have 1 to 64 characters")
 
 
 def validate_options(options: Options) -> None:
@@ -112,10 +166,7 @@ def validate_options(options: Options) -> None:
     except ValueError:
         raise invalid("checkpoint_max_age", options.checkpoint_max_age,
                       "must be a duration such as 90s, 10min or 2h (0 = no maximum)") from None
-    missing = _missing_logger_package(options.logger)
-    if missing:
-        raise invalid("logger", options.logger,
-                      f"needs the {missing[0]} package: pip install -e \".[{missing[1]}]\"")
+    validate_logging(options.logging)
     if options.checkpoint_every < 0:
         raise invalid("checkpoint_every", options.checkpoint_every,
                       "must be an integer >= 0 (evaluation chunks between checkpoints; 0 = never)")

@@ -152,8 +152,10 @@ def _train(config: Config, options: Options, out: Path, checkpoints: checkpoint.
     end = num_evals if stop_after is None else min(num_evals, done + stop_after)
     progress = _progress_bar(config, options, done)
     steps_per_chunk = config.iterations_per_eval * config.batch_size
-    logger = (loggers.make(options.logger, out, config, wandb_project=options.wandb_project,
-                           first_step=done * steps_per_chunk + 1 if done else 0)
+    logger = (loggers.make(options.logging, out, to_json_dict(config),
+                           coordinates={"env": config.env, "algo": config.algo,
+                                        "capacity": config.capacity},
+                           first_step=done * steps_per_chunk + 1 if done else None)
               if runtime.is_primary() else None)
     seeds = list(range(config.seed, config.seed + config.num_seeds))
     loop_start = time.perf_counter()

@@ -14,13 +14,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections import defaultdict
 from pathlib import Path
+from typing import Annotated
 
 import jax
 import numpy as np
+import tyro
 
-from vaco_jax import io, program as program_lib, runtime
+from vaco_jax import io, loggers, program as program_lib, runtime
 from vaco_jax.errors import invalid
+from vaco_jax.options import LoggerOptions, validate_logging
 from vaco_jax.llm import benchmark, dataset, problems, sft
 from vaco_jax.llm.config import OBJECTIVES, LLMConfig, hparams, replace, stack_hparams, validate
 from vaco_jax.llm.grpo import GRPO
@@ -52,12 +56,19 @@ class Experiment:
     fast_compile: bool = False
     """Compile with XLA's cheapest optimisation level: about half the compile time, slower to run
     (for tiny runs, where compiling dominates)."""
+    logging: Annotated[LoggerOptions, tyro.conf.OmitArgPrefixes,
+                       tyro.conf.arg(prefix_name=False)] = LoggerOptions()
+    """Where each run's metrics also go when its N finishes: one logged run per (N, objective,
+    seed), per-iteration metrics at each generated batch (`vaco_jax.loggers`)."""
 
 
 FIGURE = "forward_lag.png"   # written into the results directory
 
 # What each evaluation measures (`GRPO.evaluations`), `[num_evals]` per row.
 EVALUATIONS = ("eval_accuracy", "eval_sampled_accuracy", "train_greedy_accuracy")
+
+# Row entries that are not one value per iteration (`train_one_n`).
+NOT_PER_ITERATION = ("eval_iterations", "tv_estimate_by_step")
 
 # XLA options that roughly halve CPU compile time at the cost of run time (tests, tiny runs).
 FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
@@ -136,6 +147,38 @@ def train_one_n(config: LLMConfig, n: int, objectives, params, train_set, test_s
         rows[-1]["final_sampled_accuracy"] = float(evaluations["eval_sampled_accuracy"][-1])
         rows[-1]["final_train_greedy_accuracy"] = float(evaluations["train_greedy_accuracy"][-1])
     return rows
+
+
+def scalars_by_iteration(row: dict) -> dict[int, dict[str, float]]:
+    """One run's row as `{iteration: {metric: value}}` (1-based generated batches): every
+    per-iteration metric at its iteration, each evaluation at the iteration after which it ran."""
+    by_iteration = defaultdict(dict)
+    for name, values in row.items():
+        if name in NOT_PER_ITERATION or name in EVALUATIONS:
+            continue
+        values = np.asarray(values)
+        if values.ndim == 1 and np.issubdtype(values.dtype, np.number):
+            for i, value in enumerate(values):
+                by_iteration[i + 1][name] = value
+    for i, iteration in enumerate(row["eval_iterations"]):
+        by_iteration[iteration].update({name: row[name][i] for name in EVALUATIONS})
+    return dict(sorted(by_iteration.items()))
+
+
+def log_runs(options: LoggerOptions, out: Path, config: LLMConfig, rows) -> None:
+    """Each row, one (N, objective, seed), as a logged run (`vaco_jax.loggers`) named
+    `N=<N>/<objective>/seed=<seed>` and tagged with those coordinates; what an earlier attempt
+    logged for it is replaced."""
+    for row in rows:
+        coordinates = {"n": row["n"], "objective": row["objective"], "seed": row["seed"]}
+        name = f"N={row['n']}/{row['objective']}/seed={row['seed']}"
+        logger = loggers.make(options, out, {**io.to_jsonable(config), **coordinates}, name=name,
+                              coordinates=coordinates, group=Path(out).name, first_step=0)
+        try:
+            for iteration, scalars in scalars_by_iteration(row).items():
+                logger.log(iteration, loggers.finite(scalars))
+        finally:
+            logger.close()
 
 
 def summarize(rows, base_accuracy: float):
@@ -248,6 +291,7 @@ def run(experiment: Experiment, log=print) -> dict:
     for o in experiment.objectives:
         if o not in OBJECTIVES:
             raise invalid("objectives", o, f"one of {OBJECTIVES}")
+    validate_logging(experiment.logging)
     out = Path(experiment.out)
     results_path = out / "results.jsonl"
     spec = io.to_jsonable(config)
@@ -282,6 +326,8 @@ def run(experiment: Experiment, log=print) -> dict:
             row["source"] = io.source_hash()
         if primary:
             io.append_jsonl(results_path, new_rows)
+            if experiment.logging.logger:
+                log_runs(experiment.logging, out, config, new_rows)
         rows += io.to_jsonable(new_rows)
         for o in todo:
             runs = [r for r in new_rows if r["objective"] == o]

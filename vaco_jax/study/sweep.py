@@ -32,8 +32,9 @@ import jax
 import numpy as np
 import pandas as pd
 
-from vaco_jax import io, program as program_lib, runtime
-from vaco_jax.config import Config, validate
+from vaco_jax import io, loggers, program as program_lib, runtime
+from vaco_jax.config import Config, to_json_dict, validate
+from vaco_jax.options import LoggerOptions
 from vaco_jax.errors import ConfigError, SweepError
 from vaco_jax.study.presets import STUDIES, Preset
 from vaco_jax.trainer import nonfinite_names, stack_hparams
@@ -132,8 +133,9 @@ def build_cell_program(cell: Cell, log=None) -> program_lib.TrainProgram:
 
 def run_cell(cell: Cell, progress: Callable[[int, int], None] | None = None, *,
              checkpoints: Path | None = None, checkpoint_seconds: float = 600.0,
-             stop_after: int | None = None,
-             allow_code_change: bool = False) -> tuple[list[dict], dict] | None:
+             stop_after: int | None = None, allow_code_change: bool = False,
+             on_evaluation: Callable[[list[dict], tuple[str, ...]], None] | None = None,
+             ) -> tuple[list[dict], dict] | None:
     """Train every run of `cell` in one vmapped program; returns (tidy rows, timing record).
 
     Run i uses `PRNGKey(run.seed)`, so a seed sees the same key at every capacity, δ and algorithm
@@ -146,6 +148,10 @@ def run_cell(cell: Cell, progress: Callable[[int, int], None] | None = None, *,
     most every `checkpoint_seconds` and after `stop_after` chunks (which then ends this call,
     returning None); a later call continues from the newest save, bit for bit, unless it was made
     by other code (refused unless `allow_code_change`) or another cell (refused).
+
+    `on_evaluation(rows, metrics)` is called after each evaluation with its tidy rows (one per
+    run, in the order of `cell.runs`, as results.jsonl will hold them) and the names of their
+    metrics: the loggers' hook (`run_sweep`), which sees the cell's progress as it runs.
     """
     start = time.perf_counter()
     config = cell.config
@@ -180,6 +186,8 @@ def run_cell(cell: Cell, progress: Callable[[int, int], None] | None = None, *,
             history[name][eval_index] = values
         if progress is not None:
             progress(eval_index + 1, config.num_evals)
+        if on_evaluation is not None:
+            on_evaluation(_rows(cell, eval_index, history), tuple(history))
         completed = eval_index + 1
         # Whether to save depends on each process's clock, but saving is collective: process 0's.
         due = runtime.primary_decision(
@@ -251,6 +259,40 @@ class _CellCheckpoints:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
+class _CellLoggers:
+    """The logged runs of one cell (`vaco_jax.loggers`): one per run, i.e. per (capacity, δ,
+    seed), named and tagged with its coordinates, opened at the first evaluation this call runs
+    (a resumed cell's replace what an interrupted attempt had logged from there on)."""
+
+    def __init__(self, cell: Cell, out: Path, options: LoggerOptions):
+        self.cell, self.out, self.options = cell, Path(out), options
+        self.runs = None
+
+    def log(self, rows: list[dict], metrics: tuple[str, ...]) -> None:
+        if self.runs is None:
+            first_step = rows[0]["step"] if rows[0]["eval_index"] else 0
+            self.runs = [self._open(run, first_step) for run in self.cell.runs]
+        for logger, row in zip(self.runs, rows):
+            logger.log(row["step"], loggers.finite({name: row[name] for name in metrics}))
+
+    def _open(self, run: Run, first_step: int):
+        cell = self.cell
+        coordinates = {"study": cell.study, "env": cell.env, "algo": cell.algo,
+                       "variant": cell.variant, "capacity": run.capacity, "delta": run.delta,
+                       "seed": run.seed}
+        name = (f"{cell.study}/{cell.env}/{cell.algo}/{cell.variant}/"
+                + loggers.run_name({"C": run.capacity, "delta": run.delta, "seed": run.seed}))
+        config = to_json_dict(dataclasses.replace(cell.config, capacity=run.capacity,
+                                                  delta=run.delta, seed=run.seed, num_seeds=1))
+        return loggers.make(self.options, self.out, {**config, **coordinates, "cell": cell.cell_id},
+                            name=name, coordinates=coordinates, group=self.out.name,
+                            first_step=first_step)
+
+    def close(self) -> None:
+        for logger in self.runs or ():
+            logger.close()
+
+
 def dry_run_cell(cell: Cell, device_memory: float | None = None) -> dict:
     """Compile `cell`'s program ahead of time (nothing runs): its placement, compile seconds and
     per-device memory, and whether it fits in `device_memory` bytes (None: unknown)."""
@@ -295,7 +337,8 @@ def _diverged(cell: Cell, health) -> list[dict]:
 def run_sweep(cells: Sequence[Cell], out: str | Path, *, preset: Preset | None = None,
               max_cells: int | None = None, log: Callable[[str], None] = print,
               progress: bool = False, allow_code_change: bool = False,
-              checkpoint_seconds: float = 600.0, stop_after: int | None = None) -> list[str]:
+              checkpoint_seconds: float = 600.0, stop_after: int | None = None,
+              logging: LoggerOptions = LoggerOptions()) -> list[str]:
     """Run every unfinished cell of `cells` into `out`, resuming; returns the ids of cells run now.
 
     `max_cells` stops after that many cells have run (a reduced run; resume later with the same
@@ -303,7 +346,8 @@ def run_sweep(cells: Sequence[Cell], out: str | Path, *, preset: Preset | None =
     and so does a directory whose cells were made by other code (another `io.source_hash()`),
     unless `allow_code_change`. A cell in progress saves its whole state to `out/partial/` every
     `checkpoint_seconds` (and, with `stop_after`, after that many evaluations of the first cell
-    run, where this call then stops); the next call continues it from there.
+    run, where this call then stops); the next call continues it from there. `logging`: where
+    each run's metrics also go as the cell runs (`vaco_jax.loggers`: one logged run per run).
     """
     out = Path(out)
     primary = runtime.is_primary()   # process 0 writes; every process computes every cell
@@ -340,9 +384,15 @@ def run_sweep(cells: Sequence[Cell], out: str | Path, *, preset: Preset | None =
     for n, cell in enumerate(todo, 1):
         bar = (_progress_bar(cell, n, len(todo)) if progress and primary and runtime.interactive()
                else None)
-        result = run_cell(cell, (lambda i, total: bar.update(1)) if bar else None,
-                          checkpoints=out / PARTIAL, checkpoint_seconds=checkpoint_seconds,
-                          stop_after=stop_after, allow_code_change=allow_code_change)
+        logged = _CellLoggers(cell, out, logging) if primary and logging.logger else None
+        try:
+            result = run_cell(cell, (lambda i, total: bar.update(1)) if bar else None,
+                              checkpoints=out / PARTIAL, checkpoint_seconds=checkpoint_seconds,
+                              stop_after=stop_after, allow_code_change=allow_code_change,
+                              on_evaluation=logged.log if logged is not None else None)
+        finally:
+            if logged is not None:
+                logged.close()
         if bar is not None:
             bar.close()
         if result is None:   # stopped part-way (`stop_after`): its state is saved
