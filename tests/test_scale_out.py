@@ -164,7 +164,11 @@ def test_four_devices_give_the_single_device_results(tmp_path):
         assert [r["step"] for r in rows] == [r["step"] for r in expected_rows] == [1280, 2560]
         for row, expected_row in zip(rows, expected_rows):
             for key, values in expected_row.items():
-                np.testing.assert_allclose(row[key], values, err_msg=f"{name}: {key}", **TOLERANCE)
+                if isinstance(values, str):   # e.g. the source hash of the code that made the row
+                    assert row[key] == values, (name, key)
+                else:
+                    np.testing.assert_allclose(row[key], values, err_msg=f"{name}: {key}",
+                                               **TOLERANCE)
         params = jax.tree.map(np.asarray, result["params"][name],
                               is_leaf=lambda x: isinstance(x, list))
         for x, y in zip(jax.tree.leaves(params), jax.tree.leaves(expected_params)):
