@@ -301,3 +301,76 @@ def test_help_documents_every_flag_and_lists_the_choices():
     for name in envs.MJX_ENVS + envs.TOY_ENVS + tuple(algorithms.REGISTRY):
         assert name in text, name
     assert "dmc:<Task>" in text and "dmc:CheetahRun" in text   # the 25 tasks: README and errors
+
+
+# --- what a cold start says while it compiles ---------------------------------------------------
+def _rendered(text: str) -> list[str]:
+    """What a terminal shows for `text`: each backspace moves back over the row it is on."""
+    rows, row, column = [], [], 0
+    for char in text:
+        if char == "\n":
+            rows.append("".join(row).rstrip())
+            row, column = [], 0
+        elif char == "\b":
+            column = max(0, column - 1)
+        else:
+            if column < len(row):
+                row[column] = char
+            else:
+                row.append(char)
+            column += 1
+    return rows + (["".join(row).rstrip()] if row else [])
+
+
+def test_a_status_line_counts_the_seconds_in_place_on_a_terminal(monkeypatch):
+    from vaco_jax.runtime import StatusLine
+
+    class Terminal:
+        def __init__(self):
+            self.written = []
+
+        def write(self, text):
+            self.written.append(text)
+
+        def flush(self):
+            pass
+
+    monkeypatch.setenv("COLUMNS", "200")
+    terminal = Terminal()
+    with StatusLine("compiling things", live=True, stream=terminal, tick_seconds=0.05) as status:
+        time.sleep(0.3)
+        status.outcome = "compiled"
+    shown = "".join(terminal.written)
+    assert shown.count("\b") >= 6 and "\r" not in shown   # the count was rewritten in place
+    (line,) = _rendered(shown)
+    assert re.fullmatch(r"compiling things compiled in 0\.[3-9] s", line), line
+    # A line longer than the terminal keeps its count on the row it ends on, or starts a new one.
+    monkeypatch.setenv("COLUMNS", "40")
+    terminal = Terminal()
+    with pytest.raises(KeyboardInterrupt):
+        with StatusLine("x" * 30, live=True, stream=terminal, tick_seconds=10):
+            raise KeyboardInterrupt
+    assert _rendered("".join(terminal.written)) == ["x" * 30, "  stopped after 0 s"]
+
+
+def test_without_a_terminal_the_status_is_a_line_when_compiling_starts_and_one_when_it_ends(
+        run_dir, tmp_path, capsys):
+    from types import SimpleNamespace
+
+    from vaco_jax import runtime
+
+    assert main([a for a in ARGS if a != "--no-progress"] + ["--out", str(tmp_path / "run")]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("compiling"))
+    assert lines[start] == (
+        "compiling the learner and evaluation programs for 2 runs of vaco on toy_reach (first run "
+        "of this config: seconds to a minute on a CPU; later runs of the same config load them "
+        "from the cache)")
+    # The program compiled for `run_dir` in this process is used again.
+    assert re.fullmatch(r"reused the programs compiled earlier in this process in \d+\.\d s",
+                        lines[start + 1])
+    assert lines[start + 2].startswith("evaluation 1/3")
+    hits = cache.xla_cache_hits()
+    outcome = lambda loaded, reused=False: runtime.compile_outcome(  # noqa: E731
+        SimpleNamespace(loaded=loaded), reused=reused, xla_cache_hits=hits)
+    assert (outcome(True), outcome(False)) == ("loaded from the cache", "compiled")

@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import re
 
 import jax
 import jax.numpy as jnp
@@ -129,8 +130,17 @@ def test_a_logged_cell_gives_each_run_its_own_tensorboard_run_and_changes_no_res
     from vaco_jax.options import LoggerOptions
 
     cell = cells[0]
-    assert sweep.run_sweep([cell], tmp_path, log=lambda _: None,
+    lines = []
+    assert sweep.run_sweep([cell], tmp_path, log=lines.append,
                            logging=LoggerOptions(logger=("tensorboard",))) == [cell.cell_id]
+    # Batch logs: a line when the cell's programs start compiling and one when they are ready.
+    label = f"[1/1] {cell.cell_id}: "
+    assert lines[1:3] == [
+        f"{label}compiling the learner and evaluation programs for 6 runs of vaco on toy_reach "
+        f"(first run of this config: seconds to a minute on a CPU; later runs of the same config "
+        f"load them from the cache)", lines[2]]
+    assert re.fullmatch(re.escape(label) + r"reused the programs compiled earlier in this "
+                                           r"process in \d+\.\d s", lines[2]), lines[2]
     table = sweep.load_results(tmp_path)
     reference = sweep.load_results(full_sweep[0])
     pd.testing.assert_frame_equal(table, reference[reference["cell"] == cell.cell_id]

@@ -24,6 +24,9 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Callable
 
 import jax
 import numpy as np
@@ -239,6 +242,119 @@ def interactive() -> bool:
     ipython = sys.modules.get("IPython")
     shell = ipython.get_ipython() if ipython is not None else None
     return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
+
+
+# --- a status line while compiling --------------------------------------------------------------
+
+def _print_to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+class StatusLine:
+    """One line saying what a long silent step is doing (compiling takes a minute or more), then
+    how it ended and how long it took.
+
+    `live` (a terminal or a notebook): the seconds so far are counted at the end of the line,
+    rewritten in place every `tick_seconds` by a background thread (backspaces over the count,
+    so a line longer than the terminal still updates in place), and replaced by `outcome` and
+    its seconds when the step ends. Otherwise (batch logs) `log` gets the line when the step
+    starts and `label` + outcome and seconds when it ends, nothing between. Set `outcome` inside
+    the `with` block; an exception ends the line without one."""
+
+    TAIL = 64   # room kept at the end of the line for the count and the outcome
+
+    def __init__(self, text: str, *, live: bool, log: Callable[[str], None] = _print_to_stderr,
+                 label: str = "", stream=None, tick_seconds: float = 1.0):
+        self.text, self.live, self.log, self.label = text, live, log, label
+        self.stream = sys.stderr if stream is None else stream
+        self.tick_seconds = tick_seconds
+        self.outcome = "done"
+        self._start, self._shown, self._thread = 0.0, "", None
+        self._stop, self._lock = threading.Event(), threading.Lock()
+
+    def seconds(self) -> float:
+        return time.perf_counter() - self._start
+
+    def __enter__(self) -> "StatusLine":
+        self._start = time.perf_counter()
+        if not self.live:
+            self.log(self.text)
+            return self
+        column = (len(self.text) + 1) % _columns(self.stream)
+        # The count must fit on the line's last row (a backspace never leaves its row).
+        self._write(self.text + (" " if column + self.TAIL <= _columns(self.stream) else "\n  "))
+        self._show("0 s")
+        self._thread = threading.Thread(target=self._count, name="status line", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, kind, error, traceback) -> bool:
+        seconds = self.seconds()
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+        ended = f"{self.outcome} in {seconds:.1f} s"
+        if self.live:
+            self._show(ended if kind is None else f"stopped after {seconds:.0f} s", end="\n")
+        elif kind is None:
+            self.log(self.label + ended)
+        return False
+
+    def _count(self) -> None:
+        while not self._stop.wait(self.tick_seconds):
+            self._show(f"{self.seconds():.0f} s")
+
+    def _show(self, tail: str, end: str = "") -> None:
+        with self._lock:
+            padding = " " * max(0, len(self._shown) - len(tail))
+            self._write("\b" * len(self._shown) + tail + padding + "\b" * len(padding) + end)
+            self._shown = tail
+
+    def _write(self, text: str) -> None:
+        self.stream.write(text)
+        self.stream.flush()
+
+
+def _columns(stream) -> int:
+    """The width of the terminal `stream` writes to (a pseudo-terminal may report 0: then
+    $COLUMNS, else 80)."""
+    try:
+        columns = os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError):
+        columns = 0
+    return columns or shutil.get_terminal_size().columns or 80
+
+
+def compiling(env: str, algo: str, num_runs: int, *, live: bool,
+              log: Callable[[str], None] = _print_to_stderr, label: str = "") -> StatusLine:
+    """The status line of building and compiling a trainer's learner and evaluation programs for
+    `num_runs` runs: what, and how long a first compile takes (a later run of the same config
+    loads them from the program store, `cache.ProgramStore`, when there is one). Set its outcome
+    with `compile_outcome`."""
+    from vaco_jax import envs
+
+    on_cpu = jax.default_backend() == "cpu"
+    first = ("seconds to a minute" if env in envs.TOY_ENVS else "~1–2 min" if on_cpu else
+             "a minute or more") + (" on a CPU" if on_cpu else "")
+    later = ("; later runs of the same config load them from the cache"
+             if cache.ProgramStore.default() is not None else "")
+    runs = f"{num_runs} run{'' if num_runs == 1 else 's'}"
+    return StatusLine(f"{label}compiling the learner and evaluation programs for {runs} of "
+                      f"{algo} on {env} (first run of this config: {first}{later})",
+                      live=live, log=log, label=label)
+
+
+def compile_outcome(program, *, reused: bool, xla_cache_hits: int) -> str:
+    """How a `TrainProgram`'s chunk came to be compiled: `reused` (compiled before in this process),
+    loaded whole from the program store, traced and then both its programs found in JAX's
+    compilation cache (it counts two more hits than `xla_cache_hits`), or compiled."""
+    if reused:
+        return "reused the programs compiled earlier in this process"
+    if program.loaded:
+        return "loaded from the cache"
+    if cache.xla_cache_hits() >= xla_cache_hits + 2:   # the learner's and the evaluation's
+        return "traced and loaded from JAX's compilation cache"
+    return "compiled"
 
 
 # Loggers of the libraries we drive; their INFO/WARNING messages (e.g. orbax's save timings) are

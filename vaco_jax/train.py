@@ -37,7 +37,7 @@ import jax
 import numpy as np
 import tyro
 
-from vaco_jax import checkpoint, io, loggers, policy, program as program_lib, runtime
+from vaco_jax import cache, checkpoint, io, loggers, policy, program as program_lib, runtime
 from vaco_jax.config import Config, read_config_file, to_json_dict, validate
 from vaco_jax.errors import CheckpointError, ConfigError, DivergenceError
 from vaco_jax.options import Options, duration_seconds, validate_options
@@ -67,6 +67,16 @@ def build_program(config: Config, log=program_lib.log_to_stderr) -> program_lib.
     """The CLI's program: `config.num_seeds` runs, not donating (the state is saved while the
     next chunk computes)."""
     return program_lib.TrainProgram.build(config, config.num_seeds, log=log)
+
+
+def compile_status(config: Config, *, live: bool) -> runtime.StatusLine:
+    """The line process 0 prints while the run's programs are built and compiled (silent for 30 s
+    to minutes otherwise): with a seconds count on a terminal or in a notebook when `live`, else
+    (batch logs) a line when it starts and one when it ends."""
+    primary = runtime.is_primary()
+    return runtime.compiling(config.env, config.algo, config.num_seeds,
+                             live=live and primary and runtime.interactive(),
+                             log=program_lib.log_to_stderr if primary else lambda line: None)
 
 
 def init_state(program: program_lib.TrainProgram, config: Config):
@@ -99,8 +109,13 @@ def run(config: Config, options: Options = Options(), *, stop_after: int | None 
 def dry_run(config: Config) -> dict:
     """Compile the run's program ahead of time and report its placement and per-device memory."""
     validate(config)
-    report = {"programs": 1, "runs_per_program": config.num_seeds, **build_program(config).dry_run(),
-              "device_memory": program_lib.device_memory_bytes()}
+    with compile_status(config, live=True) as status:
+        program = build_program(config)
+        reused, xla_cache_hits = program.compiled is not None, cache.xla_cache_hits()
+        report = {"programs": 1, "runs_per_program": config.num_seeds, **program.dry_run(),
+                  "device_memory": program_lib.device_memory_bytes()}
+        status.outcome = runtime.compile_outcome(program, reused=reused,
+                                                 xla_cache_hits=xla_cache_hits)
     if runtime.is_primary():
         print(f"dry run: 1 program of {config.num_seeds} runs ({report['devices']}), compiled in "
               f"{report['compile_seconds']:.1f} s; per device: "
@@ -120,7 +135,14 @@ def _train(config: Config, options: Options, out: Path, checkpoints: checkpoint.
             if runtime.is_primary():
                 print(f"{out} holds a finished run: nothing to resume", file=sys.stderr)
             return finished
-    program = build_program(config)
+    with compile_status(config, live=options.progress) as status:
+        program = build_program(config)
+        reused, xla_cache_hits = program.compiled is not None, cache.xla_cache_hits()
+        compiled_chunk, compile_seconds = program.compiled_chunk()
+        status.outcome = runtime.compile_outcome(program, reused=reused,
+                                                 xla_cache_hits=xla_cache_hits)
+        # A new run's initial state (its own, smaller program); a resumed run restores its state.
+        state = None if options.resume else init_state(program, config)
     layout = program.layout
     num_evals = config.num_evals
     record = io.provenance() if runtime.is_primary() else {}  # once: it hashes the source
@@ -143,9 +165,8 @@ def _train(config: Config, options: Options, out: Path, checkpoints: checkpoint.
                                                        "devices": layout.describe(), **record,
                                                        "sources": sources})
             (out / "metrics.jsonl").unlink(missing_ok=True)
-        state, history, done = init_state(program, config), None, 0
+        history, done = None, 0
 
-    compiled_chunk, compile_seconds = program.compiled_chunk()
     runtime.barrier("programs compiled")   # then the chunks' collectives start together
     health = _health(layout, state)
 

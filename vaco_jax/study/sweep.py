@@ -20,6 +20,7 @@ Output directory:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -32,7 +33,7 @@ import jax
 import numpy as np
 import pandas as pd
 
-from vaco_jax import io, loggers, program as program_lib, runtime
+from vaco_jax import cache, io, loggers, program as program_lib, runtime
 from vaco_jax.config import Config, to_json_dict, validate
 from vaco_jax.options import LoggerOptions
 from vaco_jax.errors import ConfigError, SweepError
@@ -135,6 +136,7 @@ def run_cell(cell: Cell, progress: Callable[[int, int], None] | None = None, *,
              checkpoints: Path | None = None, checkpoint_seconds: float = 600.0,
              stop_after: int | None = None, allow_code_change: bool = False,
              on_evaluation: Callable[[list[dict], tuple[str, ...]], None] | None = None,
+             compile_status: runtime.StatusLine | None = None,
              ) -> tuple[list[dict], dict] | None:
     """Train every run of `cell` in one vmapped program; returns (tidy rows, timing record).
 
@@ -152,10 +154,17 @@ def run_cell(cell: Cell, progress: Callable[[int, int], None] | None = None, *,
     `on_evaluation(rows, metrics)` is called after each evaluation with its tidy rows (one per
     run, in the order of `cell.runs`, as results.jsonl will hold them) and the names of their
     metrics: the loggers' hook (`run_sweep`), which sees the cell's progress as it runs.
+    `compile_status` is shown while the cell's programs are built and compiled (`run_sweep`).
     """
     start = time.perf_counter()
     config = cell.config
-    program = build_cell_program(cell)
+    with compile_status or contextlib.nullcontext():
+        program = build_cell_program(cell)
+        reused, xla_cache_hits = program.compiled is not None, cache.xla_cache_hits()
+        chunk, compile_seconds = program.compiled_chunk()
+        if compile_status is not None:
+            compile_status.outcome = runtime.compile_outcome(program, reused=reused,
+                                                             xla_cache_hits=xla_cache_hits)
     saved = None if checkpoints is None else _CellCheckpoints(cell, checkpoints)
     restored = (None if saved is None else
                 saved.restore(program.abstract_state, allow_code_change=allow_code_change))
@@ -166,7 +175,6 @@ def run_cell(cell: Cell, progress: Callable[[int, int], None] | None = None, *,
         history, done = None, 0
     else:
         state, history, done = restored.state, restored.history, restored.chunk
-    chunk, compile_seconds = program.compiled_chunk()
 
     end = config.num_evals if stop_after is None else min(config.num_evals, done + stop_after)
     train_seconds, timer = 0.0, program_lib.ChunkTimer()
@@ -382,18 +390,27 @@ def run_sweep(cells: Sequence[Cell], out: str | Path, *, preset: Preset | None =
         f"running {len(todo)}")
     ran = []
     for n, cell in enumerate(todo, 1):
-        bar = (_progress_bar(cell, n, len(todo)) if progress and primary and runtime.interactive()
-               else None)
+        live = progress and primary and runtime.interactive()
+        bars = []
+
+        def advance(evaluations: int, total: int, cell=cell, n=n, bars=bars) -> None:
+            if not bars:   # made after compiling, below its status line
+                bars.append(_progress_bar(cell, n, len(todo)))
+            bars[0].update(evaluations - bars[0].n)
+
+        status = runtime.compiling(cell.env, cell.algo, len(cell.runs), live=live, log=log,
+                                   label=f"[{n}/{len(todo)}] {cell.cell_id}: ")
         logged = _CellLoggers(cell, out, logging) if primary and logging.logger else None
         try:
-            result = run_cell(cell, (lambda i, total: bar.update(1)) if bar else None,
+            result = run_cell(cell, advance if live else None,
                               checkpoints=out / PARTIAL, checkpoint_seconds=checkpoint_seconds,
                               stop_after=stop_after, allow_code_change=allow_code_change,
-                              on_evaluation=logged.log if logged is not None else None)
+                              on_evaluation=logged.log if logged is not None else None,
+                              compile_status=status)
         finally:
             if logged is not None:
                 logged.close()
-        if bar is not None:
+        for bar in bars:
             bar.close()
         if result is None:   # stopped part-way (`stop_after`): its state is saved
             log(f"[{n}/{len(todo)}] {cell.cell_id}: stopped part-way, saved in {out / PARTIAL}")
