@@ -33,6 +33,7 @@ if "jax" not in _sys.modules:
     _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from vaco_jax.config import Config, HParams
+from vaco_jax.envs import register_env
 from vaco_jax.errors import CheckpointError, ConfigError, DivergenceError, SweepError
 from vaco_jax.options import Options
 from vaco_jax.policy import Policy, load_policy
@@ -40,4 +41,4 @@ from vaco_jax.trainer import Trainer, TrainState, make_train, stack_hparams
 
 __all__ = ["CheckpointError", "Config", "ConfigError", "DivergenceError", "HParams", "Options",
            "Policy", "SweepError", "Trainer", "TrainState", "load_policy", "make_train",
-           "stack_hparams"]
+           "register_env", "stack_hparams"]

@@ -37,8 +37,11 @@ class Config:
     """Environment: ant, halfcheetah, hopper, humanoid, humanoidstandup, inverted_pendulum,
     inverted_double_pendulum, pusher, reacher, walker2d (Brax on MJX); dmc:<Task>, a DeepMind
     Control Suite task of MuJoCo Playground (dmc:CheetahRun, dmc:CartpoleSwingup, dmc:WalkerWalk,
-    ... — all 25 in the README; needs the dmc extra); or toy_reach, toy_bandit (pure JAX, for
-    tests)."""
+    ... — all 25 in the README; needs the dmc extra); gymnax:<id>, a gymnax env (gymnax:CartPole-v1,
+    gymnax:Pendulum-v1, ...; needs the gymnax extra); toy_reach, toy_bandit (pure JAX, for tests);
+    a name given to vaco_jax.register_env; or module:factory, a function returning a Brax Env, a
+    Playground MjxEnv or a gymnax (env, params) pair. With an env object passed beside the config
+    (Trainer(config, env=...)), this only names it in records."""
     algo: str = "vaco"
     """Algorithm: vaco, ppo_clip, ppo_kl, spo, impala, pg, decoupled_ppo, appo, or any
     `<estimator>+<objective>` pairing (estimators gae, vtrace_once, vtrace_every; objectives
@@ -207,18 +210,22 @@ def _fail(field: str, value, allowed: str) -> None:
     raise invalid(field, value, allowed)
 
 
-def validate(config: Config) -> None:
+def validate(config: Config, *, env_given: bool = False) -> None:
     """Check every field before anything is compiled; raise `ConfigError` naming the field, the
-    value and what is allowed."""
+    value and what is allowed. `env_given`: an env object runs beside the config, so `config.env`
+    only names it (any non-empty string)."""
+    if not isinstance(config.env, str):
+        _fail("env", config.env, "must be a string naming the env; pass an env object beside the "
+                                 "config (Trainer(config, env=...), make_train(config, env=...)) or "
+                                 "register it by name (vaco_jax.register_env)")
     check_types(config)
     hints = typing.get_type_hints(Config)
-    if config.env not in envs.ENV_NAMES:
-        if config.env.startswith(envs.DMC_PREFIX):
-            _fail("env", config.env, f"the DM Control Suite tasks are {list(envs.DMC_ENVS)}")
-        _fail("env", config.env, f"allowed values are {sorted(envs.ENV_NAMES)}")
-    if config.env in envs.DMC_ENVS and not envs.dmc_available():
-        _fail("env", config.env, f"DM Control Suite tasks need MuJoCo Playground: "
-                                 f"{envs.DMC_INSTALL}")
+    if env_given:
+        if not config.env:
+            _fail("env", config.env, "must name the env object passed beside the config (any "
+                                     "non-empty string)")
+    else:
+        envs.check_name(config.env)   # raises ConfigError naming `env` and what is allowed
     algorithms.parse(config.algo)  # raises ConfigError naming `algo`
 
     positive_ints = ["num_seeds", "total_steps", "num_envs", "unroll_length", "num_epochs",

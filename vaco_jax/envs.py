@@ -14,20 +14,31 @@ snapshot), not here.
 
 The DeepMind Control Suite comes from MuJoCo Playground (`dmc:<Task>`, e.g. `dmc:CheetahRun`;
 `pip install -e ".[dmc]"`), with MJX's JAX implementation, behind the same interface and wrapper
-(`PlaygroundEnv`). Two tiny pure-JAX envs (`toy_reach`, `toy_bandit`) share the Brax `Env`
-interface for fast unit tests.
+(`PlaygroundEnv`); gymnax's envs (`gymnax:<id>`, e.g. `gymnax:CartPole-v1`; `pip install -e
+".[gymnax]"`) likewise (`GymnaxEnv`). Two tiny pure-JAX envs (`toy_reach`, `toy_bandit`) share the
+Brax `Env` interface for fast unit tests.
+
+The env is a value: besides these names, the trainer takes an env object (a Brax `Env`, a MuJoCo
+Playground `MjxEnv`, a gymnax environment or its `(env, params)` pair: `as_env`), a name given
+to a factory with `register_env`, or `module:factory`, a function that returns any of these.
+`make_env` resolves a name; `check_name` refuses one it cannot resolve before anything compiles.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import importlib
+import importlib.util
 import io
 import logging
+import sys
 import warnings
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 # Importing mujoco.mjx (through brax) prints "Failed to import warp: ..." to stdout when the
@@ -36,6 +47,9 @@ from flax import struct
 with contextlib.redirect_stdout(io.StringIO()):
     from brax import envs as brax_envs
     from brax.envs.base import Env, State, Wrapper
+
+from vaco_jax import spaces
+from vaco_jax.errors import ConfigError, invalid
 
 MJX_ENVS = (
     "ant", "halfcheetah", "hopper", "humanoid", "humanoidstandup", "inverted_pendulum",
@@ -56,13 +70,19 @@ DMC_ENVS = tuple(DMC_PREFIX + task for task in DMC_TASKS)
 DMC_INSTALL = 'pip install -e ".[dmc]"'
 TOY_ENVS = ("toy_reach", "toy_bandit")
 ENV_NAMES = MJX_ENVS + DMC_ENVS + TOY_ENVS
+# gymnax's envs by their id (`gymnax:CartPole-v1`, `gymnax:Pendulum-v1`, ...; `gymnax.registered_envs`).
+GYMNAX_PREFIX = "gymnax:"
+GYMNAX_INSTALL = 'pip install -e ".[gymnax]"'
 
 
 def dmc_available() -> bool:
     """Is MuJoCo Playground (the `dmc` extra) installed?"""
-    import importlib.util
-
     return importlib.util.find_spec("mujoco_playground") is not None
+
+
+def gymnax_available() -> bool:
+    """Is gymnax (the `gymnax` extra) installed?"""
+    return importlib.util.find_spec("gymnax") is not None
 
 
 class ToyReach(Env):
@@ -151,7 +171,9 @@ FAST_SOLVER: dict[str, dict] = {
 
 
 def make_env(name: str, mjx_solver: str = "default", **kwargs) -> Env:
-    """An unwrapped single environment: a Brax env on the MJX backend, or a toy env.
+    """An unwrapped single environment with the Brax `Env` interface, from its name: a Brax env on
+    the MJX backend, a DM Control task (`dmc:<Task>`), a gymnax env (`gymnax:<id>`), a toy env, a
+    name given to `register_env`, or `module:factory` (the factory's env, through `as_env`).
 
     `mjx_solver="fast"` applies `FAST_SOLVER[name]` (if the env has an entry) to the MJX model;
     `"default"` keeps Brax's settings, so default-solver physics stays reproducible.
@@ -162,8 +184,14 @@ def make_env(name: str, mjx_solver: str = "default", **kwargs) -> Env:
         return ToyBandit()
     if name.startswith(DMC_PREFIX):
         return PlaygroundEnv.load(name[len(DMC_PREFIX):])
+    if name.startswith(GYMNAX_PREFIX):
+        return GymnaxEnv.make(name[len(GYMNAX_PREFIX):])
+    if name in _REGISTRY:
+        return _from_factory(name, _REGISTRY[name])
+    if ":" in name:
+        return _from_factory(name, _import_factory(name))
     if name not in MJX_ENVS:
-        raise ValueError(f"unknown env {name!r}; allowed values are {list(ENV_NAMES)}")
+        check_name(name)   # raises, naming what is allowed
     if mjx_solver not in ("default", "fast"):
         raise ValueError(f"mjx_solver must be 'default' or 'fast', got {mjx_solver!r}")
     with warnings.catch_warnings():
@@ -174,6 +202,136 @@ def make_env(name: str, mjx_solver: str = "default", **kwargs) -> Env:
     if mjx_solver == "fast" and name in FAST_SOLVER:
         set_solver(env, **FAST_SOLVER[name])
     return env
+
+
+# --- envs as values: adapters, registered factories, `module:factory` ------------------------------
+
+ALLOWED_OBJECTS = ("a Brax Env (e.g. a PipelineEnv), a MuJoCo Playground MjxEnv, a gymnax "
+                   "environment, or a gymnax (env, params) pair as gymnax.make returns it")
+
+
+def as_env(env) -> Env:
+    """`env` behind the Brax `Env` interface that `VecEnv` steps: a Brax `Env` as it is, a MuJoCo
+    Playground `MjxEnv` in `PlaygroundEnv`, a gymnax environment (with its default params) or a
+    gymnax `(env, params)` pair in `GymnaxEnv`. Anything else is refused, naming what is allowed."""
+    if isinstance(env, Env):
+        return env
+    gymnax_environment = _class_if_imported("gymnax.environments.environment", "Environment")
+    if gymnax_environment is not None:
+        if isinstance(env, gymnax_environment):
+            return GymnaxEnv(env)
+        if (isinstance(env, tuple) and len(env) == 2 and isinstance(env[0], gymnax_environment)):
+            return GymnaxEnv(*env)
+    mjx_env = _class_if_imported("mujoco_playground._src.mjx_env", "MjxEnv")
+    if mjx_env is not None and isinstance(env, mjx_env):
+        return PlaygroundEnv(env)
+    raise ConfigError(f"config field `env`: the env object (a {_describe(env)}) is not one vaco_jax "
+                      f"can run: allowed are {ALLOWED_OBJECTS}")
+
+
+def _class_if_imported(module: str, name: str):
+    """`module.name` if `module` is imported (an object of its classes exists only then)."""
+    loaded = sys.modules.get(module)
+    return getattr(loaded, name, None) if loaded is not None else None
+
+
+def _describe(obj) -> str:
+    kind = type(obj)
+    return f"{kind.__module__}.{kind.__qualname__}" if not isinstance(obj, tuple) else (
+        f"tuple ({', '.join(type(x).__qualname__ for x in obj)})")
+
+
+@dataclasses.dataclass(frozen=True)
+class Registration:
+    """An env registered under a name: its factory, and the config fields it runs with unless the
+    user sets them (`Config.for_env`)."""
+
+    factory: Callable[[], Any]
+    defaults: dict
+
+
+_REGISTRY: dict[str, Registration] = {}
+
+
+def register_env(name: str, factory: Callable[[], Any], *, defaults: dict | None = None) -> None:
+    """Make `Config(env=name)` run the env `factory()` returns (anything `as_env` takes: a Brax
+    `Env`, a Playground `MjxEnv`, a gymnax env or `(env, params)` pair). `defaults`: config fields
+    (e.g. `episode_length`, `num_envs`, `total_steps`) that `Config.for_env(name)` and the command
+    line give this env unless set. Registering a name again replaces the earlier factory: a run
+    records the name only, so keep one meaning per name for checkpoints to resume (a compiled
+    program is never reused for another env, whatever its name: `vaco_jax.fingerprint`).
+
+    The name must not be a built-in env's and must not contain ':' (kept for `dmc:`, `gymnax:` and
+    `module:factory`)."""
+    if not isinstance(name, str) or not name or ":" in name or name in ENV_NAMES:
+        raise invalid("env", name, "a registered env's name must be a non-empty string without "
+                                   "':' that is not a built-in env's name")
+    if not callable(factory):
+        raise ConfigError(f"register_env({name!r}, ...): the factory must be callable (a function "
+                          f"returning the env), got {_describe(factory)}")
+    _REGISTRY[name] = Registration(factory, dict(defaults or {}))
+
+
+def registered_envs() -> dict[str, Registration]:
+    """The names given to `register_env` in this process, and what they run."""
+    return dict(_REGISTRY)
+
+
+def _import_factory(name: str) -> Registration:
+    """`module:factory` resolved to its function (imported now), or a `ConfigError`."""
+    module_name, _, attribute = name.partition(":")
+    allowed = (f"`module:factory` names a function in an importable module that returns "
+               f"{ALLOWED_OBJECTS}")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as error:  # noqa: BLE001 -- any failure to import is the user's to see
+        raise invalid("env", name, f"module {module_name!r} does not import ({type(error).__name__}: "
+                                   f"{error}); {allowed}") from error
+    factory = getattr(module, attribute, None) if attribute else None
+    if not callable(factory):
+        raise invalid("env", name, f"module {module_name!r} has no function {attribute!r}; "
+                                   f"{allowed}")
+    return Registration(factory, {})
+
+
+def _from_factory(name: str, registration: Registration) -> Env:
+    made = registration.factory()
+    try:
+        return as_env(made)
+    except ConfigError as error:
+        raise invalid("env", name, f"its factory returned a {_describe(made)}; allowed are "
+                                   f"{ALLOWED_OBJECTS}") from error
+
+
+def check_name(name: str) -> None:
+    """Refuse (`ConfigError` naming `env`, the value and what is allowed) a name `make_env` cannot
+    resolve: unknown, an extra's env without the extra, or a `module:factory` that does not import
+    or names no function. Cheap: imports what the name needs and builds no env."""
+    if name in ENV_NAMES and name not in DMC_ENVS or name in _REGISTRY:
+        return
+    if name.startswith(DMC_PREFIX):
+        if name not in DMC_ENVS:
+            raise invalid("env", name, f"the DM Control Suite tasks are {list(DMC_ENVS)}")
+        if not dmc_available():
+            raise invalid("env", name, f"DM Control Suite tasks need MuJoCo Playground: {DMC_INSTALL}")
+        return
+    if name.startswith(GYMNAX_PREFIX):
+        if not gymnax_available():
+            raise invalid("env", name, f"gymnax's envs need gymnax: {GYMNAX_INSTALL}")
+        import gymnax
+
+        if name[len(GYMNAX_PREFIX):] not in gymnax.registered_envs:
+            raise invalid("env", name, f"gymnax's envs are "
+                                       f"{[GYMNAX_PREFIX + e for e in gymnax.registered_envs]}")
+        return
+    if ":" in name:
+        _import_factory(name)
+        return
+    raise invalid("env", name, f"allowed values are {sorted(MJX_ENVS + TOY_ENVS)}, "
+                               f"'{DMC_PREFIX}<Task>' (Task in {list(DMC_TASKS)}), "
+                               f"'{GYMNAX_PREFIX}<id>' (gymnax's envs), a name given to "
+                               f"vaco_jax.register_env (registered now: {sorted(_REGISTRY)}), or "
+                               f"'module:factory' naming a function that returns {ALLOWED_OBJECTS}")
 
 
 class PlaygroundEnv(Env):
@@ -201,14 +359,8 @@ class PlaygroundEnv(Env):
         finally:
             mujoco.set_mju_user_warning(previous)
 
-    @staticmethod
-    def _flat(obs):
-        if isinstance(obs, dict):
-            return jnp.concatenate([jnp.ravel(obs[k]) for k in sorted(obs)])
-        return obs
-
     def _ours(self, state) -> State:
-        return State(state.data, self._flat(state.obs), state.reward, state.done, state.metrics,
+        return State(state.data, flat_dict(state.obs), state.reward, state.done, state.metrics,
                      state.info)
 
     def reset(self, rng) -> State:
@@ -240,6 +392,89 @@ class PlaygroundEnv(Env):
     @property
     def mj_model(self):
         return self.env.mj_model
+
+
+def flat_dict(obs):
+    """A dict observation as one vector, its arrays concatenated in sorted key order; an array as
+    it is."""
+    if isinstance(obs, dict):
+        return jnp.concatenate([jnp.ravel(obs[k]) for k in sorted(obs)])
+    return obs
+
+
+class GymnaxEnv(Env):
+    """A gymnax environment and its params behind the Brax `Env` interface that `VecEnv` steps.
+
+    Steps with gymnax's `step_env` (no auto-reset, no time limit: since gymnax 1.0 its `done` is
+    termination only), so time limits, truncation and fresh resets are `VecEnv`'s as for every env;
+    gymnax's own limit (`params.max_steps_in_episode`, `time_limit`) is `gymnax:<id>`'s default
+    `episode_length`. gymnax's `step_env` takes a key: each env's key travels in its state
+    (`pipeline_state = {"state", "key"}`), split at every step. Observations are flattened to
+    float32 vectors; a `Box` action arrives in [-1, 1] and is rescaled to the space's bounds, a
+    `Discrete` one is passed on as the integer it is.
+    """
+
+    def __init__(self, env, params=None):
+        self.env = env
+        self.params = env.default_params if params is None else params
+        theirs = env.action_space(self.params)
+        if hasattr(theirs, "n"):
+            self.action_space = spaces.Discrete(int(theirs.n))
+            self._low = self._high = None
+        else:
+            self.action_space = spaces.Box(int(np.prod(theirs.shape, dtype=int)))
+            self._low, self._high = np.asarray(theirs.low), np.asarray(theirs.high)
+        self._action_shape = tuple(theirs.shape)
+
+    @classmethod
+    def make(cls, env_id: str) -> "GymnaxEnv":
+        """gymnax's env `env_id` (`gymnax.make`) with its default params."""
+        import gymnax
+
+        return cls(*gymnax.make(env_id))
+
+    @property
+    def time_limit(self) -> int:
+        """gymnax's episode limit for these params (0 when they have none)."""
+        return int(getattr(self.params, "max_steps_in_episode", 0))
+
+    def reset(self, rng) -> State:
+        key, reset_key = jax.random.split(rng)
+        obs, state = self.env.reset_env(reset_key, self.params)
+        zero = jnp.zeros(())
+        return State({"state": state, "key": key}, self._obs(obs), zero, zero, {}, {})
+
+    def step(self, state: State, action) -> State:
+        key, step_key = jax.random.split(state.pipeline_state["key"])
+        obs, inner, reward, done, _ = self.env.step_env(
+            step_key, state.pipeline_state["state"], self._theirs(action), self.params)
+        return state.replace(pipeline_state={"state": inner, "key": key}, obs=self._obs(obs),
+                             reward=jnp.asarray(reward, jnp.float32),
+                             done=jnp.asarray(done, jnp.float32))
+
+    def _theirs(self, action):
+        if self._low is None:
+            return action
+        scaled = self._low.ravel() + (action + 1.0) * 0.5 * (self._high - self._low).ravel()
+        return scaled.reshape(self._action_shape)
+
+    @staticmethod
+    def _obs(obs):
+        return jnp.ravel(flat_dict(obs)).astype(jnp.float32)
+
+    @property
+    def observation_size(self) -> int:
+        return int(jax.eval_shape(self.reset, jax.random.PRNGKey(0)).obs.shape[-1])
+
+    @property
+    def action_size(self) -> int:
+        """The actor's output width: the number of continuous actions, or of discrete choices."""
+        space = self.action_space
+        return space.size if isinstance(space, spaces.Box) else space.n
+
+    @property
+    def backend(self) -> str:
+        return "jax"
 
 
 class TracedOnce(Wrapper):
@@ -314,6 +549,7 @@ class VecEnv:
         self.env = env
         self.num_envs = num_envs
         self.episode_length = episode_length
+        self.action_space = spaces.action_space(env)
 
     @property
     def action_size(self) -> int:
@@ -352,8 +588,9 @@ class VecEnv:
         return cond_any(needed, reset_unstarted, (needed, key, state))[2]
 
     def step(self, state: EnvState, action, key) -> tuple[EnvState, StepResult]:
-        """Step every env with `action [B, action_dim]` (clipped to [-1, 1]); reset those that ended."""
-        inner = jax.vmap(self.env.step)(state.inner, jnp.clip(action, -1.0, 1.0))
+        """Step every env with `action` (`[B, action_dim]` continuous ones, clipped to [-1, 1]; `[B]`
+        discrete ones); reset those that ended."""
+        inner = jax.vmap(self.env.step)(state.inner, self.action_space.clip(action))
         step_count = state.step_count + 1
         terminated = inner.done > 0.5
         truncated = jnp.logical_and(step_count >= self.episode_length, ~terminated)

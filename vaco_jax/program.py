@@ -269,9 +269,10 @@ class TrainProgram:
     _reported: bool = False
 
     @classmethod
-    def build(cls, config: Config, num_runs: int, *, donate: bool = False,
+    def build(cls, config: Config, num_runs: int, *, env=None, donate: bool = False,
               store: "bool | cache.ProgramStore" = True, log=None) -> "TrainProgram":
-        """The program of `num_runs` runs of `config`'s static fields. `donate`: the chunk reuses
+        """The program of `num_runs` runs of `config`'s static fields, on `config.env` or on `env`,
+        an env object passed beside it (`Trainer`). `donate`: the chunk reuses
         the input state's memory (the caller must not keep the state it passes in). `store`: where
         compiled programs are loaded from and kept: True for `ProgramStore.default()` (beside JAX's
         compilation cache, when that is on), False for nowhere (always compile, e.g. to measure
@@ -283,7 +284,7 @@ class TrainProgram:
         shared.update(capacity=1, max_capacity=config.slots)
         placed = layout(num_runs, num_envs=config.num_envs, log=log)
         config = dataclasses.replace(config, **shared)
-        trainer = Trainer(config)
+        trainer = Trainer(config, env)
         return _build(config, placed, donate,
                       cache.ProgramStore.default() if store is True else store or None,
                       _Traced(traced_from(trainer), trainer))

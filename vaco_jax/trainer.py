@@ -4,7 +4,7 @@ One learner iteration (SPEC §1–§4):
     draw a snapshot per actor group → roll out → realign (advantages once, with π_T, V_φT)
     → K epochs × M minibatches of updates → update the normaliser → push the new snapshot.
 
-`make_train(config)` returns `train(key, hparams=None) -> (state, metrics)`, a pure function whose
+`make_train(config, env=None)` returns `train(key, hparams=None) -> (state, metrics)`, a pure function whose
 whole run can be jitted and vmapped over seeds (and over `HParams` leaves: δ, learning rate,
 capacity ≤ max_capacity, ...). The run is a scan over `num_evals` chunks, each a scan over
 `iterations_per_eval` iterations followed by a deterministic evaluation; `Trainer.init` and
@@ -23,7 +23,7 @@ from flax import struct
 
 from vaco_jax import algorithms, evaluation, networks, objectives, ring_buffer, rollout
 from vaco_jax.config import Config, HParams, validate
-from vaco_jax.envs import EnvState, TracedOnce, VecEnv, make_env
+from vaco_jax.envs import EnvState, TracedOnce, VecEnv, as_env, make_env
 
 
 # Bits of `Health.nonfinite`: which quantities an iteration produced non-finite.
@@ -89,13 +89,18 @@ def make_optimizer(hparams: HParams, learning_rate):
 
 
 class Trainer:
-    """Static parts of a run (config, env, networks) and the pure functions built from them."""
+    """Static parts of a run (config, env, networks) and the pure functions built from them.
 
-    def __init__(self, config: Config):
-        validate(config)
+    The env is `config.env` resolved by name (`envs.make_env`), or `env`, an env object passed
+    beside the config (anything `envs.as_env` takes: a Brax `Env`, a MuJoCo Playground `MjxEnv`,
+    a gymnax environment or its `(env, params)` pair), which `config.env` then only names."""
+
+    def __init__(self, config: Config, env=None):
+        validate(config, env_given=env is not None)
         self.config = config
         self.algorithm = algorithms.parse(config.algo)
-        self.env = TracedOnce(make_env(config.env, config.mjx_solver))
+        self.env = TracedOnce(make_env(config.env, config.mjx_solver) if env is None
+                              else as_env(env))
         self.vec_env = VecEnv(self.env, config.num_envs, config.episode_length)
         self.actor, self.critic = networks.make_networks(config, self.vec_env.action_size)
 
@@ -341,9 +346,10 @@ def guard_divergence(old: TrainState, new: TrainState, update_metrics) -> TrainS
     return state.replace(health=health)
 
 
-def make_train(config: Config):
-    """`train(key, hparams=None) -> (final_state, metrics)` for `config` (validated now)."""
-    return Trainer(config).train
+def make_train(config: Config, env=None):
+    """`train(key, hparams=None) -> (final_state, metrics)` for `config` (validated now), on
+    `config.env` or on `env`, an env object passed beside it (see `Trainer`)."""
+    return Trainer(config, env).train
 
 
 def stack_hparams(hparams_list: list[HParams]) -> HParams:

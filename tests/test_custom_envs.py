@@ -1,0 +1,163 @@
+"""The env is a value: env objects, registered factories and `module:factory` names train like the
+built-in names, adapted envs (gymnax, MuJoCo Playground) get the built-in envs' time limits and
+fresh resets, and what cannot be resolved or fingerprinted is refused or never stored."""
+
+import dataclasses
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from vaco_jax import Config, ConfigError, Trainer, cache, envs, make_train, program, register_env
+
+from test_trainer import TINY, assert_trees_equal
+
+ONE_EVAL = dataclasses.replace(TINY, total_steps=8 * 8, num_evals=1)
+
+
+def rollout(vec_env, steps, action):
+    """`steps` steps of `vec_env` with a constant `action` per env: for every step, the state
+    stepped from, its result, and the state after (a fresh episode where one ended)."""
+    state = vec_env.reset(jax.random.PRNGKey(0))
+    actions = jnp.broadcast_to(jnp.asarray(action), (vec_env.num_envs,) + jnp.shape(action))
+
+    def step(state, key):
+        new_state, result = vec_env.step(state, actions, key)
+        return new_state, (state, result, new_state)
+
+    return jax.jit(lambda: jax.lax.scan(step, state, jax.random.split(
+        jax.random.PRNGKey(1), steps))[1])()
+
+
+def gymnax_pair(env_id: str):
+    gymnax = pytest.importorskip("gymnax")
+    return gymnax.make(env_id)
+
+
+@pytest.mark.parametrize("make,action", [
+    (lambda: envs.as_env(gymnax_pair("Pendulum-v1")), np.array([0.5], np.float32)),
+    (lambda: envs.as_env(gymnax_pair("CartPole-v1")), np.int32(1)),
+    (lambda: envs.make_env("vaco_jax.envs:ToyReach"), np.array([0.5, 0.5], np.float32)),
+], ids=["gymnax-pendulum", "gymnax-cartpole", "module-factory"])
+def test_time_limits_truncate_and_reset_adapted_envs_like_the_built_in_ones(make, action):
+    # tests/test_envs.py's truncation test, on envs that are not built in: the limit sets a
+    # truncation flag (not termination), the step keeps the true final observation, and the next
+    # episode starts from a fresh draw.
+    env = make()
+    vec_env = envs.VecEnv(env, num_envs=3, episode_length=4)
+    before, result, after = rollout(vec_env, 12, action)
+    truncated = np.asarray(result.truncated)
+    assert not np.any(result.terminated)
+    np.testing.assert_array_equal(truncated, np.repeat([[0, 0, 0, 1] * 3], 3, axis=0).T)
+    # next_obs is what the env returns from the state stepped from, at a truncation too.
+    stepped = jax.jit(jax.vmap(jax.vmap(env.step), in_axes=(0, None)))(
+        before.inner, vec_env.action_space.clip(jnp.broadcast_to(action, (3,) + np.shape(action))))
+    np.testing.assert_array_equal(result.next_obs, stepped.obs)
+    ended = truncated.astype(bool)
+    np.testing.assert_array_equal(np.asarray(after.obs)[~ended], np.asarray(result.next_obs)[~ended])
+    starts = np.asarray(after.obs)[ended]
+    assert not np.any(np.all(np.isclose(starts, np.asarray(result.next_obs)[ended]), axis=-1))
+    assert len(np.unique(starts.round(6), axis=0)) == len(starts) == 9   # each its own draw
+
+
+def test_a_discrete_gymnax_env_takes_integer_actions_and_a_box_one_is_rescaled():
+    cartpole = envs.as_env(gymnax_pair("CartPole-v1"))
+    assert cartpole.action_space == envs.spaces.Discrete(2) and cartpole.observation_size == 4
+    pendulum = envs.as_env(gymnax_pair("Pendulum-v1")[0])   # an env alone: its default params
+    assert pendulum.action_space == envs.spaces.Box(1) and pendulum.time_limit == 200
+    torques = jax.vmap(pendulum._theirs)(jnp.array([[-1.0], [0.0], [1.0]]))
+    np.testing.assert_allclose(torques.ravel(), [-2.0, 0.0, 2.0])   # Pendulum's [-2, 2]
+
+
+def test_an_env_object_a_registered_name_and_module_factory_train_like_the_built_in_name():
+    key = jax.random.PRNGKey(2)
+    by_name = jax.jit(make_train(ONE_EVAL))(key)
+    register_env("reach_registered", envs.ToyReach)
+    ways = {
+        "object": make_train(dataclasses.replace(ONE_EVAL, env="my reach"), env=envs.ToyReach()),
+        "registered": make_train(dataclasses.replace(ONE_EVAL, env="reach_registered")),
+        "module:factory": make_train(dataclasses.replace(ONE_EVAL, env="vaco_jax.envs:ToyReach")),
+    }
+    for way, train in ways.items():
+        assert_trees_equal(jax.jit(train)(key), by_name)
+
+
+@pytest.mark.parametrize("name,allowed", [
+    ("cartpole", "register_env"),
+    ("no_such_module_for_vaco:make", "does not import (ModuleNotFoundError"),
+    ("vaco_jax.envs:no_such_factory", "has no function 'no_such_factory'"),
+    ("gymnax:NoSuchEnv-v0", "gymnax"),
+])
+def test_an_env_that_cannot_be_resolved_is_refused_naming_env_and_what_is_allowed(name, allowed):
+    with pytest.raises(ConfigError) as error:
+        make_train(dataclasses.replace(TINY, env=name))
+    message = str(error.value)
+    assert f"`env` = {name!r} is invalid" in message and allowed in message, message
+
+
+def test_a_factory_or_object_that_is_no_env_is_refused_naming_what_is_allowed():
+    register_env("not_an_env", lambda: 3)
+    with pytest.raises(ConfigError, match=r"`env` = 'not_an_env' is invalid: its factory returned "
+                                          r"a builtins.int; allowed are a Brax Env"):
+        make_train(dataclasses.replace(TINY, env="not_an_env"))
+    with pytest.raises(ConfigError, match="`env`: the env object .* allowed are a Brax Env"):
+        make_train(TINY, env=object())
+    with pytest.raises(ConfigError, match="`env` = .* pass an env object beside the config"):
+        make_train(dataclasses.replace(TINY, env=envs.ToyReach()))
+    for name in ("toy_reach", "a:b", ""):
+        with pytest.raises(ConfigError, match="`env`"):
+            register_env(name, envs.ToyReach)
+
+
+def test_the_command_line_refuses_a_factory_that_does_not_import_before_compiling(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "vaco_jax.train", "--env",
+                           "no_such_module_for_vaco:make", "--out", str(tmp_path / "run")],
+                          capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "`env` = 'no_such_module_for_vaco:make' is invalid" in done.stderr
+    assert "module:factory" in done.stderr and not (tmp_path / "run").exists()
+
+
+class RecordingStore(cache.ProgramStore):
+    """A program store that records what is asked of it and holds nothing."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        object.__setattr__(self, "calls", [])
+
+    def load(self, key, name):
+        self.calls.append(("load", name))
+        return None
+
+    def save(self, key, name, compiled):
+        self.calls.append(("save", name))
+        return False
+
+
+def test_an_env_that_cannot_be_fingerprinted_is_never_served_a_stored_program(tmp_path):
+    # A class whose code cannot be hashed (as one defined in a notebook): two such envs under one
+    # name may differ in anything, so no program of theirs is loaded from the store or kept there.
+    notebook_reach = type("NotebookReach", (envs.ToyReach,), {"__module__": "__main__"})
+    config = dataclasses.replace(ONE_EVAL, env="notebook reach")
+    store = RecordingStore(tmp_path)
+    built = program.TrainProgram.build(config, 1, env=notebook_reach(), store=store)
+    assert not program.traced_from(built.trainer).storable
+    assert built.store is None and store.calls == []
+    # The same env from a module's class is stored and looked up.
+    stored = program.TrainProgram.build(config, 1, env=envs.ToyReach(), store=store)
+    assert stored.store is store and store.calls == [("load", "learn")]
+    program._build.cache_clear()
+
+
+def test_an_adapted_env_is_fingerprinted_by_its_parameters():
+    env, params = gymnax_pair("CartPole-v1")
+    config = dataclasses.replace(TINY, env="cartpole")
+    fingerprints = [program.traced_from(Trainer(config, env=(env, p)))
+                    for p in (params, params, params.replace(gravity=3.0))]
+    assert all(f.storable for f in fingerprints)
+    assert fingerprints[0] == fingerprints[1] and fingerprints[0].digest != fingerprints[2].digest
