@@ -76,7 +76,8 @@ def paper_cell(scratch: Path, total_steps: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.accelerator_check",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="one throughput env; a 1M-step cell")
     parser.add_argument("--cell-steps", type=int, default=0,
                         help="env steps per run of the paper-shaped cell (default 4M; 1M --quick)")

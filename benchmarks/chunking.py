@@ -35,7 +35,8 @@ from vaco_jax.train import build_program, init_state, run, seed_keys
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.chunking",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", default="toy_reach")
     parser.add_argument("--num-seeds", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=5)

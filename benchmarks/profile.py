@@ -128,7 +128,8 @@ def profile(case: Case, algo: str, calls: int = 20, warmup_iterations: int = 4) 
 
 
 def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.profile",
+                                     description=__doc__.split("\n")[0])
     parser.add_argument("--preset", default="cpu", choices=sorted(THROUGHPUT_PRESETS))
     parser.add_argument("--env", nargs="+", default=None)
     parser.add_argument("--algos", nargs="+", default=["ppo_clip", "vaco"])

@@ -163,7 +163,8 @@ def check(env_name: str, episodes: int, episode_length: int, train_steps: int,
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.solver_check",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", nargs="+", default=sorted(FAST_SOLVER))
     parser.add_argument("--episodes", type=int, default=64)
     parser.add_argument("--episode-length", type=int, default=1000)

@@ -176,7 +176,8 @@ def format_table(env: str, rows: dict[str, dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.throughput",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
     parser.add_argument("--env", nargs="+", help="envs to run (default: the preset's)")
     parser.add_argument("--only", nargs="+", help="row names to run (default: all)")

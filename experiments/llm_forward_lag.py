@@ -36,7 +36,8 @@ def presets():
 
 
 def main():
-    experiment = tyro.extras.overridable_config_cli(presets())
+    experiment = tyro.extras.overridable_config_cli(
+        presets(), prog="python -m experiments.llm_forward_lag")
     runtime.start(compile_cache=experiment.compile_cache)   # multi-process under SLURM/Open MPI
     log_path = Path(experiment.out) / "log.txt"
     if runtime.is_primary():

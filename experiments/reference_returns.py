@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from typing import Literal
 
 import tyro
 
@@ -19,14 +20,21 @@ from vaco_jax.study import presets, references, sweep
 from vaco_jax.errors import ConfigError
 
 
+PresetName = Literal[tuple(presets.PRESETS)]
+
+
 @dataclasses.dataclass
 class Args:
-    preset: str = "cpu"
+    preset: PresetName = "cpu"
+    """The sweep's scale to measure references for (`vaco_jax.study.presets.PRESETS`)."""
     envs: tuple[str, ...] | None = None
+    """Override the preset's envs (as the sweep's --envs)."""
     total_steps: int | None = None
+    """Override the env steps per run (as the sweep's --total-steps)."""
     num_seeds: int = 5
     """PPO-Clip seeds."""
     random_episodes: int = 64
+    """Episodes of the random policy per env."""
     last_evals: int = 1
     """Average each PPO-Clip seed's last this many evaluations (3 for the lag study)."""
     out: str = ""
@@ -39,7 +47,8 @@ class Args:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = tyro.cli(Args, args=argv, description=__doc__.split("\n\n")[0])
+    args = tyro.cli(Args, args=argv, description=__doc__.split("\n\n")[0],
+                    prog="python -m experiments.reference_returns")
     try:
         # Multi-process when launched so by SLURM or Open MPI.
         runtime.start(compile_cache=args.compile_cache, verbose=args.verbose)

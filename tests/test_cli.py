@@ -374,3 +374,84 @@ def test_without_a_terminal_the_status_is_a_line_when_compiling_starts_and_one_w
     outcome = lambda loaded, reused=False: runtime.compile_outcome(  # noqa: E731
         SimpleNamespace(loaded=loaded), reused=reused, xla_cache_hits=hits)
     assert (outcome(True), outcome(False)) == ("loaded from the cache", "compiled")
+
+
+# --- every command's help -----------------------------------------------------------------------
+def _command_line_modules() -> list[str]:
+    """Every module of the package, the experiments and the benchmarks that runs as a command."""
+    root = Path(__file__).resolve().parent.parent
+    return [".".join(path.relative_to(root).with_suffix("").parts)
+            for package in ("vaco_jax", "experiments", "benchmarks")
+            for path in sorted((root / package).rglob("*.py"))
+            if re.search(r'^if __name__ == "__main__":', path.read_text(), re.MULTILINE)]
+
+
+@pytest.mark.parametrize("module", _command_line_modules())
+def test_every_command_s_help_shows_how_to_run_it(module, monkeypatch, capsys):
+    import importlib
+
+    monkeypatch.setenv("COLUMNS", "200")
+    main = importlib.import_module(module).main
+    for argv in (["--help"], ["tiny", "--help"]) if module.endswith("llm_forward_lag") else (["--help"],):
+        monkeypatch.setattr(sys, "argv", [module.replace(".", "/") + ".py", *argv])
+        with pytest.raises(SystemExit) as exited:
+            main()
+        assert exited.value.code == 0
+        usage = capsys.readouterr().out.splitlines()[0]
+        assert usage.startswith(f"usage: python -m {module} {' '.join(argv[:-1])}".rstrip() + " "), usage
+
+
+def test_command_line_modules_are_found():
+    assert {"vaco_jax.train", "vaco_jax.evaluate", "experiments.llm_forward_lag",
+            "experiments.reference_returns", "benchmarks.throughput"} <= set(_command_line_modules())
+
+
+def test_train_help_heads_each_group_by_what_it_holds(monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "100")
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    # Each group's heading is a line of its own, boxed or not (rich draws boxes on UTF-8 only).
+    headings = [line.strip(" │╭─╮") for line in capsys.readouterr().out.splitlines()
+                if line.strip(" │╭─╮").endswith(" options") or line.strip(" │╭─╮") == "options"]
+    assert headings == ["options", "config options", "process options", "logging options",
+                        "cluster options"], headings
+
+
+def test_reference_returns_lists_the_presets(capsys):
+    from experiments import reference_returns
+
+    with pytest.raises(SystemExit) as refused:
+        reference_returns.main(["--preset", "nope"])
+    assert refused.value.code == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "invalid choice 'nope'" in err and "'tiny', 'smoke', 'cpu', 'hopper-1m', 'paper'" in err
+
+
+def test_the_readme_quotes_the_quick_start_s_own_step_count():
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert "--num-seeds 4 --total-steps 200000 --out runs/quickstart" in readme
+    from vaco_jax import Config
+
+    steps = Config(env="inverted_pendulum", total_steps=200_000).env_steps   # default shapes
+    # The quick start's final line and the evaluation of its policy.
+    quoted = re.findall(r"\(([\d,]+) steps/seed|\(after ([\d,]+) steps\)", readme)
+    assert [bool(a) for a, b in quoted] == [True, False], quoted
+    assert {int((a or b).replace(",", "")) for a, b in quoted} == {steps}, quoted
+
+
+def test_every_link_between_the_docs_reaches_a_heading():
+    root = Path(__file__).resolve().parent.parent
+    pages = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+
+    def anchors(page: Path) -> set[str]:   # GitHub's: lower case, punctuation dropped, - for space
+        text = re.sub(r"```.*?```", "", page.read_text(), flags=re.DOTALL)
+        return {re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
+                for title in re.findall(r"^#+ (.+)$", text, re.MULTILINE)}
+
+    broken = []
+    for page in pages:
+        for target, anchor in re.findall(r"\]\(([^)#\s]*\.md|)#([^)\s]+)\)", page.read_text()):
+            linked = (page.parent / target).resolve() if target else page
+            if not linked.exists() or anchor not in anchors(linked):
+                broken.append(f"{page.name}: {target}#{anchor}")
+    assert not broken, broken

@@ -465,10 +465,11 @@ def _progress_bar(config: Config, options: Options, done: int):
 
 @dataclasses.dataclass(frozen=True)
 class Command:
-    """`python -m vaco_jax.train`: the run's config, the process options, the cluster (flat flags)."""
+    """`python -m vaco_jax.train`: the run's config, the process options, the cluster (flat flags;
+    tyro heads each group of `--help` with its field's name, so `options` is named `process`)."""
 
     config: Annotated[Config, tyro.conf.OmitArgPrefixes] = Config()
-    options: Annotated[Options, tyro.conf.OmitArgPrefixes] = Options()
+    options: Annotated[Options, tyro.conf.OmitArgPrefixes, tyro.conf.arg(name="process")] = Options()
     cluster: Annotated[Cluster, tyro.conf.OmitArgPrefixes] = Cluster()
     config_file: Annotated[str, tyro.conf.arg(name="config", metavar="FILE")] = ""
     """Start from the config in this file: a run's config.json (or its directory) or a JSON object
