@@ -391,3 +391,25 @@ def test_a_cell_stopped_part_way_resumes_bit_for_bit(tmp_path):
     last = table[table["eval_index"] == LAG_TINY.config["num_evals"] - 1]
     np.testing.assert_array_equal(last["snapshot_age"], last["capacity"] - 1)
     assert set(table["sgd_steps_per_iteration"]) == {2 * 2} and set(table["snapshot_sampling"]) == {"oldest"}
+
+
+def test_a_cell_run_again_replaces_what_its_interrupted_attempt_logged(tmp_path):
+    from tensorboard.backend.event_processing import event_accumulator
+
+    from vaco_jax.options import LoggerOptions
+
+    cell = sweep.plan(LAG_TINY, algos=["ppo_clip"])[0]   # compiled by the test above
+    logging = LoggerOptions(logger=("tensorboard",))
+    assert sweep.run_sweep([cell], tmp_path, log=lambda _: None, logging=logging) == [cell.cell_id]
+    # Killed after logging every evaluation but before the cell was recorded: it runs again.
+    (tmp_path / sweep.CELLS).unlink()
+    assert sweep.run_sweep([cell], tmp_path, log=lambda _: None, logging=logging) == [cell.cell_id]
+    run = cell.runs[-1]
+    events = event_accumulator.EventAccumulator(str(
+        tmp_path / "tensorboard" / "lag" / "toy_reach" / "ppo_clip" / "oldest"
+        / f"C={run.capacity},delta={run.delta:g},seed={run.seed}"))
+    events.Reload()
+    rows = sweep.load_results(tmp_path).query("capacity == @run.capacity and seed == @run.seed")
+    scalars = events.Scalars("eval_return")
+    assert [e.step for e in scalars] == list(rows["step"]) == [4096, 8192, 12288, 16384]
+    np.testing.assert_allclose([e.value for e in scalars], rows["eval_return"], rtol=1e-6)
