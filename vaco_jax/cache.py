@@ -6,7 +6,9 @@
            `COMPILE_CACHE_BYTES`). One subdirectory per kind of host CPU (`host_tag`): XLA's CPU
            programs are compiled for the CPU's instruction-set extensions, and a home directory
            shared by different cluster nodes must not hand one node's programs to another.
-    llm/   LLM warm-start parameters, keyed by a hash of the model, task and SFT config
+    llm/   LLM warm-start parameters, keyed by a hash of the model, task and SFT config, the
+           contents of the data files they name and the source of the code that makes the data
+           and trains on it (`vaco_jax.llm.sft.cache_key`)
 
 Beside JAX's compilation cache, in its `programs/` subdirectory, `ProgramStore` keeps the MuJoCo
 trainer's compiled programs whole, keyed by everything they are built from (`program_key`): JAX's
