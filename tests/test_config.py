@@ -51,8 +51,12 @@ def test_cli_help_lists_every_field_with_defaults():
                             text=True, timeout=120)
     assert result.returncode == 0
     from vaco_jax import Options
+    from vaco_jax.options import LoggerOptions
     from vaco_jax.runtime import Cluster
-    for field in [*dataclasses.fields(Config), *dataclasses.fields(Options), *dataclasses.fields(Cluster)]:
+    # The logger options are a group of their own whose flags are flat (--logger, --wandb-...).
+    options = [f for f in dataclasses.fields(Options) if f.name != "logging"]
+    for field in [*dataclasses.fields(Config), *options, *dataclasses.fields(LoggerOptions),
+                  *dataclasses.fields(Cluster)]:
         assert "--" + field.name.replace("_", "-") in result.stdout, field.name
     assert "default: inverted_pendulum" in result.stdout
 
