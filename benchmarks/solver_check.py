@@ -114,8 +114,7 @@ def train_policy(env_name: str, train_steps: int):
     actor, params, normalizer = trainer.actor, state.params["actor"], state.normalizer
 
     def policy(obs, key):
-        loc, _ = actor.apply({"params": params}, networks.normalize(obs, normalizer, True))
-        return loc
+        return actor.apply({"params": params}, networks.normalize(obs, normalizer, True))["loc"]
 
     return policy
 

@@ -32,8 +32,7 @@ def test_a_run_saves_each_seeds_final_policy(run_dir):
         obs = jax.random.normal(jax.random.PRNGKey(seed), (5, 2 * 2))
         # Deterministic action: the Gaussian mean of the normalised observation, clipped; jittable.
         normalizer = jax.tree.map(lambda x: np.asarray(x)[seed], state.normalizer)
-        loc, _ = loaded.actor.apply({"params": final},
-                                    networks.normalize(obs, normalizer, True))
+        loc = loaded.actor.apply({"params": final}, networks.normalize(obs, normalizer, True))["loc"]
         np.testing.assert_allclose(jax.jit(loaded.act)(obs), jnp.clip(loc, -1, 1), rtol=1e-5, atol=1e-7)
         sampled = loaded.act(obs, jax.random.PRNGKey(1))
         assert sampled.shape == loc.shape and not np.allclose(sampled, jnp.clip(loc, -1, 1))

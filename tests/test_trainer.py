@@ -103,8 +103,8 @@ def test_rollout_actions_are_the_policy_samples_of_each_step_key(vaco):
     _, traj = jax.jit(lambda s, k: _rollout(trainer, s, k))(state, key)
     for t, step_key in enumerate(jax.random.split(key, TINY.unroll_length)):
         action_key, _ = jax.random.split(step_key)
-        sample = networks.gaussian(traj.behavior_loc[t], traj.behavior_scale[t]).sample(
-            seed=action_key)
+        behavior = jax.tree.map(lambda x: x[t], traj.behavior)   # {"loc", "scale"}
+        sample = networks.gaussian(behavior["loc"], behavior["scale"]).sample(seed=action_key)
         np.testing.assert_array_equal(traj.action[t], sample)
 
 
@@ -118,7 +118,7 @@ def test_the_compiled_rollout_holds_one_copy_of_the_gaussian_sampler(vaco):
     assert sum("erf_inv" in computation for computation in computations) == 1
 
 
-def test_the_programs_of_a_run_trace_the_env_once(monkeypatch):
+def test_the_programs_of_a_run_trace_the_env_once():
     # The initial state (its shape while building, then its program), the learner (its first
     # reset, rollout and pool refill) and the evaluation all reset and step the env; each program
     # used to trace MJX's reset (a forward pass) and step afresh, and the build traced the reset
@@ -138,10 +138,9 @@ def test_the_programs_of_a_run_trace_the_env_once(monkeypatch):
         def observation_size(self):   # as Brax's envs answer it: from a reset
             return self.reset(jax.random.PRNGKey(0)).obs.shape[-1]
 
-    monkeypatch.setattr(trainer_lib, "make_env", lambda *args: CountedToyReach())
     # A config of its own, so no program built by another test (with another env) is reused.
     config = dataclasses.replace(TINY, episode_length=21)
-    built = program.TrainProgram.build(config, 2, store=False)
+    built = program.TrainProgram.build(config, 2, env=CountedToyReach(), store=False)
     built.init.trace(*built.layout.put((program.seed_keys(range(2)),
                                          stack_hparams([config.hparams()] * 2))))
     state = built.abstract_state
@@ -222,8 +221,8 @@ def test_capacity_one_vaco_without_filter_is_importance_sampled_pg_with_gae():
     normalized = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
 
     def loss(params):
-        loc, scale = trainer.actor.apply({"params": params["actor"]}, obs)
-        log_prob = networks.gaussian(loc, scale).log_prob(traj.action)
+        out = trainer.actor.apply({"params": params["actor"]}, obs)
+        log_prob = networks.gaussian(out["loc"], out["scale"]).log_prob(traj.action)
         ratio = jnp.exp(log_prob - traj.log_behavior)
         return -jnp.mean(ratio * normalized) + hp.vf_coef * 0.5 * jnp.mean(
             (critic(params, obs) - targets) ** 2)
@@ -281,11 +280,10 @@ class BlowUpBandit(envs.ToyBandit):
                              reward=jnp.where(blown, jnp.nan, state.reward))
 
 
-def test_episodes_ending_in_nan_are_counted_and_do_not_poison_the_update(monkeypatch):
+def test_episodes_ending_in_nan_are_counted_and_do_not_poison_the_update():
     # A NaN reward, or the NaN final observation's value (multiplied by a zero discount), used to
     # make the advantages and the loss NaN: the divergence guard then froze the seed.
-    monkeypatch.setattr(trainer_lib, "make_env", lambda *args: BlowUpBandit())
-    trainer = Trainer(dataclasses.replace(TINY, env="toy_bandit"))
+    trainer = Trainer(dataclasses.replace(TINY, env="toy_bandit"), env=BlowUpBandit())
     state, metrics = jax.jit(trainer.learn_chunk)(trainer.init(jax.random.PRNGKey(0)))
     assert trainer_lib.nonfinite_names(state.health.nonfinite) == []
     for name in ("loss", "policy_loss", "value_loss", "train_return"):

@@ -5,17 +5,19 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from vaco_jax import networks
+from vaco_jax import networks, spaces
 from vaco_jax.envs import select_per_env
 
 
 def evaluate(env, actor, actor_params, normalizer, key, *, num_episodes: int, episode_length: int,
              normalize_obs: bool):
-    """Mean undiscounted return of `num_episodes` episodes acting with the Gaussian mean."""
+    """Mean undiscounted return of `num_episodes` episodes acting with the policy's mode (the
+    Gaussian mean, clipped to the env's [-1, 1]; the likeliest discrete choice)."""
+    space = spaces.action_space(env)
+
     def act(state, t):
         obs = networks.normalize(state.obs, normalizer, normalize_obs)
-        loc, _ = actor.apply({"params": actor_params}, obs)
-        return jnp.clip(loc, -1.0, 1.0)
+        return space.clip(actor.head.distribution(actor.apply({"params": actor_params}, obs)).mode())
 
     return jnp.mean(episode_returns(env, act, key, num_episodes=num_episodes,
                                     episode_length=episode_length))

@@ -14,6 +14,7 @@ only a real mismatch (a missing, unexpected or reshaped array).
     policy = load_policy("runs/quickstart", seed=0)
     action = policy.act(obs)                 # deterministic: the Gaussian mean, clipped to [-1, 1]
     action = policy.act(obs, key)            # a sample, clipped
+    # (a discrete policy: the likeliest choice, or a sampled one, as an integer)
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from vaco_jax import io, networks
+from vaco_jax import io, networks, spaces
 from vaco_jax.config import Config, from_json_dict, to_json_dict
 from vaco_jax.errors import CheckpointError, invalid
 
@@ -92,12 +93,19 @@ class Policy:
         """The saved record: config, seeds, env steps and evaluations done, library versions."""
         return json.loads(self.meta_json)
 
+    @property
+    def action_space(self) -> spaces.ActionSpace:
+        """What the policy acts in: `Box(size)` (continuous) or `Discrete(n)`."""
+        return networks.action_space_of(self.params)
+
     def act(self, obs, key=None):
-        """Actions in [-1, 1]: the Gaussian mean when `key` is None, else a sample."""
+        """The policy's mode when `key` is None, else a sample: continuous actions clipped to
+        [-1, 1] (the Gaussian mean, or a sample), discrete ones as integers (the likeliest
+        choice, or a sampled one)."""
         obs = networks.normalize(obs, self.normalizer, self.config.normalize_observations)
-        loc, scale = self.actor.apply({"params": self.params}, obs)
-        action = loc if key is None else networks.gaussian(loc, scale).sample(seed=key)
-        return jnp.clip(action, -1.0, 1.0)
+        dist = self.actor.head.distribution(self.actor.apply({"params": self.params}, obs))
+        action = dist.mode() if key is None else dist.sample(seed=key)
+        return self.action_space.clip(action)
 
 
 def load_policy(run_dir, seed: int = 0) -> Policy:
@@ -131,8 +139,9 @@ def load_policy(run_dir, seed: int = 0) -> Policy:
                       f"it loads by array name, but check its behaviour", stacklevel=2)
 
     obs_size = int(arrays["normalizer/mean"].shape[-1])
-    action_size = int(arrays["actor/log_std"].shape[-1])
-    actor, _ = networks.make_networks(config, action_size)
+    actor_arrays = {name[len("actor/"):]: value for name, value in arrays.items()
+                    if name.startswith("actor/")}
+    actor, _ = networks.make_networks(config, networks.action_space_of(_nested(actor_arrays)))
     template = {
         "actor": actor.init(jax.random.PRNGKey(0), jnp.zeros((1, obs_size)))["params"],
         "normalizer": networks.init_normalizer(obs_size),
@@ -154,6 +163,18 @@ def load_policy(run_dir, seed: int = 0) -> Policy:
     if loaded.diverged is not None:
         warnings.warn(_divergence_warning(path, config, loaded.diverged), stacklevel=2)
     return loaded
+
+
+def _nested(flat: dict[str, Any]) -> dict:
+    """`{"a/b": x}` as `{"a": {"b": x}}`."""
+    nested: dict = {}
+    for name, value in flat.items():
+        *path, leaf = name.split("/")
+        node = nested
+        for part in path:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return nested
 
 
 def _divergence_warning(path: Path, config: Config, record: dict) -> str:

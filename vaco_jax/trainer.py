@@ -76,8 +76,7 @@ class LearnerBatch:
     terminated: jax.Array
     truncated: jax.Array
     log_behavior: jax.Array        # log β(a|s)
-    behavior_loc: jax.Array
-    behavior_scale: jax.Array
+    behavior: Any                  # β's distribution parameters (e.g. {"loc", "scale"})
     log_learner_start: jax.Array   # log π_T(a|s)
     advantages: jax.Array | None   # fixed for the iteration (None: estimated per minibatch)
     targets: jax.Array | None      # value targets, likewise
@@ -102,7 +101,8 @@ class Trainer:
         self.env = TracedOnce(make_env(config.env, config.mjx_solver) if env is None
                               else as_env(env))
         self.vec_env = VecEnv(self.env, config.num_envs, config.episode_length)
-        self.actor, self.critic = networks.make_networks(config, self.vec_env.action_size)
+        self.actor, self.critic = networks.make_networks(config, self.vec_env.action_space)
+        self.head = self.actor.head   # the policy's distribution (Gaussian or categorical)
 
     # --- state ---------------------------------------------------------------------------------
     def init(self, key, hparams: HParams | None = None) -> TrainState:
@@ -114,7 +114,8 @@ class Trainer:
         # would trace another reset, of the unwrapped env).
         env_state = self.vec_env.unstarted(key)
         observation_size = env_state.obs.shape[-1]
-        params = networks.init_params(params_key, config, observation_size, self.vec_env.action_size)
+        params = networks.init_params(params_key, config, observation_size,
+                                      self.vec_env.action_space)
         normalizer = networks.init_normalizer(observation_size)
         capacity = jnp.clip(hparams.capacity, 1, config.slots)
         buffer = ring_buffer.init(self.snapshot(params, normalizer), config.slots, capacity)
@@ -185,8 +186,7 @@ class Trainer:
         norm = functools.partial(networks.normalize, normalizer=normalizer,
                                  enabled=self.config.normalize_observations)
         obs, next_obs = norm(traj.obs), norm(traj.next_obs)
-        loc, scale = self.actor.apply({"params": params["actor"]}, obs)
-        learner_dist = networks.gaussian(loc, scale)
+        learner_dist = self.head.distribution(self.actor.apply({"params": params["actor"]}, obs))
         log_learner_start = learner_dist.log_prob(traj.action)
         values = self.critic.apply({"params": params["critic"]}, obs)
         next_values = self.critic.apply({"params": params["critic"]}, next_obs)
@@ -199,9 +199,9 @@ class Trainer:
             targets, advantages = estimator.fn(log_rhos, rewards, values, next_values,
                                                traj.terminated, traj.truncated, hp)
         batch = LearnerBatch(obs, next_obs, traj.action, rewards, traj.terminated,
-                             traj.truncated, traj.log_behavior, traj.behavior_loc,
-                             traj.behavior_scale, log_learner_start, advantages, targets)
-        behavior_dist = networks.gaussian(traj.behavior_loc, traj.behavior_scale)
+                             traj.truncated, traj.log_behavior, traj.behavior, log_learner_start,
+                             advantages, targets)
+        behavior_dist = self.head.distribution(traj.behavior)
         lag_metrics = {  # the realised backward lag, measured on the batch (SPEC §2)
             "behavior_tv": 0.5 * jnp.mean(
                 jnp.abs(jnp.exp(jnp.minimum(log_rhos, objectives.MAX_LOG_RATIO)) - 1.0)),
@@ -237,8 +237,7 @@ class Trainer:
     def loss(self, params, mb: LearnerBatch, hp: HParams, kl_coef):
         """Total loss on one minibatch `[T, B/M]` and its metrics."""
         config, estimator = self.config, self.algorithm.estimator
-        loc, scale = self.actor.apply({"params": params["actor"]}, mb.obs)
-        dist = networks.gaussian(loc, scale)
+        dist = self.head.distribution(self.actor.apply({"params": params["actor"]}, mb.obs))
         log_prob = dist.log_prob(mb.action)
         values = self.critic.apply({"params": params["critic"]}, mb.obs)
         if estimator.per_minibatch:  # e.g. IMPALA: re-estimate with the current θ, φ
@@ -266,8 +265,8 @@ class Trainer:
     def policy_objective(self, log_prob, mb: LearnerBatch, advantages, hp: HParams, kl_coef, dist):
         objective, config = self.algorithm.objective, self.config
         kl = None
-        if objective.needs_kl:
-            kl = networks.gaussian(mb.behavior_loc, mb.behavior_scale).kl_divergence(dist)
+        if objective.needs_kl:   # analytic, by the distribution's own rule
+            kl = self.head.distribution(mb.behavior).kl_divergence(dist)
         # π_T is decoupled PPO's proximal policy (an objective that does not read it costs nothing).
         inputs = algorithms.PolicyInputs(
             log_prob, mb.log_behavior, advantages, kl=kl,
@@ -305,7 +304,7 @@ class Trainer:
 
     def evaluate(self, actor_params, normalizer, key) -> tuple[jax.Array, jax.Array]:
         """The deterministic evaluation of `run_chunk`: (mean return of `eval_envs` episodes of
-        the Gaussian mean, the run's next key)."""
+        the policy's mode (the Gaussian mean, the likeliest choice), the run's next key)."""
         config = self.config
         eval_key, key = jax.random.split(key)
         eval_return = evaluation.evaluate(
