@@ -7,6 +7,16 @@ about 12k). Without the `dmc` extra, VACO and PPO-Clip learn inverted_pendulum i
 Episode limit 200 (maximum return 200), seeds 0-3 in one vmapped call (the CLI's compiled chunk),
 the default config but for a learning rate of 1e-3 (the same for every algorithm). Every seed's
 *final* deterministic evaluation must reach 90% of the maximum return.
+
+Through the adapter (`gymnax:<id>`, the `gymnax` extra), VACO learns a discrete and a continuous
+gymnax task, each in under a minute here with its programs compiled:
+* CartPole-v1 (2 actions, episode limit 500): 204,800 steps at the default config; measured final
+  returns [500, 500, 500, 500] for seeds 0-3 (and 4-7), random policy 23.1 ± 0.8 (256 episodes).
+  Threshold: 90% of the maximum, 450.
+* Pendulum-v1 (1 continuous action, limit 200): 819,200 steps, 64 envs, γ = 0.9, learning rate
+  1e-3 annealed; measured final returns [-170.3, -274.7, -466.2, -175.0] for seeds 0-3 ([-114.8,
+  -402.6, -171.4, -233.7] for 4-7), random policy -1244 ± 18. Threshold: -600 (more than half the
+  way from random to 0).
 """
 
 import numpy as np
@@ -17,6 +27,7 @@ from vaco_jax.trainer import stack_hparams
 
 MAX_RETURN = 200.0
 DMC = envs.dmc_available()
+GYMNAX = envs.gymnax_available()
 ON_DMC = ("vaco", "ppo_clip")
 
 
@@ -54,3 +65,20 @@ def test_vaco_and_ppo_clip_learn_dmc_cartpole_balance(algo):
                                       episode_length=200, total_steps=300_000, learning_rate=1e-3,
                                       num_evals=4))
     assert np.all(final >= 0.9 * MAX_RETURN), f"{algo}: final eval returns per seed {final}"
+
+
+GYMNAX_TASKS = {
+    "CartPole-v1": (Config(env="gymnax:CartPole-v1", algo="vaco", episode_length=500,
+                           total_steps=204_800, num_evals=5), 450.0),
+    "Pendulum-v1": (Config(env="gymnax:Pendulum-v1", algo="vaco", episode_length=200,
+                           num_envs=64, total_steps=819_200, learning_rate=1e-3, gamma=0.9,
+                           anneal_lr=True, num_evals=5, eval_envs=16), -600.0),
+}
+
+
+@pytest.mark.skipif(not GYMNAX, reason='needs the gymnax extra: pip install -e ".[gymnax]"')
+@pytest.mark.parametrize("task", GYMNAX_TASKS)
+def test_vaco_learns_gymnax_tasks_through_the_adapter(task):
+    config, threshold = GYMNAX_TASKS[task]
+    final = final_eval_returns(config)
+    assert np.all(final >= threshold), f"{task}: final eval returns per seed {final}"
