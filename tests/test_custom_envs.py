@@ -161,3 +161,63 @@ def test_an_adapted_env_is_fingerprinted_by_its_parameters():
                     for p in (params, params, params.replace(gravity=3.0))]
     assert all(f.storable for f in fingerprints)
     assert fingerprints[0] == fingerprints[1] and fingerprints[0].digest != fingerprints[2].digest
+
+
+# --- per-env defaults ------------------------------------------------------------------------------
+
+def test_the_command_line_gives_each_env_its_defaults_unless_a_flag_is_given():
+    from vaco_jax import train
+
+    hopper = train.parse(["--env", "hopper"]).config
+    assert hopper == Config.for_env("hopper") == train.parse(["--env=hopper"]).config
+    assert (hopper.total_steps, hopper.mjx_solver, hopper.num_evals) == (1_000_000, "fast", 20)
+    given = train.parse(["--env", "hopper", "--total-steps", "5000", "--mjx-solver", "default",
+                         "--num-envs", "32"]).config
+    assert (given.total_steps, given.mjx_solver, given.num_evals) == (5000, "default", 20)
+    # inverted_pendulum (the default env) keeps the defaults the seeded tests were written with.
+    assert train.parse([]).config == Config.for_env("inverted_pendulum") == Config()
+    dmc = Config.for_env("dmc:CartpoleBalance", seed=3)
+    assert (dmc.total_steps, dmc.num_envs, dmc.seed) == (1_000_000, 32, 3)
+
+
+def test_help_shows_the_defaults_of_the_env_given(capsys):
+    from vaco_jax import train
+
+    with pytest.raises(SystemExit):
+        train.parse(["--env", "hopper", "--help"])
+    text = " ".join(capsys.readouterr().out.replace("│", " ").split())
+    assert "(default: hopper)" in text
+    assert "whole iterations). (default: 1000000)" in text
+    assert "other envs keep the default). (default: fast)" in text
+
+
+def test_a_registered_env_brings_its_defaults_and_gymnax_envs_their_episode_limit():
+    from vaco_jax import train
+
+    register_env("short_reach", envs.ToyReach, defaults=dict(num_envs=8, episode_length=50))
+    config = train.parse(["--env", "short_reach", "--num-actors", "2"]).config
+    assert (config.num_envs, config.episode_length, config.num_actors) == (8, 50, 2)
+    register_env("odd_reach", envs.ToyReach, defaults=dict(warp_factor=9))
+    with pytest.raises(ConfigError, match=r"`env` = 'odd_reach' is invalid: .*\['warp_factor'\]"):
+        Config.for_env("odd_reach")
+    pytest.importorskip("gymnax")
+    assert Config.for_env("gymnax:Acrobot-v1").episode_length == 500   # gymnax's own limit
+    assert Config.for_env("gymnax:CartPole-v1").episode_length == 500
+
+
+def test_the_documented_table_of_defaults_is_the_applied_one():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "environments.md").read_text()
+    text = text[text.index("## Per-env defaults"):]
+    rows = {line.split("|")[1].strip(): line.split("|")[2] for line in text.splitlines()
+            if line.startswith("| `")}
+    for name, fields in envs.DEFAULTS.items():
+        row = rows["`dmc:<Task>`" if name in envs.DMC_ENVS else next(
+            key for key in rows if f"`{name}`" in key.split(", "))]
+        for field, value in fields.items():
+            if isinstance(value, bool):
+                shown = "on" if value else "off"
+            else:
+                shown = f"{value:,}" if isinstance(value, int) else str(value)
+            assert f"`{field}` {shown}" in row, (name, field, row)

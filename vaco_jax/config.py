@@ -30,18 +30,20 @@ MjxSolver = Literal["default", "fast"]
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    """A training run. Defaults: a small VACO run on inverted_pendulum that learns in minutes on CPU."""
+    """A training run. Defaults: a small VACO run on inverted_pendulum that learns in minutes on CPU
+    (`Config.for_env` and the command line give other envs their own)."""
 
     # --- what to run ------------------------------------------------------------------------
     env: str = "inverted_pendulum"
     """Environment: ant, halfcheetah, hopper, humanoid, humanoidstandup, inverted_pendulum,
     inverted_double_pendulum, pusher, reacher, walker2d (Brax on MJX); dmc:<Task>, a DeepMind
-    Control Suite task of MuJoCo Playground (dmc:CheetahRun, dmc:CartpoleSwingup, dmc:WalkerWalk,
-    ... — all 25 in the README; needs the dmc extra); gymnax:<id>, a gymnax env (gymnax:CartPole-v1,
-    gymnax:Pendulum-v1, ...; needs the gymnax extra); toy_reach, toy_bandit (pure JAX, for tests);
-    a name given to vaco_jax.register_env; or module:factory, a function returning a Brax Env, a
-    Playground MjxEnv or a gymnax (env, params) pair. With an env object passed beside the config
-    (Trainer(config, env=...)), this only names it in records."""
+    Control Suite task of MuJoCo Playground (dmc:CheetahRun, ... — all 25 in the README; the dmc
+    extra); gymnax:<id> (gymnax:CartPole-v1, gymnax:Pendulum-v1, ...; the gymnax extra); toy_reach,
+    toy_bandit (for tests); a name given to vaco_jax.register_env; or module:factory, a function
+    returning a Brax Env, a Playground MjxEnv or a gymnax (env, params) pair. Each env brings
+    defaults for the other fields (what learns on a 2-core CPU; docs/environments.md), which
+    `--env <name> --help`
+    shows."""
     algo: str = "vaco"
     """Algorithm: vaco, ppo_clip, ppo_kl, spo, impala, pg, decoupled_ppo, appo, or any
     `<estimator>+<objective>` pairing (estimators gae, vtrace_once, vtrace_every; objectives
@@ -149,6 +151,19 @@ class Config:
     eval_envs: int = 8
     """Episodes per evaluation (one per environment, until it ends or reaches the time limit)."""
     # ------------------------------------------------------------------------------------------
+    @classmethod
+    def for_env(cls, env: str, **fields) -> "Config":
+        """A config for `env` with the env's own defaults (`envs.defaults`: what learns on a
+        2-core CPU, e.g. hopper's 1M steps with `mjx_solver="fast"`) for every field not given in
+        `fields`. The command line starts from it, so `--env hopper` runs (and `--help` shows)
+        hopper's defaults; `Config(env=...)` keeps the class defaults (inverted_pendulum's), as
+        every stored config and preset was written against."""
+        env_defaults = envs.defaults(env)
+        unknown = sorted(set(env_defaults) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            raise invalid("env", env, f"its defaults name fields {unknown} that Config does not have")
+        return cls(env=env, **{**env_defaults, **fields})
+
     @property
     def slots(self) -> int:
         """Ring-buffer slots allocated (static)."""

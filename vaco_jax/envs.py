@@ -154,6 +154,48 @@ class ToyBandit(Env):
         return "jax"
 
 
+# --- per-env defaults ------------------------------------------------------------------------------
+# The config fields an env runs with unless the user sets them (`Config.for_env`, the command line):
+# what learns on a 2-core CPU, from the sweep presets and the results measured with them
+# (docs/environments.md has the table, with the settings Brax and MuJoCo Playground publish for
+# accelerators beside it). An env not listed runs with `Config`'s own defaults, which are
+# inverted_pendulum's (it learns to the maximum return in ~40k steps).
+_LOCOMOTION_CPU = {"total_steps": 1_000_000, "mjx_solver": "fast"}
+DEFAULTS: dict[str, dict[str, Any]] = {
+    # The `cpu` preset's budget: synchronous VACO 8,740, PPO-Clip 9,248 (maximum ~9,360).
+    "inverted_double_pendulum": {"total_steps": 204_800},
+    # `hopper-1m`: returns rise from ~400 to 2,000-3,000 within 1M steps (fast solver: checked).
+    "hopper": {**_LOCOMOTION_CPU, "num_evals": 20},
+    # hopper's budget; the fast solver is checked for them (FAST_SOLVER), learning is not measured.
+    "walker2d": dict(_LOCOMOTION_CPU),
+    "halfcheetah": dict(_LOCOMOTION_CPU),
+    # `cpu-dmc`: CartpoleBalance and CartpoleSwingup learn within 1M steps (others: not measured,
+    # PointMass does not).
+    **{name: {"total_steps": 1_000_000} for name in DMC_ENVS},
+    # Measured by tests/test_learning.py (every seed 500 at 204,800 steps).
+    "gymnax:CartPole-v1": {"episode_length": 500, "total_steps": 204_800, "num_evals": 5},
+    # Measured by tests/test_learning.py (seeds -115 to -466 at 819,200 steps; random -1244).
+    "gymnax:Pendulum-v1": {"episode_length": 200, "num_envs": 64, "total_steps": 819_200,
+                           "learning_rate": 1e-3, "gamma": 0.9, "anneal_lr": True,
+                           "num_evals": 5, "eval_envs": 16},
+}
+
+
+def defaults(name: str) -> dict[str, Any]:
+    """The config fields env `name` runs with unless set: its `DEFAULTS` entry, the `defaults`
+    it was registered with, and for any gymnax env its own episode limit (`episode_length`)."""
+    if name in _REGISTRY:
+        return dict(_REGISTRY[name].defaults)
+    found = dict(DEFAULTS.get(name, {}))
+    if name.startswith(GYMNAX_PREFIX) and "episode_length" not in found and gymnax_available():
+        import gymnax
+
+        if name[len(GYMNAX_PREFIX):] in gymnax.registered_envs:
+            limit = GymnaxEnv.make(name[len(GYMNAX_PREFIX):]).time_limit
+            found.update({"episode_length": limit} if limit > 0 else {})
+    return found
+
+
 # MJX constraint-solver settings for `mjx_solver="fast"` (SPEC §5). Brax tunes only ant and
 # humanoid (Newton, 1 iteration, 4 line-search steps); the others keep their model's Newton
 # iterations (4 for the locomotion envs, 100 for inverted_pendulum) and 50 line-search steps.
