@@ -9,7 +9,7 @@ import numpy as np
 import optax
 import pytest
 
-from vaco_jax import Config, Trainer, stack_hparams
+from vaco_jax import Config, ConfigError, Trainer, stack_hparams
 from vaco_jax import advantages as adv_lib
 from vaco_jax import envs, networks, program, ring_buffer, rollout
 from vaco_jax import trainer as trainer_lib
@@ -291,3 +291,39 @@ def test_episodes_ending_in_nan_are_counted_and_do_not_poison_the_update():
     assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(state.params))
     steps = TINY.iterations_per_eval * TINY.unroll_length * TINY.num_envs   # one episode each
     assert 0 < float(metrics["nonfinite_episodes"]) < steps
+
+
+def test_evaluations_reach_a_callback_per_evaluation_with_every_seed_and_the_policy_acts(vaco):
+    # A notebook draws its curve while the run learns: `on_evaluation` gets each evaluation's
+    # metrics once, with a [seeds] axis under vmap; the numbers are the run's own.
+    _, train = vaco
+    reports = []
+    watched = Trainer(TINY, on_evaluation=reports.append)
+    keys = jnp.stack([jax.random.PRNGKey(i) for i in range(2)])
+    states, metrics = jax.jit(jax.vmap(watched.train))(keys)
+    jax.effects_barrier()
+    assert len(reports) == TINY.num_evals
+    for i, report in enumerate(reports):
+        assert isinstance(report["eval_return"], np.ndarray) and report["eval_return"].shape == (2,)
+        np.testing.assert_array_equal(report["eval_return"], metrics["eval_return"][:, i])
+        np.testing.assert_array_equal(report["env_steps"], metrics["env_steps"][:, i])
+    single_state, single = train(keys[1])
+    assert_trees_equal(jax.tree.map(lambda x: x[1], metrics), single, rtol=1e-5, atol=1e-6)
+    # Off, nothing is added to the program.
+    assert "callback" in jax.jit(watched.train).lower(keys[0]).as_text()
+    assert "callback" not in jax.jit(Trainer(TINY).train).lower(keys[0]).as_text()
+
+    # The in-memory state's policy acts without a file, one run's or one of several.
+    from vaco_jax import Policy
+    policy = Policy.from_state(TINY, single_state)
+    assert policy.index == 0 and policy.diverged is None and policy.meta["seeds"] == [0]
+    obs = jax.random.normal(jax.random.PRNGKey(9), (5, 4))
+    mean = watched.actor.apply({"params": single_state.params["actor"]},
+                               networks.normalize(obs, single_state.normalizer, True))["loc"]
+    np.testing.assert_allclose(jax.jit(policy.act)(obs), jnp.clip(mean, -1.0, 1.0), rtol=1e-5,
+                               atol=1e-7)
+    second = Policy.from_state(TINY, states, seed=1)
+    assert_trees_equal(second.params, jax.tree.map(lambda x: x[1], states.params["actor"]))
+    assert second.meta["env_steps"] == TINY.env_steps and second.meta["num_seeds"] == 2
+    with pytest.raises(ConfigError, match="`seed` = 2 is invalid: must be in 0..1"):
+        Policy.from_state(TINY, states, seed=2)

@@ -41,4 +41,14 @@ from vaco_jax.trainer import Trainer, TrainState, make_train, stack_hparams
 
 __all__ = ["CheckpointError", "Config", "ConfigError", "DivergenceError", "HParams", "Options",
            "Policy", "SweepError", "Trainer", "TrainState", "load_policy", "make_train",
-           "register_env", "stack_hparams"]
+           "register_env", "run", "stack_hparams"]
+
+
+def __getattr__(name: str):
+    # `run` (the checkpointed loop of `python -m vaco_jax.train`) is imported when first used:
+    # its module brings orbax, tyro and the loggers, which `import vaco_jax` need not load.
+    if name == "run":
+        from vaco_jax.train import run
+
+        return run
+    raise AttributeError(f"module 'vaco_jax' has no attribute {name!r}")

@@ -95,7 +95,8 @@ class Objective:
     name: str
     fn: Callable
     needs_kl: bool = False
-    """Reads `PolicyInputs.kl` (an analytic per-sample KL: Gaussian policies only)."""
+    """Reads `PolicyInputs.kl` (the per-sample analytic KL(β ‖ π_θ) of the policy's distribution:
+    Gaussian or categorical)."""
 
 
 def _required(value, field: str):

@@ -11,7 +11,8 @@ last good state), with the learner iteration it failed in. A NumPy `.npz` needs 
 reads the same across library versions: loading only warns when versions differ and refuses
 only a real mismatch (a missing, unexpected or reshaped array).
 
-    policy = load_policy("runs/quickstart", seed=0)
+    policy = load_policy("runs/quickstart", seed=0)     # or, in memory after training:
+    policy = Policy.from_state(config, state, seed=0)    # `make_train(config)`'s final state
     action = policy.act(obs)                 # deterministic: the Gaussian mean, clipped to [-1, 1]
     action = policy.act(obs, key)            # a sample, clipped
     # (a discrete policy: the likeliest choice, or a sampled one, as an integer)
@@ -33,6 +34,7 @@ from flax import struct
 from vaco_jax import io, networks, spaces
 from vaco_jax.config import Config, from_json_dict, to_json_dict
 from vaco_jax.errors import CheckpointError, invalid
+from vaco_jax.trainer import nonfinite_names
 
 FILE_NAME = "policy.npz"
 FORMAT = 1
@@ -76,6 +78,29 @@ class Policy:
     config: Config = struct.field(pytree_node=False)
     meta_json: str = struct.field(pytree_node=False, default="{}")
     index: int = struct.field(pytree_node=False, default=0)   # which of the run's seeds
+
+    @classmethod
+    def from_state(cls, config: Config, state, seed: int = 0) -> "Policy":
+        """The policy of a train state in memory (no file): `state` is `make_train(config)`'s or
+        `Trainer.init`/`run_chunk`'s, of one run or of several vmapped over their first axis
+        (`seed`: which of them, 0-based). A seed that diverged is marked (`diverged`) as in a
+        loaded policy."""
+        runs = int(np.size(state.iteration))
+        batched = np.ndim(state.iteration) > 0
+        if not 0 <= seed < runs:
+            raise invalid("seed", seed, f"must be in 0..{runs - 1}: the state holds {runs} "
+                                        f"run{'s' if runs > 1 else ''}")
+        take = (lambda x: jnp.asarray(x)[seed]) if batched else jnp.asarray
+        params, normalizer = jax.tree.map(take, (state.params["actor"], state.normalizer))
+        health = jax.tree.map(lambda x: int(np.asarray(take(x))), state.health)
+        diverged = [] if health.nonfinite == 0 else [{
+            "seed": config.seed + seed, "index": seed, "iteration": health.iteration + 1,
+            "nonfinite": nonfinite_names(health.nonfinite)}]
+        meta = {"format": FORMAT, "config": to_json_dict(config), "env": config.env,
+                "num_seeds": runs, "seeds": [config.seed + i for i in range(runs)],
+                "env_steps": int(np.asarray(take(state.env_steps))), "diverged_seeds": diverged}
+        actor, _ = networks.make_networks(config, networks.action_space_of(params))
+        return cls(params, normalizer, actor, config, json.dumps(io.to_jsonable(meta)), seed)
 
     @property
     def env(self) -> str:

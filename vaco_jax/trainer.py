@@ -18,6 +18,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import struct
 
@@ -92,11 +93,17 @@ class Trainer:
 
     The env is `config.env` resolved by name (`envs.make_env`), or `env`, an env object passed
     beside the config (anything `envs.as_env` takes: a Brax `Env`, a MuJoCo Playground `MjxEnv`,
-    a gymnax environment or its `(env, params)` pair), which `config.env` then only names."""
+    a gymnax environment or its `(env, params)` pair), which `config.env` then only names.
 
-    def __init__(self, config: Config, env=None):
+    `on_evaluation(metrics)`, if given, is called on the host after every evaluation of `train`
+    (and `run_chunk`) with the chunk's metrics (`eval_return`, `env_steps`, losses, ...: numpy
+    arrays, `[runs]` under a `vmap` over runs), so a notebook can draw the curve while the run
+    learns. Without it nothing is added to the program."""
+
+    def __init__(self, config: Config, env=None, *, on_evaluation=None):
         validate(config, env_given=env is not None)
         self.config = config
+        self.on_evaluation = on_evaluation
         self.algorithm = algorithms.parse(config.algo)
         self.env = TracedOnce(make_env(config.env, config.mjx_solver) if env is None
                               else as_env(env))
@@ -283,6 +290,8 @@ class Trainer:
         state, metrics = self.learn_chunk(state)
         metrics["eval_return"], key = self.evaluate(state.params["actor"], state.normalizer,
                                                     state.key)
+        if self.on_evaluation is not None:   # else nothing is traced: the program is unchanged
+            to_host(self.on_evaluation, metrics)
         return state.replace(key=key), metrics
 
     def learn_chunk(self, state: TrainState) -> tuple[TrainState, dict]:
@@ -345,10 +354,37 @@ def guard_divergence(old: TrainState, new: TrainState, update_metrics) -> TrainS
     return state.replace(health=health)
 
 
-def make_train(config: Config, env=None):
+def make_train(config: Config, env=None, *, on_evaluation=None):
     """`train(key, hparams=None) -> (final_state, metrics)` for `config` (validated now), on
-    `config.env` or on `env`, an env object passed beside it (see `Trainer`)."""
-    return Trainer(config, env).train
+    `config.env` or on `env`, an env object passed beside it; `on_evaluation(metrics)` is called
+    after every evaluation (see `Trainer`)."""
+    return Trainer(config, env, on_evaluation=on_evaluation).train
+
+
+def to_host(callback, tree) -> None:
+    """Call `callback(tree)` on the host from inside a compiled program, once per call site
+    execution and in program order, with `tree`'s arrays as numpy arrays. Under `jax.vmap` it is
+    still called once, with every vmapped axis kept (`[seeds]`, or `[settings, seeds]` for nested
+    vmaps): `jax.debug.callback` alone would be called once per member, not knowing which."""
+    _host_call(callback, tree)
+
+
+def _host_call(callback, tree) -> jax.Array:
+    """`to_host`'s call, returning a zero (a `custom_vmap` function must return a value)."""
+    @jax.custom_batching.custom_vmap
+    def call(tree):
+        jax.debug.callback(lambda values: callback(jax.tree.map(np.asarray, values)), tree,
+                           ordered=True)
+        return jnp.zeros(())
+
+    @call.def_vmap
+    def call_batched(axis_size, in_batched, tree):
+        tree = jax.tree.map(
+            lambda x, batched: x if batched else jnp.broadcast_to(x, (axis_size,) + jnp.shape(x)),
+            tree, in_batched[0])
+        return _host_call(callback, tree), False
+
+    return call(tree)
 
 
 def stack_hparams(hparams_list: list[HParams]) -> HParams:
