@@ -23,15 +23,15 @@ jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 # worker so its shared compiled fixtures are built once: a module, or for BY_FUNCTION modules a
 # test function (all its parameters: test_learning's envs share their evaluation programs).
 # Scopes go out heaviest first, in the order of HEAVY_FIRST (roughly their seconds on two cores:
-# 230, 220, 150, 140, 115, 110, 100, 75, 70, 70, 50, 45, 45, 40), so the two workers finish
+# 230, 220, 150, 140, 140, 115, 100, 75, 70, 70, 50, 45, 45, 40), so the two workers finish
 # together.
 # (xdist's own --dist loadgroup cannot be used: it renames node ids, which pytest 9 ignores.)
 BY_FUNCTION = {"test_learning.py"}
 HEAVY_FIRST = [
     "test_learning.py::test_algorithms_learn_inverted_pendulum_synchronously",
     "test_scale_out.py", "test_multiprocess.py", "test_trainer.py",
-    "test_learning.py::test_vaco_and_ppo_clip_learn_dmc_cartpole_balance",
-    "test_sweep.py", "test_notebooks.py",
+    "test_notebooks.py", "test_learning.py::test_vaco_and_ppo_clip_learn_dmc_cartpole_balance",
+    "test_sweep.py",
     "test_learning.py::test_vaco_learns_gymnax_tasks_through_the_adapter",
     "test_benchmarks.py", "test_cli.py", "test_custom_envs.py", "test_dmc.py", "test_policy.py",
     "test_discrete.py", "test_checkpoint.py", "test_llm_grpo.py", "test_envs.py",
