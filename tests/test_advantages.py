@@ -1,5 +1,6 @@
 """GAE and V-trace (SPEC §3.1) against rlax, a plain-Python loop, and each other."""
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -71,8 +72,9 @@ def test_vtrace_matches_python_loop(seed, clip_rho, clip_c):
                                  clip_c=clip_c)
     ref_targets, ref_advantages = loop_vtrace(**batch, gamma=GAMMA, lambda_=LAMBDA,
                                               clip_rho=clip_rho, clip_c=clip_c)
-    np.testing.assert_allclose(targets, ref_targets, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(advantages, ref_advantages, rtol=1e-5, atol=1e-5)
+    chex.assert_shape((targets, advantages), (T, B))
+    chex.assert_trees_all_close((targets, advantages), (ref_targets, ref_advantages), rtol=1e-5,
+                                atol=1e-5)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -90,8 +92,8 @@ def test_vtrace_matches_rlax(seed, lambda_):
 
     ref_targets, ref_advantages = jax.vmap(one_sequence, in_axes=1, out_axes=1)(
         batch["values"], batch["next_values"], batch["rewards"], discounts, batch["log_rhos"])
-    np.testing.assert_allclose(targets, ref_targets, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(advantages, ref_advantages, rtol=1e-5, atol=1e-5)
+    chex.assert_trees_all_close((targets, advantages), (ref_targets, ref_advantages), rtol=1e-5,
+                                atol=1e-5)
 
 
 @pytest.mark.parametrize("seed", [0, 3])
@@ -159,5 +161,4 @@ def test_a_terminal_steps_next_value_is_never_read():
     # Nor by V-trace; and where no NaN is, the results are bit for bit those of the product.
     targets, advantages = vtrace(**poisoned, gamma=GAMMA, lambda_=LAMBDA)
     assert np.all(np.isfinite(targets)) and np.all(np.isfinite(advantages))
-    for got, want in zip((targets, advantages), vtrace(**batch, gamma=GAMMA, lambda_=LAMBDA)):
-        np.testing.assert_array_equal(got, want)
+    chex.assert_trees_all_equal((targets, advantages), vtrace(**batch, gamma=GAMMA, lambda_=LAMBDA))

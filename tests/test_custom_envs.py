@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,7 +15,7 @@ import pytest
 
 from vaco_jax import Config, ConfigError, Trainer, cache, envs, make_train, program, register_env
 
-from test_trainer import TINY, assert_trees_equal
+from test_trainer import TINY
 
 ONE_EVAL = dataclasses.replace(TINY, total_steps=8 * 8, num_evals=1)
 
@@ -83,7 +84,7 @@ def test_an_env_object_a_registered_name_and_module_factory_train_like_the_built
         "module:factory": make_train(dataclasses.replace(ONE_EVAL, env="vaco_jax.envs:ToyReach")),
     }
     for way, train in ways.items():
-        assert_trees_equal(jax.jit(train)(key), by_name)
+        chex.assert_trees_all_equal(jax.jit(train)(key), by_name)
 
 
 @pytest.mark.parametrize("name,allowed", [

@@ -1,5 +1,6 @@
 """The policy ring buffer (SPEC §2): ages, eviction, sampling modes, traced capacity."""
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -28,6 +29,8 @@ def test_sample_returns_the_snapshot_of_the_age_it_reports(capacity, pushes, mod
     newest = pushes
     for seed in range(5):
         snaps, ages = ring_buffer.sample(buffer, jax.random.PRNGKey(seed), 16, mode)
+        chex.assert_shape(ages, (16,))
+        chex.assert_tree_shape_prefix(snaps, (16,))     # every leaf: one snapshot per draw
         versions = newest - np.asarray(ages)
         np.testing.assert_array_equal(np.asarray(snaps["normalizer"]), versions)
         np.testing.assert_array_equal(np.asarray(snaps["actor"]["w"])[:, 0, 0], versions)

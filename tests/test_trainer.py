@@ -3,6 +3,7 @@
 import dataclasses
 import math
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -27,20 +28,12 @@ def vaco():
     return trainer, jax.jit(trainer.train)
 
 
-def assert_trees_equal(a, b, **tol):
-    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
-        if tol:
-            np.testing.assert_allclose(np.asarray(x), np.asarray(y), **tol)
-        else:
-            np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
-
-
 def test_same_key_gives_identical_metrics(vaco):
     _, train = vaco
     state_a, metrics_a = train(jax.random.PRNGKey(3))
     state_b, metrics_b = train(jax.random.PRNGKey(3))
-    assert_trees_equal(metrics_a, metrics_b)
-    assert_trees_equal(state_a.params, state_b.params)
+    chex.assert_trees_all_equal(metrics_a, metrics_b)
+    chex.assert_trees_all_equal(state_a.params, state_b.params)
     _, metrics_c = train(jax.random.PRNGKey(4))
     assert not np.allclose(metrics_a["eval_return"], metrics_c["eval_return"])
 
@@ -51,10 +44,8 @@ def test_seed_i_of_a_vmapped_run_equals_a_single_run(vaco):
     states, metrics = jax.jit(jax.vmap(trainer.train))(keys)
     for i in range(3):
         single_state, single_metrics = train(keys[i])
-        assert_trees_equal(jax.tree.map(lambda x: x[i], metrics), single_metrics,
-                           rtol=1e-5, atol=1e-6)
-        assert_trees_equal(jax.tree.map(lambda x: x[i], states.params), single_state.params,
-                           rtol=1e-5, atol=1e-6)
+        chex.assert_trees_all_close(jax.tree.map(lambda x: x[i], (metrics, states.params)),
+                                    (single_metrics, single_state.params), rtol=1e-5, atol=1e-6)
 
 
 def test_hyperparameters_vmap_like_separate_runs(vaco):
@@ -65,7 +56,8 @@ def test_hyperparameters_vmap_like_separate_runs(vaco):
     _, batched = jax.jit(jax.vmap(trainer.train, in_axes=(None, 0)))(key, stack_hparams(variants))
     for i, hparams in enumerate(variants):
         _, single = train(key, hparams)
-        assert_trees_equal(jax.tree.map(lambda x: x[i], batched), single, rtol=1e-5, atol=1e-6)
+        chex.assert_trees_all_close(jax.tree.map(lambda x: x[i], batched), single, rtol=1e-5,
+                                    atol=1e-6)
     # The capacity leaf really changes the lag: C = 1 is on-policy, C = 4 is not.
     assert np.all(batched["snapshot_age"][0] == 0) and np.all(batched["behavior_tv"][0] < 1e-5)
     assert batched["snapshot_age"][1, -1] > 0.5 and batched["behavior_tv"][1, -1] > 1e-3
@@ -101,6 +93,7 @@ def test_rollout_actions_are_the_policy_samples_of_each_step_key(vaco):
     trainer, _ = vaco
     state, key = trainer.init(jax.random.PRNGKey(0)), jax.random.PRNGKey(1)
     _, traj = jax.jit(lambda s, k: _rollout(trainer, s, k))(state, key)
+    chex.assert_tree_shape_prefix(traj, (TINY.unroll_length, TINY.num_envs))   # time-major
     for t, step_key in enumerate(jax.random.split(key, TINY.unroll_length)):
         action_key, _ = jax.random.split(step_key)
         behavior = jax.tree.map(lambda x: x[t], traj.behavior)   # {"loc", "scale"}
@@ -153,8 +146,8 @@ def test_the_programs_of_a_run_trace_the_env_once():
 
     raw, wrapped = CountedToyReach(), envs.TracedOnce(CountedToyReach())
     key = jax.random.PRNGKey(5)
-    assert_trees_equal(jax.jit(episode_start, static_argnums=0)(wrapped, key),
-                       jax.jit(episode_start, static_argnums=0)(raw, key))
+    chex.assert_trees_all_equal(jax.jit(episode_start, static_argnums=0)(wrapped, key),
+                                jax.jit(episode_start, static_argnums=0)(raw, key))
 
 
 def _calls_of(jaxpr, name: str) -> int:
@@ -185,10 +178,10 @@ def test_the_initial_state_runs_no_reset_and_the_first_iteration_starts_the_envs
     assert bool(started.env_state.started)
     start_key = jax.random.split(state.key, 5)[1]
     reset = state.replace(env_state=trainer.vec_env.reset(start_key))
-    assert_trees_equal(iterate(reset), (started, metrics))
+    chex.assert_trees_all_equal(iterate(reset), (started, metrics))
     # Started envs are left as they are: the next iteration steps on from them.
     again = trainer.vec_env.start(started.env_state, jax.random.PRNGKey(0))
-    assert_trees_equal(again, started.env_state)
+    chex.assert_trees_all_equal(again, started.env_state)
 
 
 def test_capacity_one_vaco_without_filter_is_importance_sampled_pg_with_gae():
@@ -232,7 +225,7 @@ def test_capacity_one_vaco_without_filter_is_importance_sampled_pg_with_gae():
     expected = optax.apply_updates(state.params, updates)
     assert float(metrics["behavior_tv"]) < 1e-6  # C = 1: the behaviour is the learner
     assert float(metrics["filtered_fraction"]) == 0.0
-    assert_trees_equal(next_state.params, expected, rtol=2e-4, atol=1e-6)
+    chex.assert_trees_all_close(next_state.params, expected, rtol=2e-4, atol=1e-6)
 
 
 def test_capacity_one_vaco_matches_unclipped_ppo_over_a_run():
@@ -254,7 +247,7 @@ def test_capacity_one_decoupled_ppo_is_ppo_clip_and_stale_data_is_reweighted():
     runs = {(algo, c): jax.jit(Trainer(dataclasses.replace(config, algo=algo, capacity=c)).train)(
         jax.random.PRNGKey(3)) for algo, c in [("ppo_clip", 1), ("decoupled_ppo", 1),
                                                ("decoupled_ppo", 3)]}
-    assert_trees_equal(runs["decoupled_ppo", 1][0].params, runs["ppo_clip", 1][0].params)
+    chex.assert_trees_all_equal(runs["decoupled_ppo", 1][0].params, runs["ppo_clip", 1][0].params)
     assert np.all(runs["decoupled_ppo", 1][1]["behavior_capped_fraction"] == 0.0)
     assert np.all(runs["decoupled_ppo", 3][1]["behavior_capped_fraction"][1:] > 0.1)
 
@@ -308,7 +301,8 @@ def test_evaluations_reach_a_callback_per_evaluation_with_every_seed_and_the_pol
         np.testing.assert_array_equal(report["eval_return"], metrics["eval_return"][:, i])
         np.testing.assert_array_equal(report["env_steps"], metrics["env_steps"][:, i])
     single_state, single = train(keys[1])
-    assert_trees_equal(jax.tree.map(lambda x: x[1], metrics), single, rtol=1e-5, atol=1e-6)
+    chex.assert_trees_all_close(jax.tree.map(lambda x: x[1], metrics), single, rtol=1e-5,
+                                atol=1e-6)
     # Off, nothing is added to the program.
     assert "callback" in jax.jit(watched.train).lower(keys[0]).as_text()
     assert "callback" not in jax.jit(Trainer(TINY).train).lower(keys[0]).as_text()
@@ -323,7 +317,8 @@ def test_evaluations_reach_a_callback_per_evaluation_with_every_seed_and_the_pol
     np.testing.assert_allclose(jax.jit(policy.act)(obs), jnp.clip(mean, -1.0, 1.0), rtol=1e-5,
                                atol=1e-7)
     second = Policy.from_state(TINY, states, seed=1)
-    assert_trees_equal(second.params, jax.tree.map(lambda x: x[1], states.params["actor"]))
+    chex.assert_trees_all_equal(second.params,
+                                jax.tree.map(lambda x: x[1], states.params["actor"]))
     assert second.meta["env_steps"] == TINY.env_steps and second.meta["num_seeds"] == 2
     with pytest.raises(ConfigError, match="`seed` = 2 is invalid: must be in 0..1"):
         Policy.from_state(TINY, states, seed=2)
