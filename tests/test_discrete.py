@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from brax.envs.base import Env, State
 
-from vaco_jax import Trainer, networks, objectives, policy, spaces
+from vaco_jax import Trainer, networks, objectives, policy, register_env, spaces
 from vaco_jax import envs
 from vaco_jax import trainer as trainer_lib
 
@@ -177,3 +177,13 @@ def test_a_discrete_policy_acts_with_its_likeliest_choice_or_a_sample(trainer):
         constant["MLP_0"]["Dense_2"]["bias"] = 5.0 * jax.nn.one_hot(arm, 3)
         eval_return, _ = evaluate(constant, networks.init_normalizer(3), jax.random.PRNGKey(6))
         assert float(eval_return) == expected
+
+
+def test_the_random_policy_of_a_discrete_env_draws_each_action_alike():
+    # ToyChoice pays 1 for one arm of three: a uniformly random policy's return is 1/3.
+    from vaco_jax.study import references
+
+    register_env("toy_choice_random", ToyChoice)
+    mean, sem = references.random_policy_return("toy_choice_random", episode_length=1,
+                                                num_episodes=16384)
+    assert abs(mean - 1 / 3) < 4 * sem and sem < 0.01

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
 import jax.numpy as jnp
 
 
@@ -23,6 +24,10 @@ class Box:
         """The action the env receives: the policy's unsquashed sample clipped to [-1, 1]."""
         return jnp.clip(action, -1.0, 1.0)
 
+    def sample(self, key, shape=()):
+        """Uniform actions in [-1, 1]^size, `shape + (size,)` (the random policy)."""
+        return jax.random.uniform(key, tuple(shape) + (self.size,), minval=-1.0, maxval=1.0)
+
 
 @dataclasses.dataclass(frozen=True)
 class Discrete:
@@ -33,6 +38,10 @@ class Discrete:
     def clip(self, action):
         """The action the env receives: a categorical sample is always in range, as it is."""
         return action
+
+    def sample(self, key, shape=()):
+        """Uniform integers in [0, n), `shape` (the random policy)."""
+        return jax.random.randint(key, tuple(shape), 0, self.n)
 
 
 ActionSpace = Box | Discrete

@@ -25,7 +25,7 @@ import jax
 import numpy as np
 import pandas as pd
 
-from vaco_jax import evaluation, io
+from vaco_jax import evaluation, io, spaces
 from vaco_jax.envs import make_env
 from vaco_jax.study import presets, stats, sweep
 
@@ -37,20 +37,21 @@ DEFAULT_PATH = Path("results") / FILE_NAME   # the table measured for the commit
 
 def random_policy_return(env_name: str, *, episode_length: int, num_episodes: int = 64,
                          seed: int = 0) -> tuple[float, float]:
-    """Mean and standard error of the undiscounted return of uniform actions in [-1, 1]^d.
+    """Mean and standard error of the undiscounted return of uniform random actions: in
+    [-1, 1]^d for continuous actions, each of the n equally likely for discrete ones.
 
     The trainer's evaluation protocol (`evaluation.episode_returns`): fresh random initial states,
     episodes run until they terminate or reach the time limit, finished episodes frozen.
     """
     env = make_env(env_name)
+    space = spaces.action_space(env)
 
     @jax.jit
     def episodes(key):
         reset_key, action_key = jax.random.split(key)
 
         def act(state, t):
-            return jax.random.uniform(jax.random.fold_in(action_key, t),
-                                      (num_episodes, env.action_size), minval=-1.0, maxval=1.0)
+            return space.sample(jax.random.fold_in(action_key, t), (num_episodes,))
 
         return evaluation.episode_returns(env, act, reset_key, num_episodes=num_episodes,
                                           episode_length=episode_length)
