@@ -314,3 +314,15 @@ def test_cli_writes_figures_tables_and_summary(synthetic, tmp_path, capsys):
     one = _references(tmp_path / "r1.json", last_evals=1)
     assert lag_report.main([*args, "--references", str(one)]) == 2
     assert "averages the last 1 evaluation(s)" in capsys.readouterr().err
+
+
+def test_a_non_finite_evaluation_return_fails_the_run_from_that_evaluation_on():
+    # Physics that blows up during an evaluation (not in training: the run is not marked
+    # diverged) gives a NaN return; the run then fails like a diverged one instead of carrying
+    # a NaN score into every mean.
+    rows = _rows("task_a", "vaco", "oldest", 2, 100, 0.9, np.random.default_rng(0))
+    rows += _rows("task_a", "vaco", "oldest", 2, 101, 0.9, np.random.default_rng(1))
+    rows[2]["eval_return"] = np.nan                   # seed 100, evaluation 2 of 5
+    results = lag.with_columns(pd.DataFrame(rows).sample(frac=1.0, random_state=0))
+    failed = results.sort_values(["seed", "eval_index"])["diverged"].tolist()
+    assert failed == [False, False, True, True, True] + [False] * 5

@@ -135,8 +135,14 @@ def with_columns(results: pd.DataFrame) -> pd.DataFrame:
         results["sampling"] = [v.rpartition(",")[2] for v in results["variant"]]
     results["capacity"] = results["capacity"].astype(int)
     results["lag"] = [lag_label(s, c) for s, c in zip(results["sampling"], results["capacity"])]
-    results["diverged"] = (results["diverged"].fillna(False).astype(bool)
-                           if "diverged" in results else False)
+    diverged = (results["diverged"].fillna(False).astype(bool) if "diverged" in results
+                else pd.Series(False, index=results.index))
+    # A non-finite evaluation return (physics that blew up during an evaluation) fails the run
+    # from that evaluation on, as a divergence does: its score is never averaged as NaN or dropped.
+    failed = diverged | ~np.isfinite(results["eval_return"].to_numpy(np.float64))
+    order = results.sort_values(RUN + ["eval_index"]).index
+    results["diverged"] = failed.loc[order].groupby(
+        [results.loc[order, c] for c in RUN], sort=False).cummax().reindex(results.index)
     return results
 
 
