@@ -201,6 +201,26 @@ def test_evaluation_ignores_steps_after_the_end():
     np.testing.assert_array_equal(returns, [3.0, 3.0])
 
 
+
+class _BlowsUpAtStep3(_BlowsUpAfterTheEnd):
+    """Reward 1 per step until its physics turns NaN at step 3, where the episode ends (as DM
+    Control's tasks end one) with a NaN reward and observation."""
+
+    def step(self, state, action):
+        t = state.pipeline_state + 1.0
+        blown = t >= 3
+        return state.replace(pipeline_state=t, obs=jnp.where(blown, jnp.nan, jnp.full(1, t)),
+                             reward=jnp.where(blown, jnp.nan, 1.0), done=blown.astype(jnp.float32))
+
+
+def test_an_evaluation_episode_that_blows_up_ends_there_with_the_return_so_far():
+    # As in training (`envs.zero_nonfinite_ends`): the non-finite step adds nothing and ends the
+    # episode; the evaluation's mean stays finite.
+    act = lambda state, t: jnp.zeros((2, 1))  # noqa: E731
+    returns = evaluation.episode_returns(_BlowsUpAtStep3(), act, jax.random.PRNGKey(1),
+                                         num_episodes=2, episode_length=10)
+    np.testing.assert_array_equal(returns, [2.0, 2.0])
+
 def test_a_seed_vmapped_evaluation_batches_its_env_step_once(monkeypatch):
     # `lax.while_loop` batches its body again until the set of batched carries stops growing; the
     # evaluation starts every carry batched, so its env step (MJX's in real runs, the largest part

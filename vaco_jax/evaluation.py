@@ -32,8 +32,9 @@ def episode_returns(env, act, key, *, num_episodes: int, episode_length: int):
     steps, not `episode_length`. An episode that has ended is frozen (its state is not stepped
     on and it adds no reward) while the others finish: stepping a terminated MJX state for
     hundreds of steps can reach NaN physics, which would poison the return (`0 · NaN = NaN`) and
-    slow the constraint solver ~20×. This is the one such rule: evaluation and the random-policy
-    reference return both use it.
+    slow the constraint solver ~20×. A step with a non-finite reward (physics that blew up)
+    ends its episode with the return so far. This is the one such rule: evaluation and the
+    random-policy reference return both use it.
     """
     state = jax.vmap(env.reset)(jax.random.split(key, num_episodes))
 
@@ -46,8 +47,11 @@ def episode_returns(env, act, key, *, num_episodes: int, episode_length: int):
         stepped = jax.vmap(env.step)(state, act(state, t))
         running_before = alive > 0
         state = select_per_env(running_before, stepped, state)
-        episode_return = episode_return + jnp.where(running_before, stepped.reward, 0.0)
-        alive = jnp.where(running_before, 1.0 - stepped.done, 0.0)
+        # A non-finite reward (physics that blew up) adds nothing and ends the episode there, as
+        # in training (`envs.zero_nonfinite_ends`); a finite step is added as it is.
+        counted = running_before & jnp.isfinite(stepped.reward)
+        episode_return = episode_return + jnp.where(counted, stepped.reward, 0.0)
+        alive = jnp.where(counted, 1.0 - stepped.done, 0.0)
         return state, episode_return, alive, t + 1
 
     init = (state, jnp.zeros(num_episodes), jnp.ones(num_episodes), jnp.int32(0))
