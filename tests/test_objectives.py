@@ -253,7 +253,6 @@ def test_the_cap_holds_however_far_above_it():
     assert value == -jnp.inf and np.isfinite(grad)
 
 
-
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["float32", "bfloat16"])
 def test_infinite_log_probabilities_give_the_cap_or_a_zero_ratio_in_every_dtype(dtype):
     # The LLM's bf16 log-probabilities can be ±inf: the value is the cap (log π = +inf or
@@ -264,6 +263,7 @@ def test_infinite_log_probabilities_give_the_cap_or_a_zero_ratio_in_every_dtype(
         f = lambda v: objectives.log_ratio(v, jnp.asarray(log_ref, dtype)).astype(jnp.float32)  # noqa: E731
         value, grad = jax.value_and_grad(f)(jnp.asarray(log_prob, dtype))
         assert value == expected and grad == 0.0, (log_prob, log_ref, value, grad)
+
 
 def test_the_filter_divergence_and_the_ratio_diagnostic_have_distinct_names():
     # With a learner reference the filter measures forward lag only (here 0) while the diagnostic

@@ -201,7 +201,6 @@ def test_evaluation_ignores_steps_after_the_end():
     np.testing.assert_array_equal(returns, [3.0, 3.0])
 
 
-
 class _BlowsUpAtStep3(_BlowsUpAfterTheEnd):
     """Reward 1 per step until its physics turns NaN at step 3, where the episode ends (as DM
     Control's tasks end one) with a NaN reward and observation."""
@@ -220,6 +219,7 @@ def test_an_evaluation_episode_that_blows_up_ends_there_with_the_return_so_far()
     returns = evaluation.episode_returns(_BlowsUpAtStep3(), act, jax.random.PRNGKey(1),
                                          num_episodes=2, episode_length=10)
     np.testing.assert_array_equal(returns, [2.0, 2.0])
+
 
 def test_a_seed_vmapped_evaluation_batches_its_env_step_once(monkeypatch):
     # `lax.while_loop` batches its body again until the set of batched carries stops growing; the
