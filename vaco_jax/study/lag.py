@@ -139,10 +139,9 @@ def with_columns(results: pd.DataFrame) -> pd.DataFrame:
                 else pd.Series(False, index=results.index))
     # A non-finite evaluation return (physics that blew up during an evaluation) fails the run
     # from that evaluation on, as a divergence does: its score is never averaged as NaN or dropped.
-    failed = diverged | ~np.isfinite(results["eval_return"].to_numpy(np.float64))
-    order = results.sort_values(RUN + ["eval_index"]).index
-    results["diverged"] = failed.loc[order].groupby(
-        [results.loc[order, c] for c in RUN], sort=False).cummax().reindex(results.index)
+    results["diverged"] = diverged | ~np.isfinite(results["eval_return"].to_numpy(np.float64))
+    results["diverged"] = (results.sort_values(RUN + ["eval_index"])
+                           .groupby(RUN, sort=False)["diverged"].cummax())   # aligned by index
     return results
 
 
