@@ -91,7 +91,8 @@ def load_study(directories: Sequence[str | Path], *, allow_code_change: bool = F
         tables.append(table[table["study"] == "lag"].assign(sweep=str(directory)))
         cells = sweep.load_cells(directory)
         if len(cells):
-            records.append(cells[cells["cell"].str.startswith("lag/")].assign(sweep=str(directory)))
+            lag_cells = cells[cells["cell"].str.startswith("lag/")].dropna(axis=1, how="all")
+            records.append(lag_cells.assign(sweep=str(directory)))
         plan = directory / sweep.PLAN
         plans[str(directory)] = json.loads(plan.read_text()) if plan.exists() else {}
     results = pd.concat(tables, ignore_index=True)
