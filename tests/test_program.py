@@ -101,3 +101,39 @@ def test_one_runs_envs_are_split_over_the_devices_of_every_process():
     one_process = [FakeDevice(0, i) for i in range(4)]
     placed = program.layout(1, num_envs=10, devices=one_process)
     assert placed.axis == "envs" and [d.id for d in placed.mesh.devices.flat] == [0, 1]
+
+
+_CHOLESKY_IN_A_NEW_PROCESS = """
+import sys
+import numpy as np
+from vaco_jax import cache
+store = cache.ProgramStore(sys.argv[1])
+if sys.argv[2] == "save":
+    import jax
+    import jax.numpy as jnp
+    compiled = jax.jit(jnp.linalg.cholesky).lower(jnp.zeros((3, 3), jnp.float32)).compile()
+    assert store.save("cholesky", "learn", compiled)
+else:   # a new process: nothing lowered, the program loaded whole and run
+    compiled = store.load("cholesky", "learn")
+    a = np.array([[4.0, 2.0, 0.0], [2.0, 5.0, 1.0], [0.0, 1.0, 3.0]], np.float32)
+    np.testing.assert_allclose(np.asarray(compiled(a)), np.linalg.cholesky(a), rtol=1e-6)
+    print("ok")
+"""
+
+
+def test_a_stored_program_that_factorises_runs_in_a_process_that_lowered_nothing(tmp_path):
+    # MJX's Newton solver factorises with LAPACK's Cholesky. jaxlib sets up its LAPACK kernels
+    # when such an op is lowered, so a process that only loaded stored programs (a saved DM Control
+    # run resumed) crashed on its first factorisation.
+    import subprocess
+    import sys
+
+    def run(mode):
+        return subprocess.run([sys.executable, "-c", _CHOLESKY_IN_A_NEW_PROCESS, str(tmp_path), mode],
+                              capture_output=True, text=True, timeout=300)
+
+    saved = run("save")
+    assert saved.returncode == 0, saved.stderr[-2000:]
+    loaded = run("load")
+    assert loaded.returncode == 0 and loaded.stdout.strip() == "ok", (
+        f"return code {loaded.returncode}: {loaded.stderr[-2000:]}")

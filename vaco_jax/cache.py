@@ -106,6 +106,25 @@ def xla_cache_hits() -> int:
     return _xla_cache_hits[0]
 
 
+def _prepare_lapack() -> None:
+    """Set up jaxlib's CPU LAPACK kernels (Cholesky, LU, ...), as lowering a linear-algebra op does.
+
+    jaxlib fills in its LAPACK function pointers only when such an op is lowered in the process; a
+    program loaded whole lowers nothing, and its first LAPACK call (MJX's Newton solver factorises
+    with Cholesky) jumps to a null pointer: a segmentation fault. This happened when a process's
+    first program came from the store without an init program being traced (resuming a saved run
+    of a DM Control task). Lowering one tiny Cholesky here costs milliseconds, once per process."""
+    if not _lapack_ready:
+        import jax.numpy as jnp
+
+        cpu = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
+        jax.jit(jnp.linalg.cholesky).lower(jax.ShapeDtypeStruct((1, 1), jnp.float32, sharding=cpu))
+        _lapack_ready.append(True)
+
+
+_lapack_ready: list[bool] = []
+
+
 @dataclasses.dataclass(frozen=True)
 class ProgramStore:
     """Compiled programs on disk (`jax.experimental.serialize_executable`), one file per
@@ -139,6 +158,7 @@ class ProgramStore:
             payload = path.read_bytes()
         except OSError:
             return None
+        _prepare_lapack()
         try:
             compiled = serialize_executable.deserialize_and_load(*pickle.loads(payload))
         except Exception:  # noqa: BLE001 -- unreadable (truncated, other jaxlib): compile again
