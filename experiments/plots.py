@@ -1,7 +1,7 @@
 """Figures and tables of a lag sweep: aggregates with CIs, IQM vs capacity, curves, diagnostics.
 
     python -m experiments.plots --sweep runs/sweeps/cpu        # -> runs/sweeps/cpu/figures
-    python -m experiments.plots --sweep results/cpu --references results/reference_returns.json
+    python -m experiments.plots --sweep results/archive/cpu --references results/archive/reference_returns.json
 
 Needs the reference returns of the sweep's budget (`python -m experiments.reference_returns`,
 which writes them into the sweep's directory).

@@ -5,7 +5,7 @@ Per env, at a preset's budget: the return of a uniformly random policy and of sy
 (`vaco_jax.study.stats.normalize`): 0 = random, 1 = what synchronous PPO-Clip reaches with the same
 budget, network and shapes.
 
-The table is a versioned JSON file (default `results/reference_returns.json`), one entry per
+The table is a versioned JSON file (default `results/archive/reference_returns.json`), one entry per
 (env, budget in env steps per run) with its provenance: budget, seeds, the full config, library versions, git commit.
 An entry's PPO-Clip return is the mean over seeds of each seed's mean of its last `last_evals`
 evaluations (1 in entries made before the field existed); an analysis that scores runs by another
@@ -32,7 +32,7 @@ from vaco_jax.study import presets, stats, sweep
 SCHEMA_VERSION = 1
 REFERENCE_SEED = 10_000
 FILE_NAME = "reference_returns.json"   # kept next to the sweep it normalises
-DEFAULT_PATH = Path("results") / FILE_NAME   # the table measured for the committed results
+DEFAULT_PATH = Path("results") / "archive" / FILE_NAME   # the table of the archived capacity sweeps
 
 
 def random_policy_return(env_name: str, *, episode_length: int, num_episodes: int = 64,
