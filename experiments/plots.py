@@ -114,8 +114,8 @@ def report(results, out: Path, *, reps: int = 2000, seed: int = 0, note: str = "
              "fig_e_sensitivity.png")
     diverged = analysis.diverged_runs(results)
     if len(diverged):
-        lines += ["", "## Diverged runs (left out of every statistic and curve)", "",
-                  analysis.markdown_rows(diverged)]
+        lines += ["", "## Diverged runs (scored 0, as failures, in every statistic; left out of "
+                  "the return curves)", "", analysis.markdown_rows(diverged)]
     (out / "summary.md").write_text("\n".join(lines) + "\n")
     written.append(out / "summary.md")
     return written

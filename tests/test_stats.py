@@ -187,6 +187,22 @@ def test_score_and_auc_matrices_from_a_tidy_table():
         analysis.score_matrices(table.drop(table.index[(table["env"] == "e2") & (table["seed"] == 1)]))
 
 
+def test_a_diverged_run_counts_as_a_failure_in_score_and_auc_matrices():
+    table = analysis.with_methods(_tidy())
+    # vaco, C = 4, seed 1 on e2 diverged at its second evaluation (e = 1): NaN from there on.
+    run = (table["algo"] == "vaco") & (table["capacity"] == 4) & (table["seed"] == 1) & (
+        table["env"] == "e2")
+    table["diverged"] = run & (table["eval_index"] >= 1)
+    table.loc[table["diverged"], "score"] = np.nan
+    matrices = analysis.score_matrices(table)
+    assert matrices[(4, "vaco")].shape == (3, 2)            # kept, not dropped
+    assert matrices[(4, "vaco")][1, 1] == 0.0               # scored as a random policy
+    assert matrices[(4, "vaco")][1, 0] == 0 + 0 + 40 + 1 + 0.2   # its other env is untouched
+    auc = analysis.auc_matrices(table)
+    # Mean of (score at e = 0, then 0, 0): (1 + 0 + 40 + 1 + 0.0) / 3.
+    assert auc[(4, "vaco")][1, 1] == pytest.approx(42 / 3)
+
+
 def test_aggregate_and_improvement_tables():
     table = analysis.with_methods(_tidy(seeds=4))
     aggregates = analysis.aggregate_table(table, reps=100)

@@ -298,7 +298,7 @@ def test_dry_run_plans_memory_and_splits_a_cell_that_does_not_fit(full_sweep, ce
     assert not (tmp_path / "dry").exists()   # a dry run writes nothing
 
 
-def test_a_diverged_run_is_marked_left_out_of_aggregates_and_plots_still_render(
+def test_a_diverged_run_is_marked_scored_as_a_failure_and_plots_still_render(
         full_sweep, cells, tmp_path, monkeypatch):
     from experiments import plots
     from vaco_jax.study import analysis
@@ -326,8 +326,12 @@ def test_a_diverged_run_is_marked_left_out_of_aggregates_and_plots_still_render(
 
     scored = analysis.with_methods(table.assign(score=table["eval_return"]))
     matrices = analysis.score_matrices(scored)
-    assert matrices[(1, "vaco")].shape == (2, 1) and matrices[(4, "vaco")].shape == (3, 1)
+    # Never dropped: the diverged run scores 0 (a failure), the others keep their returns.
+    assert matrices[(1, "vaco")].shape == (3, 1) and matrices[(4, "vaco")].shape == (3, 1)
     assert all(np.isfinite(m).all() for m in matrices.values())
+    seeds = sorted(table["seed"].unique())
+    assert matrices[(1, "vaco")][seeds.index(1), 0] == 0.0
+    assert np.all(matrices[(1, "vaco")][[i for i, s in enumerate(seeds) if s != 1], 0] != 0.0)
     assert analysis.diverged_runs(table)[["algo", "capacity", "seed"]].to_dict("records") == [
         {"algo": "vaco", "capacity": 1, "seed": 1}, {"algo": "ppo_clip", "capacity": 1, "seed": 1}]
 

@@ -59,26 +59,36 @@ def diverged_runs(results: pd.DataFrame) -> pd.DataFrame:
 
 
 def without_diverged(group: pd.DataFrame) -> pd.DataFrame:
-    """A (capacity, method) group without the seeds that diverged on any env: rliable needs the same
-    runs on every task, and a diverged run has no result to score."""
+    """A group without the seeds that diverged on any env. Only for raw returns (training curves),
+    where a failure has no value to stand for it; scores count a diverged run as a failure
+    (`diverged_as_failures`)."""
     if "diverged" not in group:
         return group
     bad = group.loc[group["diverged"].fillna(False).astype(bool), "seed"].unique()
     return group[~group["seed"].isin(bad)]
 
 
-def score_matrices(results: pd.DataFrame, value: str = "score") -> dict[tuple[int, str], np.ndarray]:
-    """(capacity, method) → `[seeds, envs]` of `value` at the final evaluation.
+def diverged_as_failures(group: pd.DataFrame, value: str = "score") -> pd.DataFrame:
+    """`value`, a normalised score, set to 0 from a run's divergence on: a diverged run fails like a
+    random policy and stays in every aggregate (dropping it would flatter its method)."""
+    if "diverged" not in group:
+        return group
+    failed = group["diverged"].fillna(False).astype(bool).to_numpy()
+    return group.assign(**{value: np.where(failed, 0.0, group[value].to_numpy(np.float64))})
 
-    Seeds that diverged (on any env) are left out of their (capacity, method) matrix
-    (`diverged_runs` lists them). Raises if a method lacks a seed on some env (rliable needs the
-    same runs on every task) or if a run appears twice.
+
+def score_matrices(results: pd.DataFrame, value: str = "score") -> dict[tuple[int, str], np.ndarray]:
+    """(capacity, method) → `[seeds, envs]` of `value`, a normalised score, at the final evaluation.
+
+    A diverged run scores 0 from its divergence on (`diverged_as_failures`; `diverged_runs` lists
+    them). Raises if a method lacks a seed on some env (rliable needs the same runs on every task)
+    or if a run appears twice.
     """
     rows = final(results)
     envs = sorted(rows["env"].unique())
     out = {}
     for (capacity, method), group in rows.groupby(["capacity", "method"], sort=True):
-        group = without_diverged(group)
+        group = diverged_as_failures(group, value)
         if group.duplicated(["env", "seed"]).any():
             raise ValueError(f"capacity {capacity}, {method}: some (env, seed) runs appear twice; "
                              f"select one study/δ before aggregating")
@@ -92,11 +102,11 @@ def score_matrices(results: pd.DataFrame, value: str = "score") -> dict[tuple[in
 
 def auc_matrices(results: pd.DataFrame, value: str = "score") -> dict[tuple[int, str], np.ndarray]:
     """(capacity, method) → `[seeds, envs]` normalised area under the learning curve of `value`
-    (diverged seeds left out, as in `score_matrices`)."""
+    (a diverged run's curve is 0 from its divergence on, as in `score_matrices`)."""
     envs = sorted(results["env"].unique())
     out = {}
     for (capacity, method), group in results.groupby(["capacity", "method"], sort=True):
-        group = without_diverged(group)
+        group = diverged_as_failures(group, value)
         per_run = []
         for (env, seed), run in group.groupby(["env", "seed"]):
             run = run.sort_values("step")
