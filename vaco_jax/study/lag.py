@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+from matplotlib.ticker import EngFormatter
 import numpy as np
 import pandas as pd
 
@@ -218,7 +219,7 @@ def evaluation_scores(results: pd.DataFrame, table: dict,
         raise ValueError(f"{int(twice.sum())} evaluations appear twice (e.g. {first}); a run may "
                          f"be in two sweeps or at two δ: select one")
     scored = references.add_scores(results, table, last_evals=last_evals)
-    scored.loc[scored["diverged"], "score"] = 0.0
+    scored = analysis.diverged_as_failures(scored)
     return scored.sort_values(RUN + ["eval_index"]).reset_index(drop=True)
 
 
@@ -770,6 +771,7 @@ def curves_figure(curves: pd.DataFrame, title: str = ""):
         ax.axhline(0.0, color="grey", lw=0.8, ls=":")
         ax.set_title(task, fontsize=9)
         ax.set_xlabel("env steps per run")
+        ax.xaxis.set_major_formatter(EngFormatter(sep=""))   # 200k, 1M: never overlapping digits
         ax.set_ylabel("normalised score")
         ax.grid(alpha=0.3)
     return _finish(fig, legend_ax, methods, colors, title or
