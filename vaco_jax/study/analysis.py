@@ -48,14 +48,18 @@ def markdown_rows(frame: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def _diverged(frame: pd.DataFrame) -> pd.Series:
+    """The rows at or after a run's divergence (the sweep's `diverged` column; NaN counts as no)."""
+    return frame["diverged"].fillna(False).astype(bool)
+
+
 def diverged_runs(results: pd.DataFrame) -> pd.DataFrame:
     """One row per diverged run (env, algorithm, variant, capacity, δ, seed), from the sweep's
     `diverged` column (empty for tables without it)."""
     columns = ["env", "algo", "variant", "capacity", "delta", "seed"]
     if "diverged" not in results:
         return pd.DataFrame(columns=columns)
-    return (results.loc[results["diverged"].fillna(False).astype(bool), columns]
-            .drop_duplicates().reset_index(drop=True))
+    return results.loc[_diverged(results), columns].drop_duplicates().reset_index(drop=True)
 
 
 def without_diverged(group: pd.DataFrame) -> pd.DataFrame:
@@ -64,17 +68,16 @@ def without_diverged(group: pd.DataFrame) -> pd.DataFrame:
     (`diverged_as_failures`)."""
     if "diverged" not in group:
         return group
-    bad = group.loc[group["diverged"].fillna(False).astype(bool), "seed"].unique()
+    bad = group.loc[_diverged(group), "seed"].unique()
     return group[~group["seed"].isin(bad)]
 
 
-def diverged_as_failures(group: pd.DataFrame, value: str = "score") -> pd.DataFrame:
+def diverged_as_failures(frame: pd.DataFrame, value: str = "score") -> pd.DataFrame:
     """`value`, a normalised score, set to 0 from a run's divergence on: a diverged run fails like a
     random policy and stays in every aggregate (dropping it would flatter its method)."""
-    if "diverged" not in group:
-        return group
-    failed = group["diverged"].fillna(False).astype(bool).to_numpy()
-    return group.assign(**{value: np.where(failed, 0.0, group[value].to_numpy(np.float64))})
+    if "diverged" not in frame:
+        return frame
+    return frame.assign(**{value: frame[value].astype(np.float64).mask(_diverged(frame), 0.0)})
 
 
 def score_matrices(results: pd.DataFrame, value: str = "score") -> dict[tuple[int, str], np.ndarray]:
@@ -84,11 +87,10 @@ def score_matrices(results: pd.DataFrame, value: str = "score") -> dict[tuple[in
     them). Raises if a method lacks a seed on some env (rliable needs the same runs on every task)
     or if a run appears twice.
     """
-    rows = final(results)
+    rows = diverged_as_failures(final(results), value)
     envs = sorted(rows["env"].unique())
     out = {}
     for (capacity, method), group in rows.groupby(["capacity", "method"], sort=True):
-        group = diverged_as_failures(group, value)
         if group.duplicated(["env", "seed"]).any():
             raise ValueError(f"capacity {capacity}, {method}: some (env, seed) runs appear twice; "
                              f"select one study/δ before aggregating")
@@ -103,10 +105,10 @@ def score_matrices(results: pd.DataFrame, value: str = "score") -> dict[tuple[in
 def auc_matrices(results: pd.DataFrame, value: str = "score") -> dict[tuple[int, str], np.ndarray]:
     """(capacity, method) → `[seeds, envs]` normalised area under the learning curve of `value`
     (a diverged run's curve is 0 from its divergence on, as in `score_matrices`)."""
+    results = diverged_as_failures(results, value)
     envs = sorted(results["env"].unique())
     out = {}
     for (capacity, method), group in results.groupby(["capacity", "method"], sort=True):
-        group = diverged_as_failures(group, value)
         per_run = []
         for (env, seed), run in group.groupby(["env", "seed"]):
             run = run.sort_values("step")
