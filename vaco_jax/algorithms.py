@@ -21,7 +21,7 @@ pair in `REGISTRY`. Any `<estimator>+<objective>` string is accepted too (e.g. t
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import jax.numpy as jnp
 
@@ -88,6 +88,20 @@ class ObjectiveParams:
     kl_coef: Any = 0.0             # PPO-KL's β_KL
     decoupled_is_max: Any = 2.0    # decoupled PPO's cap C on the behavioural weight π_prox/β
     filter_mode: str = "batch"     # "batch" | "per_sample" (static)
+    own: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """The objective's own hyper-parameters (`Objective.hparams`, overridden by the config's
+    `objective_hparams`), read as attributes: `p.tau` is `p.own["tau"]`."""
+
+    def __getattr__(self, name):
+        # Only called when normal lookup fails, i.e. for an objective's own hyper-parameters.
+        if name.startswith("__") or name == "own":
+            raise AttributeError(name)
+        try:
+            return self.own[name]
+        except KeyError:
+            raise AttributeError(
+                f"ObjectiveParams has no field {name!r} and the objective declares no "
+                f"hyper-parameter of that name (declared: {sorted(self.own)})") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,6 +111,14 @@ class Objective:
     needs_kl: bool = False
     """Reads `PolicyInputs.kl` (the per-sample analytic KL(β ‖ π_θ) of the policy's distribution:
     Gaussian or categorical)."""
+    hparams: tuple[tuple[str, float], ...] = ()
+    """The objective's own hyper-parameters and their defaults, `(name, default)` pairs: vmappable
+    leaves (`HParams.objective`), set with the config's `objective_hparams` ("name=value"), read
+    in `fn` as `p.<name>`."""
+
+    @property
+    def defaults(self) -> dict[str, float]:
+        return dict(self.hparams)
 
 
 def _required(value, field: str):
@@ -159,6 +181,27 @@ REGISTRY: dict[str, Algorithm] = {
 }
 # Ablations that separate Align from Filter (written as pairings).
 ABLATIONS = ("gae+tv_filter", "vtrace_once+ppo_clip")
+
+
+def objective_hparams(objective: Objective, overrides=()) -> dict[str, float]:
+    """The objective's own hyper-parameters: its defaults, overridden by `overrides`, a sequence
+    of "name=value" strings (the config's `objective_hparams`). Raises `ConfigError` naming the
+    field for a name the objective does not declare or a value that is not a number."""
+    values = objective.defaults
+    for item in overrides:
+        name, eq, value = str(item).partition("=")
+        name = name.strip()
+        if not eq or name not in values:
+            raise ConfigError(
+                f"config field `objective_hparams` item {item!r} is invalid: objective "
+                f"{objective.name!r} declares the hyper-parameters {sorted(values) or 'none'}; "
+                f"write each as name=value")
+        try:
+            values[name] = float(value)
+        except ValueError:
+            raise ConfigError(f"config field `objective_hparams` item {item!r} is invalid: "
+                              f"{value!r} is not a number") from None
+    return values
 
 
 def parse(name: str) -> Algorithm:

@@ -105,6 +105,10 @@ class Config:
     """PPO-KL: adapt β_KL towards kl_target (×2 / ÷2 rule) instead of keeping it fixed."""
     anneal_lr: bool = False
     """Linearly anneal the learning rate to zero over the run."""
+    objective_hparams: tuple[str, ...] = ()
+    """The objective's own hyper-parameters, as name=value (e.g. `--objective-hparams tau=0.04`):
+    those an objective declares (`vaco_jax.algorithms.Objective.hparams`; a user objective's too),
+    vmappable leaves like the fields below. Unset ones keep the objective's defaults."""
 
     # --- hyper-parameters (vmappable pytree leaves) -----------------------------------------
     learning_rate: float = 3e-4
@@ -190,8 +194,11 @@ class Config:
 
     def hparams(self) -> "HParams":
         """The vmappable hyper-parameters of this config (every `HParams` field, by name)."""
+        objective = algorithms.parse(self.algo).objective
+        own = algorithms.objective_hparams(objective, self.objective_hparams)
         return HParams(**{f.name: jnp.asarray(getattr(self, f.name), f.metadata.get("dtype", jnp.float32))
-                          for f in dataclasses.fields(HParams)})
+                          for f in dataclasses.fields(HParams) if f.name != "objective"},
+                       objective={k: jnp.asarray(v, jnp.float32) for k, v in own.items()})
 
 
 @struct.dataclass
@@ -215,6 +222,8 @@ class HParams:
     max_grad_norm: jnp.ndarray
     adam_eps: jnp.ndarray
     capacity: jnp.ndarray = struct.field(metadata={"dtype": jnp.int32})
+    objective: dict = struct.field(default_factory=dict)
+    """The objective's own hyper-parameters by name (`Objective.hparams`), float32 leaves."""
 
 
 # Floats that may be infinite (inf disables the mechanism); every other float must be finite.
@@ -241,7 +250,13 @@ def validate(config: Config, *, env_given: bool = False) -> None:
                                      "non-empty string)")
     else:
         envs.check_name(config.env)   # raises ConfigError naming `env` and what is allowed
-    algorithms.parse(config.algo)  # raises ConfigError naming `algo`
+    algorithm = algorithms.parse(config.algo)  # raises ConfigError naming `algo`
+    # Names the objective does not declare, and values that are not numbers, name the field.
+    for name, value in algorithms.objective_hparams(algorithm.objective,
+                                                    config.objective_hparams).items():
+        if not math.isfinite(value):
+            _fail("objective_hparams", config.objective_hparams,
+                  f"{name} must be a finite number, got {value}")
 
     positive_ints = ["num_seeds", "total_steps", "num_envs", "unroll_length", "num_epochs",
                      "num_minibatches", "num_actors", "episode_length", "num_evals", "eval_envs"]

@@ -281,7 +281,8 @@ class Trainer:
             log_proximal=mb.log_learner_start)
         params = algorithms.ObjectiveParams(
             clip_eps=hp.clip_eps, delta=hp.delta, is_max=hp.is_max, rho_bar=hp.rho_bar,
-            kl_coef=kl_coef, decoupled_is_max=hp.decoupled_is_max, filter_mode=config.filter_mode)
+            kl_coef=kl_coef, decoupled_is_max=hp.decoupled_is_max, filter_mode=config.filter_mode,
+            own=hp.objective)
         return objective.fn(inputs, params)
 
     # --- chunks and the whole run ------------------------------------------------------------
