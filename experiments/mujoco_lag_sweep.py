@@ -73,6 +73,11 @@ class Args:
     """Add to a directory whose cells were made by other code (normally refused)."""
     max_cells: int | None = None
     """Stop after this many cells (resume later with the same command)."""
+    shard: str = ""
+    """i/n: this process takes cells i, i + n, i + 2n, ... of the plan, so n processes (a job
+    array, or processes on machines sharing a file system) fill one --out directory together.
+    Unset: SLURM's array task (SLURM_ARRAY_TASK_ID of SLURM_ARRAY_TASK_COUNT) in a job array,
+    else every cell. Any processes may share a directory: a cell runs in one process at a time."""
     plan: bool = False
     """Print the plan (cells, runs, env steps) and exit; instant, nothing is compiled."""
     dry_run: bool = False
@@ -133,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
                               num_seeds=args.num_seeds, seed=args.seed, total_steps=args.total_steps,
                               runs_per_call=args.runs_per_call)
         cells = sweep.plan(preset, args.studies, args.algos)
+        shard = sweep.parse_shard(args.shard) or sweep.shard_from_env()
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -150,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         sweep.run_sweep(cells, out, preset=preset, max_cells=args.max_cells, progress=args.progress,
-                        allow_code_change=args.allow_code_change, logging=args.logging)
+                        allow_code_change=args.allow_code_change, logging=args.logging,
+                        shard=shard)
     except sweep.SweepError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

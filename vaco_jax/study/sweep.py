@@ -16,6 +16,16 @@ Output directory:
     cells.jsonl     one record per finished cell: fingerprint, timings, steps/s, git commit
     partial/        the saved state of a cell in progress (one directory per cell fingerprint,
                     removed when it finishes): a long cell resumes where it was stopped
+    locks/          one lock file per cell (held while a process runs it) and the directory's
+
+Many processes can fill one directory together — a SLURM job array, or processes on several
+machines sharing a file system: `shard=(i, n)` makes a process take every n-th cell of the plan
+(`shard_from_env` reads SLURM's array variables), and any number of processes may also share the
+same cells. A process runs a cell only while it holds the cell's lock (an OS file lock: released
+when the process ends, however it ends), so a cell never runs twice at once; the rows and the
+completion record of a cell are appended together under the directory's lock, so no row is lost
+or written twice, and rows without a completion record (a process killed between the two
+appends) are discarded under the same lock.
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pandas as pd
+from filelock import FileLock, Timeout
 
 from vaco_jax import cache, io, loggers, program as program_lib, runtime
 from vaco_jax.config import Config, to_json_dict, validate
@@ -42,6 +53,7 @@ from vaco_jax.trainer import nonfinite_names, stack_hparams
 
 RESULTS, CELLS, PLAN = "results.jsonl", "cells.jsonl", "sweep.json"
 PARTIAL = "partial"   # in-progress cells' saved states, removed when a cell finishes
+LOCKS = "locks"       # a lock per cell (held while it runs) and the directory's (`directory.lock`)
 # Set per run by the cell (each run's seed), so left out of the cell's config fingerprint.
 PER_RUN_FIELDS = ("seed", "num_seeds")
 ROOT = Path("runs") / "sweeps"   # a sweep's default directory is ROOT / <preset>
@@ -346,7 +358,8 @@ def run_sweep(cells: Sequence[Cell], out: str | Path, *, preset: Preset | None =
               max_cells: int | None = None, log: Callable[[str], None] = print,
               progress: bool = False, allow_code_change: bool = False,
               checkpoint_seconds: float = 600.0, stop_after: int | None = None,
-              logging: LoggerOptions = LoggerOptions()) -> list[str]:
+              logging: LoggerOptions = LoggerOptions(),
+              shard: tuple[int, int] | None = None) -> list[str]:
     """Run every unfinished cell of `cells` into `out`, resuming; returns the ids of cells run now.
 
     `max_cells` stops after that many cells have run (a reduced run; resume later with the same
@@ -356,12 +369,20 @@ def run_sweep(cells: Sequence[Cell], out: str | Path, *, preset: Preset | None =
     `checkpoint_seconds` (and, with `stop_after`, after that many evaluations of the first cell
     run, where this call then stops); the next call continues it from there. `logging`: where
     each run's metrics also go as the cell runs (`vaco_jax.loggers`: one logged run per run).
+    `shard=(i, n)`: run only the cells at positions i, i + n, i + 2n, ... of `cells` (other
+    processes take the rest; see the module's docstring). A cell that another process is running
+    is skipped (it is that process's).
     """
     out = Path(out)
     primary = runtime.is_primary()   # process 0 writes; every process computes every cell
     if primary:
         out.mkdir(parents=True, exist_ok=True)
+        (out / LOCKS).mkdir(exist_ok=True)
     runtime.barrier("sweep directory ready")
+    all_cells = list(cells)
+    if shard is not None:
+        index, count = check_shard(shard)
+        cells = all_cells[index::count]
     # Which cells are left decides which programs every process runs: process 0's reading.
     finished = runtime.primary_decision(lambda: _finished_cells(out))
     for cell in cells:
@@ -380,52 +401,146 @@ def run_sweep(cells: Sequence[Cell], out: str | Path, *, preset: Preset | None =
             f"commit {', '.join(commits)}; this code is {source}): results of different code would "
             f"mix. Use another --out directory, or --allow-code-change to add to it anyway")
     if primary:
-        _discard_unfinished_rows(out, finished)
-        _write_plan(out, cells, preset)
+        with _directory_lock(out):
+            _discard_unfinished_rows(out, _finished_cells(out))
+            _write_plan(out, all_cells, preset)
 
     todo_all = [c for c in cells if c.cell_id not in finished]
     todo = todo_all if max_cells is None else todo_all[:max_cells]
     log = log if primary else (lambda message: None)
-    log(f"sweep {out}: {len(cells)} cells, {len(cells) - len(todo_all)} already finished, "
+    part = f" (shard {shard[0]}/{shard[1]} of {len(all_cells)})" if shard is not None else ""
+    log(f"sweep {out}: {len(cells)} cells{part}, {len(cells) - len(todo_all)} already finished, "
         f"running {len(todo)}")
     ran = []
     for n, cell in enumerate(todo, 1):
-        live = progress and primary and runtime.interactive()
-        bars = []
-
-        def advance(evaluations: int, total: int, cell=cell, n=n, bars=bars) -> None:
-            if not bars:   # made after compiling, below its status line
-                bars.append(_progress_bar(cell, n, len(todo)))
-            bars[0].update(evaluations - bars[0].n)
-
-        status = runtime.compiling(cell.env, cell.algo, len(cell.runs), live=live, log=log,
-                                   label=f"[{n}/{len(todo)}] {cell.cell_id}: ")
-        logged = _CellLoggers(cell, out, logging) if primary and logging.logger else None
+        claim = _CellClaim(out, cell) if primary else None
+        # Whether to run the cell is process 0's decision (every process runs the same programs).
+        if not runtime.primary_decision(lambda: claim.acquire()):
+            log(f"[{n}/{len(todo)}] {cell.cell_id}: finished or running in another process, skipped")
+            continue
         try:
-            result = run_cell(cell, advance if live else None,
-                              checkpoints=out / PARTIAL, checkpoint_seconds=checkpoint_seconds,
-                              stop_after=stop_after, allow_code_change=allow_code_change,
-                              on_evaluation=logged.log if logged is not None else None,
-                              compile_status=status)
+            result = _run_claimed(cell, n, len(todo), out, progress=progress, primary=primary,
+                                  log=log, checkpoint_seconds=checkpoint_seconds,
+                                  stop_after=stop_after, allow_code_change=allow_code_change,
+                                  logging=logging)
         finally:
-            if logged is not None:
-                logged.close()
-        for bar in bars:
-            bar.close()
+            if claim is not None:
+                claim.release()
         if result is None:   # stopped part-way (`stop_after`): its state is saved
-            log(f"[{n}/{len(todo)}] {cell.cell_id}: stopped part-way, saved in {out / PARTIAL}")
             return ran
-        rows, record = result
-        if primary:
-            io.append_jsonl(out / RESULTS, rows)      # rows first: a cell counts only once recorded
-            io.append_jsonl(out / CELLS, [record])
-            _CellCheckpoints(cell, out / PARTIAL).remove()
         ran.append(cell.cell_id)
-        final = np.mean([r["eval_return"] for r in rows if r["eval_index"] == cell.config.num_evals - 1])
-        log(f"[{n}/{len(todo)}] {cell.cell_id}: {len(cell.runs)} runs, compile "
-            f"{record['compile_seconds']:.1f} s, train {record['train_seconds']:.1f} s "
-            f"({record['sps']:,.0f} steps/s), mean final eval return {final:.1f}")
     return ran
+
+
+def check_shard(shard: tuple[int, int]) -> tuple[int, int]:
+    """`shard` as (index, count), or `ConfigError` naming the option and what is allowed."""
+    index, count = shard
+    if not (isinstance(index, int) and isinstance(count, int) and count >= 1 and 0 <= index < count):
+        raise ConfigError(f"option `shard` = {index}/{count} is invalid: must be i/n with n >= 1 "
+                          f"and 0 <= i < n (process i of n takes cells i, i + n, ...)")
+    return index, count
+
+
+def parse_shard(text: str) -> tuple[int, int] | None:
+    """`"i/n"` as (i, n); `""` as None. Raises `ConfigError` naming the option."""
+    if not text:
+        return None
+    head, slash, tail = text.partition("/")
+    try:
+        shard = (int(head), int(tail))
+    except ValueError:
+        shard = None
+    if not slash or shard is None:
+        raise ConfigError(f"option `shard` = {text!r} is invalid: write it as i/n (e.g. 0/4: the "
+                          f"first of 4 processes)")
+    return check_shard(shard)
+
+
+def shard_from_env(environ=None) -> tuple[int, int] | None:
+    """The shard of a SLURM job array's task (`SLURM_ARRAY_TASK_ID` − `SLURM_ARRAY_TASK_MIN` of
+    `SLURM_ARRAY_TASK_COUNT`), or None outside a job array."""
+    import os
+
+    environ = os.environ if environ is None else environ
+    if "SLURM_ARRAY_TASK_ID" not in environ or "SLURM_ARRAY_TASK_COUNT" not in environ:
+        return None
+    try:
+        index = int(environ["SLURM_ARRAY_TASK_ID"]) - int(environ.get("SLURM_ARRAY_TASK_MIN", 0))
+        count = int(environ["SLURM_ARRAY_TASK_COUNT"])
+    except ValueError:
+        raise ConfigError("SLURM_ARRAY_TASK_ID / SLURM_ARRAY_TASK_COUNT / SLURM_ARRAY_TASK_MIN "
+                          "must be integers to shard the cells by them") from None
+    return check_shard((index, count))
+
+
+def _directory_lock(out: Path) -> FileLock:
+    """The lock under which a directory's shared files (results, cells, plan) are changed."""
+    return FileLock(str(out / LOCKS / "directory.lock"))
+
+
+class _CellClaim:
+    """The right to run one cell: its lock file, held while it runs (never blocking: a cell held
+    by another process is that process's), and the cell not yet recorded as finished."""
+
+    def __init__(self, out: Path, cell: Cell):
+        self.out, self.cell = out, cell
+        self.lock = FileLock(str(out / LOCKS / f"{cell.fingerprint()}.lock"))
+
+    def acquire(self) -> bool:
+        try:
+            self.lock.acquire(timeout=0)
+        except Timeout:
+            return False
+        # Another process may have finished it since this process read the finished cells.
+        if self.cell.cell_id in _finished_cells(self.out):
+            self.lock.release()
+            return False
+        return True
+
+    def release(self) -> None:
+        if self.lock.is_locked:
+            self.lock.release()
+
+
+def _run_claimed(cell: Cell, n: int, total: int, out: Path, *, progress, primary, log,
+             checkpoint_seconds, stop_after, allow_code_change, logging):
+    """Run one claimed cell and record it; None when it stopped part-way (`stop_after`)."""
+    live = progress and primary and runtime.interactive()
+    bars = []
+
+    def advance(evaluations: int, _evaluations_in_all: int) -> None:
+        if not bars:   # made after compiling, below its status line
+            bars.append(_progress_bar(cell, n, total))
+        bars[0].update(evaluations - bars[0].n)
+
+    status = runtime.compiling(cell.env, cell.algo, len(cell.runs), live=live, log=log,
+                               label=f"[{n}/{total}] {cell.cell_id}: ")
+    logged = _CellLoggers(cell, out, logging) if primary and logging.logger else None
+    try:
+        result = run_cell(cell, advance if live else None,
+                          checkpoints=out / PARTIAL, checkpoint_seconds=checkpoint_seconds,
+                          stop_after=stop_after, allow_code_change=allow_code_change,
+                          on_evaluation=logged.log if logged is not None else None,
+                          compile_status=status)
+    finally:
+        if logged is not None:
+            logged.close()
+    for bar in bars:
+        bar.close()
+    if result is None:   # stopped part-way (`stop_after`): its state is saved
+        log(f"[{n}/{total}] {cell.cell_id}: stopped part-way, saved in {out / PARTIAL}")
+        return None
+    rows, record = result
+    if primary:
+        with _directory_lock(out):   # rows and record together: no other writer in between
+            io.append_jsonl(out / RESULTS, rows)   # rows first: a cell counts once recorded
+            io.append_jsonl(out / CELLS, [record])
+        _CellCheckpoints(cell, out / PARTIAL).remove()
+    final = np.mean([r["eval_return"] for r in rows if r["eval_index"] == cell.config.num_evals - 1])
+    log(f"[{n}/{total}] {cell.cell_id}: {len(cell.runs)} runs, compile "
+        f"{record['compile_seconds']:.1f} s, train {record['train_seconds']:.1f} s "
+        f"({record['sps']:,.0f} steps/s), mean final eval return {final:.1f}")
+    return cell.cell_id
 
 
 def _finished_cells(out: Path) -> dict[str, dict]:
