@@ -1,0 +1,142 @@
+"""The lag-robustness benchmark (`experiments.lag_bench`, `vaco_jax.study.bench`, `.scorecard`,
+`.leaderboard`) end to end on the `tiny` protocol, and its paired statistics by hand."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+from scipy import stats as scipy_stats
+
+from experiments import lag_bench
+from vaco_jax.errors import ConfigError
+from vaco_jax.study import bench, scorecard, stats, sweep
+
+
+# --- paired statistics against hand computations -------------------------------------------------
+def test_sign_flip_test_is_exact_for_few_seeds():
+    # All 3 differences positive: of the 8 sign patterns only all-plus and all-minus reach |mean| 2.
+    assert stats.sign_flip_test([1.0, 2.0, 3.0]) == pytest.approx(2 / 8)
+    # d = (1, -1): every pattern has |mean| 0 or 1; the observed 0 is reached by all 4.
+    assert stats.sign_flip_test([1.0, -1.0]) == pytest.approx(1.0)
+    # (3, 1, 1): |mean| ≥ 5/3 for (+,+,+) and (−,−,−) only; (+,+,−) gives 1, so p = 2/8.
+    assert stats.sign_flip_test([3.0, 1.0, 1.0]) == pytest.approx(2 / 8)
+    # Ten seeds of one sign: the smallest p-value ten seeds can give.
+    assert stats.sign_flip_test(np.arange(1.0, 11.0)) == pytest.approx(2 / 1024)
+
+
+def test_holm_adjusts_step_down_and_keeps_order():
+    adjusted = stats.holm([0.01, 0.04, 0.03, np.nan])
+    # sorted 0.01, 0.03, 0.04 → 3·0.01, max(0.03, 2·0.03), max(0.06, 1·0.04)
+    np.testing.assert_allclose(adjusted[:3], [0.03, 0.06, 0.06])
+    assert np.isnan(adjusted[3])
+
+
+def test_paired_t_interval_is_students():
+    d = np.array([0.3, -0.1, 0.5, 0.2, 0.4])
+    mean, low, high = stats.paired_t_interval(d)
+    half = scipy_stats.t.ppf(0.975, 4) * d.std(ddof=1) / np.sqrt(5)
+    assert (mean, low, high) == pytest.approx((d.mean(), d.mean() - half, d.mean() + half))
+
+
+# --- protocols and methods ------------------------------------------------------------------------
+def test_methods_and_protocols_are_checked_before_compiling():
+    with pytest.raises(ConfigError, match="option `protocol`"):
+        bench.protocol("laptop")
+    with pytest.raises(ConfigError, match="option `set`"):
+        bench.parse_overrides(["not_a_field=1"])
+    assert bench.parse_overrides(["kl_adaptive=true", "tv_reference=learner"]) == \
+        (("kl_adaptive", True), ("tv_reference", "learner"))
+    with pytest.raises(ConfigError, match="algo"):
+        bench.bench_cells(bench.Method("no_such_algo"), bench.PROTOCOLS["tiny"])
+    method = bench.Method("ppo_kl", (("kl_adaptive", True),))
+    assert method.name == "ppo_kl[kl_adaptive=True]"
+    cells = bench.bench_cells(method, bench.PROTOCOLS["cpu"])
+    # One program for the lag axis (k = 0, 3, 15 as capacities 1, 4, 16 of the oldest snapshot)
+    # and one for the high update frequency, every seed paired across methods.
+    assert [c.variant for c in cells] == ["lag", "forward"]
+    assert sorted({r.capacity for r in cells[0].runs}) == [1, 4, 16]
+    assert cells[0].config.snapshot_sampling == "oldest" and cells[0].config.kl_adaptive
+    assert cells[1].config.num_epochs == 16 and {r.capacity for r in cells[1].runs} == {1}
+    assert [r.seed for r in cells[0].runs[:10]] == list(range(200, 210))
+
+
+def test_result_code_leaves_out_analysis_only_modules():
+    sources = bench.result_sources()
+    assert "trainer.py" in sources and "objectives.py" in sources and "study/sweep.py" in sources
+    assert not any(name.startswith(("study/scorecard", "study/stats", "llm/")) for name in sources)
+    other = dict(sources, **{"trainer.py": "0" * 12})
+    assert bench.code_difference(sources, other) == ["trainer.py"]
+
+
+# --- end to end on the tiny protocol -----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def board(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lag-bench")
+    for algo in ("ppo_clip", "vaco"):
+        assert lag_bench.main(["--algo", algo, "--protocol", "tiny", "--out", str(root / algo),
+                               "--leaderboard", str(root), "--no-progress"]) == 0
+    return root
+
+
+def test_a_scorecard_holds_every_section_and_compares_with_the_same_code(board):
+    card = json.loads((board / "vaco" / "scorecard.json").read_text())
+    assert card["method"] == "vaco" and card["protocol"] == "tiny" and not card["missing_cells"]
+    assert {r["task"] for r in card["sanity"]} == {"toy_reach"}
+    # Retention at every lag k > 0 and at each lag of the high-update-frequency setting, final
+    # and AUC, each inside its interval.
+    cols = {(r["metric"], r["setting"], r["lag"]) for r in card["retention"]}
+    assert cols == {(m, s, k) for m in ("final", "auc") for s, k in
+                    (("lag", 1), ("lag", 3), ("forward", 0), ("forward", 3))}
+    for r in card["retention"]:
+        assert r["low"] <= r["retention"] <= r["high"] and r["seeds"] == 3
+    # Against PPO-Clip (a reference method): 2 settings × 2 metrics, pre-registered, Holm-adjusted.
+    rows = [r for r in card["comparisons"] if r["against"] == "ppo_clip"]
+    assert len(rows) == 4 and all(r["family"] == "pre-registered" for r in rows)
+    assert all(r["p_holm"] >= r["p"] for r in rows)
+    assert not card["not_compared"]
+    # The retention matches a hand computation from the stored runs.
+    result = scorecard.load(board / "vaco")
+    runs = result.runs
+    base = runs[(runs.setting == "lag") & (runs.lag == 0)].set_index("seed").final_z
+    lagged = runs[(runs.setting == "lag") & (runs.lag == 3)].set_index("seed").final_z
+    row = next(r for r in card["retention"] if (r["metric"], r["setting"], r["lag"]) == ("final", "lag", 3))
+    assert row["retention"] == pytest.approx(lagged.mean() / base.mean())
+    for name in ("scorecard.md", "scorecard.png"):
+        assert (board / "vaco" / name).stat().st_size > 0
+
+
+def test_references_made_by_other_code_are_named_not_compared(board, tmp_path):
+    other = tmp_path / "board"
+    shutil.copytree(board, other)
+    info = json.loads((other / "ppo_clip" / "bench.json").read_text())
+    info["result_sources"]["trainer.py"] = "0" * 12
+    info["result_code"] = bench.result_code(info["result_sources"])
+    (other / "ppo_clip" / "bench.json").write_text(json.dumps(info))
+    card = scorecard.scorecard(other / "vaco", other, reps=200)
+    assert card.comparisons.empty
+    [note] = card.not_compared
+    assert note["method"] == "ppo_clip" and "trainer.py" in note["why"]
+    assert "python -m experiments.lag_bench --algo ppo_clip --protocol tiny" in note["recompute"]
+    assert "Recompute" in scorecard.markdown(card)
+
+
+def test_the_report_says_which_cells_are_missing(board, tmp_path):
+    partial = tmp_path / "vaco"
+    shutil.copytree(board / "vaco", partial)
+    cells = partial / bench.RUNS / sweep.CELLS
+    records = [json.loads(line) for line in cells.read_text().splitlines()]
+    cells.write_text(json.dumps(records[0]) + "\n")   # the forward cell never finished
+    assert lag_bench.main(["--algo", "vaco", "--protocol", "tiny", "--out", str(partial),
+                           "--leaderboard", str(tmp_path / "none"), "--report-only"]) == 0
+    card = json.loads((partial / "scorecard.json").read_text())
+    assert card["missing_cells"] == ["bench/toy_reach/vaco/forward"]
+    assert {r["setting"] for r in card["retention"]} == {"lag"}
+    assert "Incomplete" in (partial / "scorecard.md").read_text()
+
+
+def test_the_leaderboard_table_ranks_every_method(board):
+    assert lag_bench.main(["--table", str(board)]) == 0
+    text = (board / "leaderboard.md").read_text()
+    assert "| vaco | toy_reach |" in text and "| ppo_clip | toy_reach |" in text
+    assert (board / "leaderboard.png").stat().st_size > 0

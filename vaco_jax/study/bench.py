@@ -1,0 +1,278 @@
+"""The lag-robustness benchmark: any method, a fixed versioned protocol, one scorecard.
+
+A **protocol** fixes everything but the method: tasks (env, budget, shapes, seeds), a constant
+backward-lag axis k (every actor acts with the snapshot k learner iterations old: capacity k + 1,
+`snapshot_sampling="oldest"`, as in the controlled-lag study), and a high-update-frequency setting
+(forward lag: more epochs per batch) at the lags it names. A **method** is an algorithm
+(`--algo`: a registry name, `<estimator>+<objective>`, a user's `<estimator>+<module>:<function>`)
+with optional config overrides (`ppo_kl` with `kl_adaptive=True`). Seed s of every method uses
+`PRNGKey(protocol.seed + s)`, so methods are paired by seed (common random numbers).
+
+`bench_cells` plans a method's cells (one compiled program per task and setting, every lag ×
+seed vmapped in it); `run_bench` runs them with the sweep machinery (`vaco_jax.study.sweep`:
+resumable cell by cell, shardable over processes) into `<out>/runs/`, and records in
+`<out>/bench.json` the method, the protocol and the **result code**: a hash per source file of
+the package that can change a result (`result_sources`), so a scorecard compares only with
+references made by the same code and says which files differ when they are not.
+The scorecard itself is `vaco_jax.study.scorecard`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from vaco_jax import io
+from vaco_jax.config import Config, validate
+from vaco_jax.errors import ConfigError
+from vaco_jax.study import sweep
+from vaco_jax.study.sweep import Cell, Run
+
+BENCH_FILE = "bench.json"
+RUNS = "runs"
+REFERENCES = "random_returns.json"
+STUDY = "bench"
+
+# Modules that read results but never make them: editing them leaves every benchmark result valid.
+ANALYSIS_ONLY = ("study/analysis.py", "study/lag.py", "study/plotting.py", "study/scorecard.py",
+                 "study/stats.py", "loggers.py", "llm/")
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    env: str
+    config: tuple[tuple[str, Any], ...]
+    """Config fields of every run on this task (budget, shapes)."""
+    seeds: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Protocol:
+    """What a method is scored on. Changing anything here changes `version`."""
+
+    name: str
+    version: int
+    tasks: tuple[Task, ...]
+    lags: tuple[int, ...]
+    """Constant backward lags k (learner iterations), 0 first: synchronous."""
+    forward: tuple[tuple[str, Any], ...]
+    """Static overrides of the high-update-frequency setting (e.g. num_epochs=16)."""
+    forward_lags: tuple[int, ...] = (0,)
+    """The lags the high-update-frequency setting runs at."""
+    seed: int = 200
+    """Seed s of a task runs with `PRNGKey(seed + s)`."""
+    references: tuple[str, ...] = ("ppo_clip", "appo", "vaco")
+    """The methods every scorecard is tested against (the pre-registered family)."""
+    last_evals: int = 3
+    """A run's final score: the mean of its last this many evaluations."""
+    description: str = ""
+
+    @property
+    def largest_lag(self) -> int:
+        return max(self.lags)
+
+    def describe(self) -> dict:
+        return io.to_jsonable(dataclasses.asdict(self))
+
+
+_TINY = (("num_envs", 8), ("unroll_length", 8), ("num_epochs", 2), ("num_minibatches", 2),
+         ("num_actors", 2), ("episode_length", 50), ("num_evals", 4), ("eval_envs", 4),
+         ("total_steps", 8_192), ("learning_rate", 1e-3))
+# The controlled-lag study's CPU shapes (presets._LAG_CPU_SHAPES): 32 envs × 32 steps per
+# iteration, K = 4 epochs × M = 8 minibatches, 20 evaluations of 16 episodes.
+_CPU = (("num_envs", 32), ("unroll_length", 32), ("num_epochs", 4), ("num_minibatches", 8),
+        ("num_actors", 4), ("episode_length", 1000), ("num_evals", 20), ("eval_envs", 16))
+
+PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
+    Protocol("tiny", 1, (Task("toy_reach", _TINY, 3),), lags=(0, 1, 3),
+             forward=(("num_epochs", 4),), forward_lags=(0, 3), seed=200,
+             description="seconds on a CPU: the pipeline end to end (tests, CI)"),
+    # inverted_double_pendulum at the controlled-lag study's budget: there (results/lag-cpu)
+    # PPO-KL, SPO, decoupled PPO and adaptive PPO-KL break by k = 15 and PPO-Clip, APPO and VACO
+    # do not; at half the budget every method, PPO-Clip and VACO included, is still below 0.8 of
+    # its synchronous score at k = 15 (lag slows learning before it ends at the cap), so the
+    # budget cannot be cut. Forward lag: 16 epochs per batch instead of 4 (4x the SGD steps).
+    Protocol("cpu", 1, (Task("inverted_double_pendulum", _CPU + (("total_steps", 614_400),), 10),),
+             lags=(0, 3, 15), forward=(("num_epochs", 16),), forward_lags=(0,), seed=200,
+             description="one 2-core CPU machine, about half an hour per method"),
+    Protocol("gpu", 1, (
+        Task("inverted_double_pendulum", _CPU + (("total_steps", 614_400),), 10),
+        Task("dmc:CartpoleSwingup", _CPU + (("total_steps", 1_024_000),), 10),
+        Task("dmc:CheetahRun", _CPU + (("total_steps", 1_024_000),), 10),
+        Task("hopper", _CPU + (("total_steps", 1_024_000), ("mjx_solver", "fast")), 10)),
+        lags=(0, 3, 15), forward=(("num_epochs", 16),), forward_lags=(0, 15), seed=200,
+        description="the four tasks of the controlled-lag study: one GPU (needs the dmc extra)"),
+)}
+
+
+def protocol(name: str) -> Protocol:
+    if name not in PROTOCOLS:
+        raise ConfigError(f"option `protocol` = {name!r} is invalid: allowed values are "
+                          f"{list(PROTOCOLS)}")
+    return PROTOCOLS[name]
+
+
+# --- methods -------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Method:
+    algo: str
+    overrides: tuple[tuple[str, Any], ...] = ()
+    label: str = ""
+
+    @property
+    def name(self) -> str:
+        """The method's name in tables: its label, else `algo` or `algo[field=value,...]`."""
+        if self.label:
+            return self.label
+        if not self.overrides:
+            return self.algo
+        return f"{self.algo}[{','.join(f'{k}={v}' for k, v in self.overrides)}]"
+
+
+def parse_overrides(items) -> tuple[tuple[str, Any], ...]:
+    """`field=value` strings as typed Config overrides (JSON values: 1e-3, true, "learner"), each
+    field checked to exist; `ConfigError` names the option otherwise."""
+    fields = {f.name for f in dataclasses.fields(Config)}
+    out = []
+    for item in items:
+        name, eq, text = str(item).partition("=")
+        if not eq or name not in fields:
+            raise ConfigError(f"option `set` item {item!r} is invalid: write field=value with a "
+                              f"Config field (e.g. kl_adaptive=true)")
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            value = text   # a bare string, e.g. learner
+        if isinstance(value, list):
+            value = tuple(value)
+        out.append((name, value))
+    return tuple(out)
+
+
+# --- planning ------------------------------------------------------------------------------------
+def bench_cells(method: Method, proto: Protocol) -> list[Cell]:
+    """The method's cells: per task, the lag axis (one program: every lag × seed) and the
+    high-update-frequency setting (another program), each config validated before compiling."""
+    cells = []
+    for task in proto.tasks:
+        seeds = range(proto.seed, proto.seed + task.seeds)
+        settings = [("lag", proto.lags, ())]
+        if proto.forward:
+            settings.append(("forward", proto.forward_lags, proto.forward))
+        for variant, lags, extra in settings:
+            capacities = tuple(k + 1 for k in lags)
+            fields = {**dict(task.config), **dict(extra), **dict(method.overrides)}
+            fields.update(algo=method.algo, snapshot_sampling="oldest",
+                          capacity=max(capacities), max_capacity=max(capacities))
+            try:
+                config = Config(env=task.env, **fields)
+            except TypeError as error:
+                raise ConfigError(f"method {method.name!r}: {error}") from None
+            validate(config)
+            runs = tuple(Run(c, float(config.delta), s) for c in capacities for s in seeds)
+            for run in runs:
+                validate(dataclasses.replace(config, capacity=run.capacity))
+            cells.append(Cell(STUDY, task.env, method.name, variant, config, runs))
+    return cells
+
+
+# --- the code that makes a result ----------------------------------------------------------------
+def result_sources() -> dict[str, str]:
+    """A hash (12 hex digits) per source file of the package that can change a result (every
+    module but `ANALYSIS_ONLY`), by path relative to the package."""
+    package = Path(io.__file__).resolve().parent
+    out = {}
+    for path in sorted(package.rglob("*.py")):
+        relative = path.relative_to(package).as_posix()
+        if any(relative == a or (a.endswith("/") and relative.startswith(a)) for a in ANALYSIS_ONLY):
+            continue
+        out[relative] = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+    return out
+
+
+def result_code(sources: dict[str, str]) -> str:
+    """One hash of `result_sources()`."""
+    return hashlib.sha256(json.dumps(sources, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def code_difference(ours: dict[str, str], theirs: dict[str, str]) -> list[str]:
+    """The files whose code differs between two `result_sources()` (added, removed or edited)."""
+    return sorted(name for name in set(ours) | set(theirs) if ours.get(name) != theirs.get(name))
+
+
+def user_sources(algo: str) -> dict[str, str]:
+    """The source files outside the package that the method's code comes from (a user's
+    objective module), by module name → hash of its source."""
+    import importlib
+    import sys
+
+    out = {}
+    for part in algo.split("+"):
+        module, colon, _ = part.partition(":")
+        if not colon:
+            continue
+        try:
+            path = getattr(sys.modules.get(module) or importlib.import_module(module), "__file__", None)
+        except ImportError:
+            continue
+        if path:
+            out[module] = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]
+    return out
+
+
+# --- running -------------------------------------------------------------------------------------
+def record(out: Path, method: Method, proto: Protocol) -> dict:
+    """`<out>/bench.json`: what `out` holds and the code that made it. A directory holds one
+    method on one protocol: another is refused."""
+    sources = result_sources()
+    data = {"method": method.name, "algo": method.algo,
+            "overrides": [list(item) for item in method.overrides],
+            "protocol": proto.name, "protocol_version": proto.version,
+            "protocol_definition": proto.describe(),
+            "result_code": result_code(sources), "result_sources": sources,
+            "user_sources": user_sources(method.algo), **io.provenance()}
+    path = out / BENCH_FILE
+    if path.exists():
+        old = json.loads(path.read_text())
+        if (old["method"], old["protocol"], old["protocol_version"]) != \
+                (data["method"], data["protocol"], data["protocol_version"]):
+            raise ConfigError(
+                f"{out} holds method {old['method']!r} on protocol {old['protocol']} "
+                f"v{old['protocol_version']}, not {data['method']!r} on {proto.name} "
+                f"v{proto.version}: use another --out directory")
+        return old   # runs of other code are refused by the sweep (unless allow_code_change)
+    out.mkdir(parents=True, exist_ok=True)
+    io.write_json_atomic(path, data)
+    return data
+
+
+def random_returns(out: Path, proto: Protocol) -> dict[str, float]:
+    """The random policy's mean return per task (the scores' zero), measured once per directory."""
+    from vaco_jax.study import references
+
+    path = out / REFERENCES
+    table = json.loads(path.read_text()) if path.exists() else {}
+    missing = [t for t in proto.tasks if t.env not in table]
+    for task in missing:
+        episode_length = dict(task.config).get("episode_length", Config().episode_length)
+        table[task.env], _ = references.random_policy_return(
+            task.env, episode_length=episode_length, num_episodes=64, seed=0)
+    if missing:
+        io.write_json_atomic(path, table)
+    return table
+
+
+def run_bench(method: Method, proto: Protocol, out: str | Path, *, shard=None, log=print,
+              progress: bool = False, allow_code_change: bool = False,
+              max_cells: int | None = None) -> list[str]:
+    """Run the method's unfinished cells into `<out>/runs/` (resumable, shardable); returns the
+    ids of the cells run now."""
+    out = Path(out)
+    cells = bench_cells(method, proto)
+    record(out, method, proto)
+    random_returns(out, proto)
+    return sweep.run_sweep(cells, out / RUNS, log=log, progress=progress, shard=shard,
+                           allow_code_change=allow_code_change, max_cells=max_cells)

@@ -1,0 +1,384 @@
+"""A method's lag-robustness scorecard (`vaco_jax.study.bench`): statistics only, no drawing.
+
+Scores. A run's **final** return is the mean of its last `last_evals` evaluations, its **AUC** the
+mean of all of them (equally spaced: the normalised area under the curve). Both are taken from
+the random policy's return (`z = return − random`); a run that diverged counts as random (z = 0)
+from its divergence on. The **normalised score** divides z by synchronous PPO-Clip's mean final z on
+the task (PPO-Clip at k = 0 in the reference directory, made by the same code): 0 is random, 1 is
+synchronous PPO-Clip.
+
+What a scorecard says, per task and pooled over tasks (the mean of the tasks' values):
+* **sanity** (k = 0): the method clears random (final z's 95% BCa interval above 0) and reaches at
+  least half of synchronous PPO-Clip (normalised final score ≥ 0.5, point estimate);
+* **retention** at each lag k > 0, and in the high-update-frequency setting: mean z at k over mean
+  z at k = 0 (the method's own synchronous run, K = 4), for the final score and the AUC, with 95%
+  BCa intervals over seeds (paired: seed s at every lag);
+* **break-lag**: the smallest k whose final retention is below `BREAK_LEVEL` (0.8); "confirmed"
+  when the interval's upper end is below it too;
+* **comparisons named in advance**: the method minus each of the protocol's reference methods
+  (PPO-Clip, APPO, VACO) in normalised score, final and AUC, at the largest lag and in the
+  high-update-frequency setting, pooled over tasks: paired by seed (seed s of both methods used the
+  same key), the exact sign-flip permutation test with Holm's correction over this family, and a
+  95% Student-t interval of the mean difference. The same comparisons with every other method of
+  the leaderboard are reported as exploratory (unadjusted p-values).
+A reference made by other result code (`bench.result_sources`) or another protocol version is
+never compared: the scorecard names what differs and the command that recomputes it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from vaco_jax.study import bench, stats, sweep
+
+BREAK_LEVEL = 0.8
+SYNC_FRACTION = 0.5
+REPS = 10_000
+ALPHA = 0.05
+
+
+@dataclasses.dataclass
+class BenchResult:
+    """One method's benchmark directory, read back."""
+
+    directory: Path
+    info: dict                   # bench.json
+    runs: pd.DataFrame           # one row per (task, setting, lag, seed): final_z, auc_z
+    random: dict                 # task → the random policy's return
+    missing: list[str]           # planned cells not (yet) finished
+
+    @property
+    def method(self) -> str:
+        return self.info["method"]
+
+
+def load(directory: str | Path) -> BenchResult:
+    """Read a benchmark directory (what is there: unfinished cells are listed in `missing`)."""
+    directory = Path(directory)
+    path = directory / bench.BENCH_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{directory} holds no benchmark ({path} is missing); run "
+                                f"`python -m experiments.lag_bench --algo ... --out {directory}`")
+    info = json.loads(path.read_text())
+    random = json.loads((directory / bench.REFERENCES).read_text())
+    proto = bench.PROTOCOLS.get(info["protocol"])
+    method = bench.Method(info["algo"], tuple(tuple(x) for x in info["overrides"]), info["method"]
+                          if info["method"] != info["algo"] else "")
+    runs_dir = directory / bench.RUNS
+    results = (sweep.load_results(runs_dir) if (runs_dir / sweep.RESULTS).exists()
+               else pd.DataFrame())
+    finished = set(results["cell"]) if len(results) else set()
+    missing = []
+    if proto is not None and proto.version == info["protocol_version"]:
+        missing = [c.cell_id for c in bench.bench_cells(method, proto) if c.cell_id not in finished]
+    last = info["protocol_definition"]["last_evals"]
+    return BenchResult(directory, info, run_scores(results, random, last), random, missing)
+
+
+def run_scores(results: pd.DataFrame, random: dict, last_evals: int) -> pd.DataFrame:
+    """Per run (task, setting, lag, seed): `final_z` and `auc_z` (returns above random; a
+    diverged run counts as random from its divergence on)."""
+    columns = ["task", "setting", "lag", "seed", "final_z", "auc_z"]
+    if not len(results):
+        return pd.DataFrame(columns=columns)
+    frame = results.assign(task=results["env"], setting=results["variant"],
+                           lag=results["capacity"] - 1)
+    z = frame["eval_return"].astype(np.float64) - frame["task"].map(random).astype(np.float64)
+    failed = frame["diverged"].astype(bool) if "diverged" in frame else False
+    frame = frame.assign(z=z.mask(failed, 0.0).fillna(0.0))
+    rows = []
+    for key, run in frame.sort_values("eval_index").groupby(["task", "setting", "lag", "seed"]):
+        values = run["z"].to_numpy()
+        rows.append((*key, float(values[-last_evals:].mean()), float(values.mean())))
+    return pd.DataFrame(rows, columns=columns)
+
+
+# --- one method's numbers -----------------------------------------------------------------------
+def _matrix(runs: pd.DataFrame, task: str, setting: str, lag: int, value: str) -> pd.Series:
+    sel = runs[(runs.task == task) & (runs.setting == setting) & (runs.lag == lag)]
+    return sel.set_index("seed")[value]
+
+
+def retention(result: BenchResult, proto: bench.Protocol, *, reps: int = REPS) -> pd.DataFrame:
+    """Final and AUC retention per task (and pooled) at each lag k > 0 of the lag axis and at
+    each lag of the high-update-frequency setting, with 95% BCa intervals over seeds."""
+    runs = result.runs
+    columns = [("lag", k) for k in proto.lags if k > 0]
+    if proto.forward:
+        columns += [("forward", k) for k in proto.forward_lags]
+    rows = []
+    tasks = [t.env for t in proto.tasks]
+    for value in ("final_z", "auc_z"):
+        for setting, lag in columns:
+            per_task = []
+            for task in tasks:
+                base, other = _matrix(runs, task, "lag", 0, value), _matrix(runs, task, setting, lag, value)
+                seeds = sorted(set(base.index) & set(other.index))
+                if len(seeds) < 2:
+                    continue
+                per_task.append((task, np.stack([base[seeds], other[seeds]], axis=1)))
+            for name, strata in [(t, [m]) for t, m in per_task] + (
+                    [("pooled", [m for _, m in per_task])] if len(per_task) > 1 else []):
+                point, low, high = stats.stratified_bca(
+                    strata, lambda s: np.mean([x[:, 1].mean() / x[:, 0].mean() for x in s]),
+                    reps=reps)
+                rows.append({"task": name, "metric": value[:-2], "setting": setting, "lag": lag,
+                             "retention": float(point), "low": float(low), "high": float(high),
+                             "seeds": int(min(len(m) for m in strata))})
+    return pd.DataFrame(rows)
+
+
+def break_lag(table: pd.DataFrame, level: float = BREAK_LEVEL) -> pd.DataFrame:
+    """Per task: the smallest lag of the lag axis whose final retention is below `level`
+    (None: none), and whether its interval's upper end is below it too."""
+    rows = []
+    final = table[(table.metric == "final") & (table.setting == "lag")]
+    for task, group in final.groupby("task", sort=False):
+        below = group[group.retention < level].sort_values("lag")
+        if len(below):
+            first = below.iloc[0]
+            rows.append({"task": task, "break_lag": int(first.lag),
+                         "confirmed": bool(first.high < level)})
+        else:
+            rows.append({"task": task, "break_lag": None, "confirmed": False})
+    return pd.DataFrame(rows)
+
+
+def reference_z(reference: BenchResult | None, result: BenchResult, task: str) -> float:
+    """Synchronous PPO-Clip's mean final z on `task`: the reference's (or the method's own, when
+    the method is PPO-Clip). NaN when neither is there."""
+    source = reference if reference is not None else (
+        result if result.info["method"] == "ppo_clip" else None)
+    if source is None:
+        return float("nan")
+    values = _matrix(source.runs, task, "lag", 0, "final_z")
+    return float(values.mean()) if len(values) else float("nan")
+
+
+def sanity(result: BenchResult, proto: bench.Protocol, reference: BenchResult | None, *,
+           reps: int = REPS) -> pd.DataFrame:
+    rows = []
+    for task in (t.env for t in proto.tasks):
+        values = _matrix(result.runs, task, "lag", 0, "final_z")
+        if len(values) < 2:
+            continue
+        point, low, high = stats.stratified_bca([values.to_numpy()], lambda s: s[0].mean(), reps=reps)
+        denominator = reference_z(reference, result, task)
+        score = float(point) / denominator if np.isfinite(denominator) and denominator > 0 else np.nan
+        rows.append({"task": task, "final_z": float(point), "low": float(low), "high": float(high),
+                     "clears_random": bool(low > 0), "vs_sync_ppo_clip": score,
+                     "half_of_sync_ppo_clip": bool(score >= SYNC_FRACTION) if np.isfinite(score) else None})
+    return pd.DataFrame(rows)
+
+
+# --- comparisons with the leaderboard -----------------------------------------------------------
+def comparable(result: BenchResult, other: BenchResult) -> list[str]:
+    """Why `other` cannot be compared with `result` (empty: it can): another protocol or version,
+    or other result code (the files that differ)."""
+    a, b = result.info, other.info
+    if (a["protocol"], a["protocol_version"]) != (b["protocol"], b["protocol_version"]):
+        return [f"protocol {b['protocol']} v{b['protocol_version']} (this one: {a['protocol']} "
+                f"v{a['protocol_version']})"]
+    if a["result_code"] != b["result_code"]:
+        return [f"result code differs in {', '.join(bench.code_difference(a['result_sources'], b['result_sources']))}"]
+    return []
+
+
+def recompute_command(info: dict, out: Path) -> str:
+    sets = "".join(f" --set {k}={json.dumps(v)}" for k, v in info["overrides"])
+    label = f" --label {info['method']}" if info["overrides"] else ""
+    return (f"python -m experiments.lag_bench --algo {info['algo']}{sets}{label} "
+            f"--protocol {info['protocol']} --out {out}")
+
+
+def comparisons(result: BenchResult, others: dict[str, BenchResult], proto: bench.Protocol,
+                reference: BenchResult | None) -> pd.DataFrame:
+    """The method minus each other method, per named comparison (setting, lag, metric), pooled
+    over tasks and per task; the pre-registered family (`proto.references`) Holm-adjusted."""
+    tasks = [t.env for t in proto.tasks]
+    settings = [("lag", proto.largest_lag)]
+    if proto.forward:
+        settings.append(("forward", max(proto.forward_lags)))
+    rows = []
+    for name, other in others.items():
+        for setting, lag in settings:
+            for value in ("final_z", "auc_z"):
+                per_task = {}
+                for task in tasks:
+                    denominator = reference_z(reference, result, task)
+                    a, b = _matrix(result.runs, task, setting, lag, value), \
+                        _matrix(other.runs, task, setting, lag, value)
+                    seeds = sorted(set(a.index) & set(b.index))
+                    if not seeds or not np.isfinite(denominator) or denominator <= 0:
+                        continue
+                    per_task[task] = (a[seeds] - b[seeds]) / denominator
+                groups = dict(per_task)
+                if len(per_task) == len(tasks) and len(tasks) > 1:
+                    common = sorted(set.intersection(*(set(d.index) for d in per_task.values())))
+                    groups["pooled"] = sum(d[common] for d in per_task.values()) / len(tasks)
+                elif len(tasks) == 1 and per_task:
+                    groups = {"pooled": next(iter(per_task.values()))}
+                for task, diff in groups.items():
+                    mean, low, high = stats.paired_t_interval(diff.to_numpy())
+                    rows.append({"against": name, "task": task, "setting": setting, "lag": lag,
+                                 "metric": value[:-2], "difference": mean, "low": low,
+                                 "high": high, "seeds": len(diff),
+                                 "p": stats.sign_flip_test(diff.to_numpy()),
+                                 "family": "pre-registered" if (name in proto.references
+                                                                and task == "pooled")
+                                 else "exploratory"})
+    table = pd.DataFrame(rows)
+    if len(table):
+        family = table.family == "pre-registered"
+        table["p_holm"] = np.nan
+        table.loc[family, "p_holm"] = stats.holm(table.loc[family, "p"].to_numpy())
+        table["verdict"] = [
+            ("higher" if r.difference > 0 else "lower") if r.family == "pre-registered"
+            and r.p_holm < ALPHA else ("no difference shown" if r.family == "pre-registered"
+                                       else "exploratory")
+            for r in table.itertuples()]
+    return table
+
+
+def leaderboard_results(directory: str | Path | None, exclude: str = "") -> dict[str, BenchResult]:
+    """Every method's benchmark in `directory` (one sub-directory each), by method name."""
+    out = {}
+    if directory is None or not Path(directory).is_dir():
+        return out
+    for path in sorted(Path(directory).iterdir()):
+        if (path / bench.BENCH_FILE).exists():
+            result = load(path)
+            if result.method != exclude:
+                out[result.method] = result
+    return out
+
+
+@dataclasses.dataclass
+class Scorecard:
+    method: str
+    protocol: bench.Protocol
+    info: dict
+    missing: list[str]
+    sanity: pd.DataFrame
+    retention: pd.DataFrame
+    break_lag: pd.DataFrame
+    comparisons: pd.DataFrame
+    not_compared: list[dict]
+
+    def to_json(self) -> dict:
+        records = lambda frame: json.loads(frame.to_json(orient="records"))  # noqa: E731
+        return {"method": self.method, "protocol": self.protocol.name,
+                "protocol_version": self.protocol.version,
+                "result_code": self.info["result_code"], "git_commit": self.info.get("git_commit"),
+                "missing_cells": self.missing, "sanity": records(self.sanity),
+                "retention": records(self.retention), "break_lag": records(self.break_lag),
+                "comparisons": records(self.comparisons), "not_compared": self.not_compared}
+
+
+def scorecard(directory: str | Path, leaderboard: str | Path | None = None, *,
+              reps: int = REPS) -> Scorecard:
+    """The scorecard of the benchmark in `directory`, compared with the methods of `leaderboard`
+    made by the same result code on the same protocol version."""
+    result = load(directory)
+    proto = bench.protocol(result.info["protocol"])
+    others, not_compared = {}, []
+    for name, other in leaderboard_results(leaderboard, exclude=result.method).items():
+        reasons = comparable(result, other)
+        if reasons:
+            not_compared.append({"method": name, "why": "; ".join(reasons),
+                                 "recompute": recompute_command(other.info, other.directory)})
+        else:
+            others[name] = other
+    reference = others.get("ppo_clip")
+    table = retention(result, proto, reps=reps)
+    return Scorecard(result.method, proto, result.info, result.missing,
+                     sanity(result, proto, reference, reps=reps), table, break_lag(table),
+                     comparisons(result, others, proto, reference), not_compared)
+
+
+# --- text ----------------------------------------------------------------------------------------
+def _ci(point, low, high, digits=2, sign=False) -> str:
+    if not np.isfinite(point):
+        return "–"
+    f = f"{{:{'+' if sign else ''}.{digits}f}}"
+    return f"{f.format(point)} [{f.format(low)}, {f.format(high)}]"
+
+
+def markdown(card: Scorecard) -> str:
+    proto = card.protocol
+    lines = [f"# Lag-robustness scorecard: `{card.method}`", "",
+             f"Protocol `{proto.name}` v{proto.version} ({proto.description}); tasks "
+             f"{', '.join(t.env for t in proto.tasks)}; constant lags k = "
+             f"{', '.join(map(str, proto.lags))}; high update frequency "
+             f"{', '.join(f'{k}={v}' for k, v in proto.forward)} at k = "
+             f"{', '.join(map(str, proto.forward_lags))}. Result code `{card.info['result_code']}` "
+             f"(commit {card.info.get('git_commit')}).", ""]
+    if card.missing:
+        lines += [f"**Incomplete**: {len(card.missing)} planned cells are not finished "
+                  f"({', '.join(card.missing)}); the numbers below use what is there.", ""]
+    lines += ["## Synchronous sanity (k = 0)", "",
+              "| task | final − random (95% CI) | clears random | vs synchronous PPO-Clip | ≥ 0.5 |",
+              "|---|---|---|---|---|"]
+    for r in card.sanity.itertuples():
+        lines.append(f"| {r.task} | {_ci(r.final_z, r.low, r.high, 1)} | {'yes' if r.clears_random else 'no'} "
+                     f"| {r.vs_sync_ppo_clip:.2f} | {'–' if r.half_of_sync_ppo_clip is None else ('yes' if r.half_of_sync_ppo_clip else 'no')} |")
+    lines += ["", "## Retention (score at k ÷ own score at k = 0; 95% BCa CI over seeds)", "",
+              "| task | metric | " + " | ".join(
+                  f"{'k' if s == 'lag' else 'forward, k'} = {k}" for s, k in _columns(card.retention)) + " |",
+              "|---|---|" + "---|" * len(_columns(card.retention))]
+    for (task, metric), group in card.retention.groupby(["task", "metric"], sort=False):
+        cells = []
+        for setting, lag in _columns(card.retention):
+            g = group[(group.setting == setting) & (group.lag == lag)]
+            cells.append(_ci(g.retention.iloc[0], g.low.iloc[0], g.high.iloc[0]) if len(g) else "–")
+        lines.append(f"| {task} | {metric} | " + " | ".join(cells) + " |")
+    lines += ["", f"Break-lag (first k with final retention < {BREAK_LEVEL}; confirmed when the "
+              f"CI's upper end is below it too): " + "; ".join(
+                  f"{r.task}: {'none' if r.break_lag is None or pd.isna(r.break_lag) else int(r.break_lag)}"
+                  f"{' (confirmed)' if r.confirmed else ''}" for r in card.break_lag.itertuples()), ""]
+    lines += ["## Against the leaderboard (normalised score, paired by seed)", "",
+              "Pre-registered family: against " + ", ".join(proto.references) +
+              ", final and AUC, at the largest lag and in the high-update-frequency setting, "
+              "pooled over tasks; exact sign-flip test, Holm-adjusted; 95% t interval. Every other "
+              "row is exploratory (unadjusted p).", ""]
+    if len(card.comparisons):
+        lines += ["| against | task | setting | metric | difference (95% CI) | p | p (Holm) | verdict |",
+                  "|---|---|---|---|---|---|---|---|"]
+        order = card.comparisons.sort_values(["family", "against"], ascending=[False, True])
+        for r in order.itertuples():
+            holm = f"{r.p_holm:.3f}" if np.isfinite(r.p_holm) else "–"
+            lines.append(f"| {r.against} | {r.task} | {r.setting} k={r.lag} | {r.metric} | "
+                         f"{_ci(r.difference, r.low, r.high, sign=True)} | {r.p:.3f} | {holm} | {r.verdict} |")
+    else:
+        lines.append("No leaderboard method made by the same code was found to compare with.")
+    if card.not_compared:
+        lines += ["", "Not compared (made by other code or another protocol version):", ""]
+        lines += [f"* `{n['method']}`: {n['why']}. Recompute: `{n['recompute']}`"
+                  for n in card.not_compared]
+    return "\n".join(lines) + "\n"
+
+
+def _columns(table: pd.DataFrame) -> list[tuple[str, int]]:
+    seen = []
+    for r in table.itertuples():
+        if (r.setting, r.lag) not in seen:
+            seen.append((r.setting, r.lag))
+    return seen
+
+
+def write(card: Scorecard, out: str | Path, leaderboard: dict[str, BenchResult] | None = None) -> list[Path]:
+    """`scorecard.json`, `scorecard.md` and `scorecard.png` in `out`."""
+    from vaco_jax import io
+    from vaco_jax.study import plotting
+
+    out = Path(out)
+    io.write_json_atomic(out / "scorecard.json", card.to_json())
+    io.write_bytes_atomic(out / "scorecard.md", markdown(card).encode())
+    fig = plotting.scorecard_figure(card, leaderboard or {})
+    fig.savefig(out / "scorecard.png", dpi=120, bbox_inches="tight")
+    return [out / "scorecard.json", out / "scorecard.md", out / "scorecard.png"]
