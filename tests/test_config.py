@@ -122,3 +122,26 @@ def test_config_survives_its_json_form_with_infinities():
     assert from_json_dict(to_json_dict(config)) == config
     with pytest.raises(ConfigError, match="unknown to this version"):
         from_json_dict({**to_json_dict(config), "warp_speed": 9})
+
+
+def test_a_grid_sweeps_fields_of_the_given_config_and_validates_every_setting():
+    import numpy as np
+
+    from vaco_jax.errors import ConfigError
+
+    base = Config(env="toy_reach", algo="vaco", learning_rate=1e-3, gamma=0.9, max_capacity=16)
+    grid, points = base.grid(capacity=(1, 4, 16), delta=(0.1, 0.2))
+    assert points == [{"capacity": c, "delta": d} for c in (1, 4, 16) for d in (0.1, 0.2)]
+    np.testing.assert_array_equal(grid.capacity, [1, 1, 4, 4, 16, 16])
+    np.testing.assert_allclose(grid.delta, [0.1, 0.2] * 3)
+    # Fields not swept keep the given config's values, not the class defaults.
+    np.testing.assert_allclose(grid.learning_rate, [1e-3] * 6)
+    np.testing.assert_allclose(grid.gamma, [0.9] * 6)
+    with pytest.raises(ConfigError, match="`max_capacity`"):
+        Config(env="toy_reach", max_capacity=4).grid(capacity=(1, 16))
+    with pytest.raises(ConfigError, match="`learning_rate` = -1.0 is invalid"):
+        base.grid(learning_rate=(3e-4, -1.0))
+    with pytest.raises(ConfigError, match="`num_envs`.*cannot be swept in one program"):
+        base.grid(num_envs=(8, 16))
+    with pytest.raises(ConfigError, match="non-empty sequence"):
+        base.grid(delta=0.1)

@@ -13,6 +13,7 @@ import math
 import typing
 from typing import Literal
 
+import jax
 import jax.numpy as jnp
 from flax import struct
 
@@ -191,6 +192,33 @@ class Config:
     def env_steps(self) -> int:
         """Environment steps per seed actually taken (training only)."""
         return self.num_iterations * self.batch_size
+
+    def grid(self, **values) -> tuple["HParams", list[dict]]:
+        """Hyper-parameter settings of *this* config, stacked to vmap `train` over them: every
+        combination of `values` (field → sequence of values; the last field varies fastest), each
+        other field keeping this config's value. Only `HParams` fields can be swept in one
+        program (a field that changes shapes or the program needs a config of its own); every
+        setting is validated like the command line's (`ConfigError` naming the field) before
+        anything compiles. Returns the stacked `HParams` and the settings, in order.
+
+        `config.grid(capacity=(1, 4, 16), delta=(0.1, 0.2))` → 6 settings."""
+        import itertools
+
+        leaves = {f.name for f in dataclasses.fields(HParams)} - {"objective"}
+        for name, options in values.items():
+            if name not in leaves:
+                raise invalid(name, options, f"cannot be swept in one program (it changes shapes "
+                                             f"or the program): sweep one of {sorted(leaves)}, or "
+                                             f"make a Config per value")
+            if isinstance(options, (str, bytes)) or not hasattr(options, "__iter__") or not len(options):
+                raise invalid(name, options, "must be a non-empty sequence of values to sweep")
+        points = [dict(zip(values, combination))
+                  for combination in itertools.product(*values.values())]
+        configs = [dataclasses.replace(self, **point) for point in points]
+        for config in configs:
+            validate(config)
+        stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *[c.hparams() for c in configs])
+        return stacked, points
 
     def hparams(self) -> "HParams":
         """The vmappable hyper-parameters of this config (every `HParams` field, by name)."""
