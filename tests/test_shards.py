@@ -58,3 +58,26 @@ def test_two_concurrent_processes_fill_one_directory_without_losing_or_doubling_
                            text=True, timeout=600)
     assert again.returncode == 0 and "running 0" in again.stdout, again.stdout + again.stderr
     assert io.read_jsonl(out / sweep.RESULTS) == rows
+
+
+def test_the_committed_lag_study_keeps_its_cell_fingerprints():
+    """Planning the lag-cpu preset again gives every committed cell its recorded fingerprint, so
+    the study resumes (and later Config fields at their defaults change no fingerprint)."""
+    planned = {c.cell_id: c.fingerprint() for c in sweep.plan(presets.preset("lag-cpu"))}
+    recorded = [r for path in sorted((ROOT / "results" / "lag-cpu").glob("*/cells.jsonl"))
+                for r in io.read_jsonl(path)]
+    assert len(recorded) == 60
+    assert {r["cell"]: r["fingerprint"] for r in recorded} == \
+        {r["cell"]: planned[r["cell"]] for r in recorded}
+
+
+def test_a_variant_sweeps_the_learning_rate_inside_its_program():
+    cells = sweep.plan(presets.preset("forward-cpu"))
+    k4 = next(c for c in cells if c.variant == "K=4,oldest" and c.algo == "ppo_clip")
+    assert k4.config.num_epochs == 4 and k4.config.snapshot_sampling == "oldest"
+    assert {dict(r.hparams)["learning_rate"] for r in k4.runs} == {3e-4, 1e-3, 3e-3}
+    assert len(k4.runs) == 3 * 3 * 10   # capacities × learning rates × seeds
+    run = k4.runs[-1]
+    assert run.config(k4.config).learning_rate == dict(run.hparams)["learning_rate"]
+    k32 = next(c for c in cells if c.variant == "K=32,oldest" and c.algo == "vaco")
+    assert {dict(r.hparams)["learning_rate"] for r in k32.runs} == {3e-4, 3e-3}

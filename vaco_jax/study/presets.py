@@ -24,6 +24,9 @@ class Variant:
     overrides: tuple[tuple[str, Any], ...] = ()
     capacities: tuple[int, ...] = ()
     """Run only these of the preset's capacities (empty: all of them)."""
+    hparams: tuple[tuple[str, tuple[float, ...]], ...] = ()
+    """`HParams` leaves swept inside the cell's program, `((name, values), ...)`: every
+    combination, crossed with the capacities, δ values and seeds (e.g. the learning rate)."""
 
 
 DEFAULT = Variant()
@@ -70,10 +73,27 @@ LAG_SAMPLING = {
 }
 
 
+# --- both sources of policy lag: update frequency (forward) × constant lag (backward) ------------------
+# K epochs per batch at M = 8 minibatches, and the learning rate (an HParams leaf, swept inside the
+# program), crossed with the constant lag k = C − 1 (oldest snapshot). K = 4 sweeps the learning
+# rate; K = 16 and 32 run at the protocol's 3e-4, and K = 32 also at 3e-3 (the extreme corner).
+FORWARD_SETTINGS = ((4, (3e-4, 1e-3, 3e-3)), (16, (3e-4,)), (32, (3e-4, 3e-3)))
+FORWARD_METHODS = ("vaco", "ppo_clip", "appo", "decoupled_ppo")
+# The new stale-data objectives: the two with the highest final retention at k = 15 on the
+# benchmark's cpu leaderboard join the study (`--algos`), as pre-registered in docs/experiments.md.
+STALE_DATA_OBJECTIVES = ("icepop", "cispo", "dppo_tv", "m2po", "topr", "geppo")
+LEARNING_RATES = (1e-4, 3e-4, 1e-3, 3e-3)
+
+
+def _forward_variant(epochs: int, rates: tuple[float, ...]) -> Variant:
+    return Variant(f"K={epochs},oldest", (("num_epochs", epochs), ("snapshot_sampling", "oldest")),
+                   hparams=(("learning_rate", rates),))
+
+
 def _with_sampling(method: Variant, sampling: Variant) -> Variant:
     """`method`'s overrides with a snapshot-sampling column's; named `<method>,<sampling>`."""
     name = sampling.name if method.name == "default" else f"{method.name},{sampling.name}"
-    return Variant(name, method.overrides + sampling.overrides, sampling.capacities)
+    return Variant(name, method.overrides + sampling.overrides, sampling.capacities, method.hparams)
 
 
 def method_variant(variant: str) -> str:
@@ -102,6 +122,19 @@ STUDIES = {
     "lag": Study("lag", tuple((algo, _with_sampling(variant, LAG_SAMPLING[sampling]))
                               for sampling in ("oldest", "uniform")
                               for algo, variant in LAG_METHODS)),
+    # Update frequency × constant lag (docs/experiments.md, pre-registered).
+    "forward": Study("forward", tuple((algo, _forward_variant(epochs, rates))
+                                      for epochs, rates in FORWARD_SETTINGS
+                                      for algo in FORWARD_METHODS + STALE_DATA_OBJECTIVES)),
+    # Synchronous step sizes of PPO-Clip and VACO, and the Align/Filter ablations at C = 1.
+    "stepsize": Study("stepsize", (
+        ("ppo_clip", Variant("lr", hparams=(("learning_rate", LEARNING_RATES),))),
+        ("vaco", Variant("lr", hparams=(("learning_rate", LEARNING_RATES),))),
+        ("gae+tv_filter", DEFAULT),
+        ("vtrace_once+ppo_clip", DEFAULT),
+    )),
+    # VACO's δ at a constant lag (the preset's capacities with the oldest snapshot).
+    "delta-lag": Study("delta-lag", (("vaco", LAG_SAMPLING["oldest"]),), deltas=DELTAS),
 }
 
 
@@ -240,6 +273,29 @@ PRESETS: dict[str, Preset] = {
         studies=("lag",),
         description="return vs a constant policy lag on 4 tasks at CPU shapes: many hours on a "
                     "2-core CPU, resumable (needs the dmc extra)"),
+    "forward-cpu": Preset(
+        "forward-cpu", envs=("inverted_double_pendulum", "dmc:CartpoleSwingup"),
+        capacities=(1, 4, 16), num_seeds=10, seed=LAG_SEED,
+        config={**_LAG_CPU_SHAPES, "total_steps": 1_024_000},
+        env_config={"inverted_double_pendulum": {"total_steps": 614_400}},
+        studies=("forward",), algos=FORWARD_METHODS,
+        description="update frequency (K, learning rate) × constant lag k = 0, 3, 15 on two tasks: "
+                    "many hours on a 2-core CPU, resumable (needs the dmc extra)"),
+    "stepsize-cpu": Preset(
+        "stepsize-cpu", envs=("inverted_double_pendulum", "dmc:CartpoleSwingup", "dmc:CheetahRun"),
+        capacities=(1,), num_seeds=10, seed=LAG_SEED,
+        config={**_LAG_CPU_SHAPES, "total_steps": 1_024_000},
+        env_config={"inverted_double_pendulum": {"total_steps": 614_400}},
+        studies=("stepsize",),
+        description="synchronous learning rates of PPO-Clip and VACO and the Align/Filter ablations "
+                    "on three tasks: hours on a 2-core CPU (needs the dmc extra)"),
+    "delta-lag-cpu": Preset(
+        "delta-lag-cpu", envs=("inverted_double_pendulum", "dmc:CartpoleSwingup"),
+        capacities=(1, 16), num_seeds=10, seed=LAG_SEED,
+        config={**_LAG_CPU_SHAPES, "total_steps": 1_024_000},
+        env_config={"inverted_double_pendulum": {"total_steps": 614_400}},
+        studies=("delta-lag",),
+        description="VACO's δ = 0.05 … 0.4 at k = 0 and 15 on two tasks (needs the dmc extra)"),
     "lag-gpu": Preset(
         "lag-gpu", envs=("hopper", "inverted_double_pendulum"), capacities=(1, 8), num_seeds=10,
         seed=LAG_SEED,

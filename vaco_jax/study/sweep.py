@@ -64,6 +64,22 @@ class Run:
     capacity: int
     delta: float
     seed: int
+    hparams: tuple[tuple[str, float], ...] = ()
+    """Other `HParams` leaves this run sets (e.g. `(("learning_rate", 1e-3),)`), vmapped like
+    capacity and δ; each is a column of the run's rows."""
+
+    def config(self, config: Config) -> Config:
+        """`config` with this run's capacity, δ and hyper-parameters."""
+        return dataclasses.replace(config, capacity=self.capacity, delta=self.delta,
+                                   **dict(self.hparams))
+
+    def spec(self) -> dict:
+        """What identifies the run in a cell's fingerprint (`hparams` only when set, so cells
+        planned before runs had them keep their fingerprints)."""
+        spec = dataclasses.asdict(self)
+        if not self.hparams:
+            del spec["hparams"]
+        return spec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,7 +101,7 @@ class Cell:
 
     def fingerprint(self) -> str:
         """Hash of everything that determines the cell's results (config and runs)."""
-        spec = {"config": _config_dict(self.config), "runs": [dataclasses.asdict(r) for r in self.runs]}
+        spec = {"config": _config_dict(self.config), "runs": [r.spec() for r in self.runs]}
         return hashlib.sha256(json.dumps(io.to_jsonable(spec), sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -111,12 +127,13 @@ def plan(preset: Preset, studies: Sequence[str] | None = None,
                               if not variant.capacities or c in variant.capacities]
                 if not capacities:   # e.g. a column of capacity 16 in a preset without it
                     continue
-                runs = tuple(Run(c, float(d), preset.seed + s) for c in capacities
-                             for d in deltas for s in range(preset.seeds(env)))
+                settings = _settings(variant.hparams)
+                runs = tuple(Run(c, float(d), preset.seed + s, h) for c in capacities
+                             for d in deltas for h in settings for s in range(preset.seeds(env)))
                 config = dataclasses.replace(base, algo=algo, **dict(variant.overrides))
                 validate(config)
                 for run in runs:
-                    validate(dataclasses.replace(config, capacity=run.capacity, delta=run.delta))
+                    validate(run.config(config))
                 for part, part_runs in _split(runs, preset.runs_per_call):
                     cells.append(Cell(study_name, env, algo, variant.name, config, part_runs, part))
     ids = [c.cell_id for c in cells]
@@ -128,14 +145,31 @@ def plan(preset: Preset, studies: Sequence[str] | None = None,
     return cells
 
 
+def _settings(grid) -> list[tuple[tuple[str, float], ...]]:
+    """Every combination of a variant's hyper-parameter grid `((name, values), ...)`: one
+    `Run.hparams` each (`[()]` for no grid)."""
+    import itertools
+
+    names = [name for name, _ in grid]
+    return [tuple(zip(names, map(float, values)))
+            for values in itertools.product(*(values for _, values in grid))]
+
+
 def _split(runs, per_call: int):
     if per_call <= 0 or per_call >= len(runs):
         return [(-1, runs)]
     return [(i, runs[k:k + per_call]) for i, k in enumerate(range(0, len(runs), per_call))]
 
 
+# Config fields added after results were committed: left out of a cell's fingerprint while they
+# hold their default, so the cells of those results keep their fingerprints (and resume).
+LATER_FIELDS = ("objective_hparams",)
+
+
 def _config_dict(config: Config) -> dict:
-    return {k: v for k, v in dataclasses.asdict(config).items() if k not in PER_RUN_FIELDS}
+    defaults = Config()
+    return {k: v for k, v in dataclasses.asdict(config).items() if k not in PER_RUN_FIELDS
+            and not (k in LATER_FIELDS and v == getattr(defaults, k))}
 
 
 # --- running one cell ---------------------------------------------------------------------------
@@ -181,8 +215,7 @@ def run_cell(cell: Cell, progress: Callable[[int, int], None] | None = None, *,
     restored = (None if saved is None else
                 saved.restore(program.abstract_state, allow_code_change=allow_code_change))
     if restored is None:
-        hparams = stack_hparams([dataclasses.replace(config, capacity=r.capacity,
-                                                     delta=r.delta).hparams() for r in cell.runs])
+        hparams = stack_hparams([r.config(config).hparams() for r in cell.runs])
         state = program.init_state(program_lib.seed_keys([r.seed for r in cell.runs]), hparams)
         history, done = None, 0
     else:
@@ -302,8 +335,8 @@ class _CellLoggers:
                        "seed": run.seed}
         name = (f"{cell.study}/{cell.env}/{cell.algo}/{cell.variant}/"
                 + loggers.run_name({"C": run.capacity, "delta": run.delta, "seed": run.seed}))
-        config = to_json_dict(dataclasses.replace(cell.config, capacity=run.capacity,
-                                                  delta=run.delta, seed=run.seed, num_seeds=1))
+        config = to_json_dict(dataclasses.replace(run.config(cell.config), seed=run.seed,
+                                                  num_seeds=1))
         return loggers.make(self.options, self.out, {**config, **coordinates, "cell": cell.cell_id},
                             name=name, coordinates=coordinates, group=self.out.name,
                             first_step=first_step)
@@ -338,7 +371,7 @@ def _rows(cell: Cell, eval_index: int, history: dict) -> list[dict]:
                "iteration": iteration, "budget": config.env_steps,
                "snapshot_sampling": config.snapshot_sampling,
                "sgd_steps_per_iteration": config.num_epochs * config.num_minibatches,
-               "diverged": bool(diverged[i])}
+               "diverged": bool(diverged[i]), **dict(run.hparams)}
         row.update({k: math.nan if diverged[i] else float(v[i]) for k, v in scalars.items()})
         rows.append(row)
     return rows
@@ -569,7 +602,7 @@ def _write_plan(out: Path, cells: Sequence[Cell], preset: Preset | None) -> None
         plan_cells[cell.cell_id] = {
             "fingerprint": cell.fingerprint(), "study": cell.study, "env": cell.env,
             "algo": cell.algo, "variant": cell.variant, "config": _config_dict(cell.config),
-            "runs": [dataclasses.asdict(r) for r in cell.runs]}
+            "runs": [r.spec() for r in cell.runs]}
     data = {"preset": dataclasses.asdict(preset) if preset else old.get("preset"),
             "cells": plan_cells, **io.provenance()}
     io.write_json_atomic(path, data)
