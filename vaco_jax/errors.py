@@ -32,6 +32,11 @@ def invalid(field: str, value, allowed: str) -> ConfigError:
     return ConfigError(f"config field `{field}` = {value!r} is invalid: {allowed}")
 
 
+def invalid_option(option: str, value, allowed: str) -> ConfigError:
+    """The wording of a bad process option (`vaco_jax.options`): not a config field of the run."""
+    return ConfigError(f"option `{option}` = {value!r} is invalid: {allowed}")
+
+
 def check_types(instance) -> None:
     """Refuse a dataclass field whose value has the wrong type (the Python API does not go through
     the command line's parsing); field types this does not know are left to specific checks."""

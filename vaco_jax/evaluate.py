@@ -50,7 +50,8 @@ class Args:
     key: int = 0
     """PRNG seed of the episodes' initial states (and of the actions with --stochastic)."""
     stochastic: bool = False
-    """Sample actions from the Gaussian policy instead of acting with its mean."""
+    """Sample actions from the policy's distribution (Gaussian or categorical) instead of acting
+    with its mode (the Gaussian's mean, the likeliest discrete action)."""
     json: str = ""
     """Where to write the returns (default RUN/evaluation_seed<i>.json)."""
     video: str = ""

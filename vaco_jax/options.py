@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 import tyro
 
-from vaco_jax.errors import check_types, invalid
+from vaco_jax.errors import check_types, invalid_option
 
 # --logger: the package each backend imports, and the extra that installs it.
 LOGGER_PACKAGES = {"tensorboard": ("tensorboardX", "tensorboard"), "wandb": ("wandb", "wandb")}
@@ -128,45 +128,45 @@ def _missing_logger_package(logger: str):
 def validate_logging(options: LoggerOptions) -> None:
     """Raise `ConfigError` naming the first bad logger option (before anything compiles)."""
     if not isinstance(options, LoggerOptions):
-        raise invalid("logging", options, "must be a vaco_jax.options.LoggerOptions")
+        raise invalid_option("logging", options, "must be a vaco_jax.options.LoggerOptions")
     for name in ("wandb_entity", "wandb_project", "wandb_group"):
         if not isinstance(getattr(options, name), str):
-            raise invalid(name, getattr(options, name), "must be a string")
+            raise invalid_option(name, getattr(options, name), "must be a string")
     for name in ("logger", "wandb_tags"):
         value = getattr(options, name)
         if not isinstance(value, tuple) or not all(isinstance(v, str) for v in value):
-            raise invalid(name, value, "must be a tuple of strings")
+            raise invalid_option(name, value, "must be a tuple of strings")
     modes = typing.get_args(typing.get_args(
         typing.get_type_hints(LoggerOptions)["wandb_mode"])[0])
     if options.wandb_mode is not None and options.wandb_mode not in modes:
-        raise invalid("wandb_mode", options.wandb_mode, f"allowed values are {modes} or None "
+        raise invalid_option("wandb_mode", options.wandb_mode, f"allowed values are {modes} or None "
                                                         f"(W&B's default)")
     for backend in options.logger:
         if backend not in LOGGER_PACKAGES:
-            raise invalid("logger", backend, f"allowed values are {tuple(LOGGER_PACKAGES)}")
+            raise invalid_option("logger", backend, f"allowed values are {tuple(LOGGER_PACKAGES)}")
         missing = _missing_logger_package(backend)
         if missing:
-            raise invalid("logger", backend,
+            raise invalid_option("logger", backend,
                           f"needs the {missing[0]} package: pip install -e \".[{missing[1]}]\"")
     for tag in options.wandb_tags:
         if not 0 < len(tag) <= 64:   # W&B's limit
-            raise invalid("wandb_tags", tag, "each tag must have 1 to 64 characters")
+            raise invalid_option("wandb_tags", tag, "each tag must have 1 to 64 characters")
 
 
 def validate_options(options: Options) -> None:
     """Raise `ConfigError` naming the first bad option (before anything compiles)."""
     check_types(options)
     if options.keep_checkpoints < 1:
-        raise invalid("keep_checkpoints", options.keep_checkpoints, "must be an integer >= 1")
+        raise invalid_option("keep_checkpoints", options.keep_checkpoints, "must be an integer >= 1")
     if not 0 < options.checkpoint_budget <= 1:
-        raise invalid("checkpoint_budget", options.checkpoint_budget,
+        raise invalid_option("checkpoint_budget", options.checkpoint_budget,
                       "must be in (0, 1]: the share of run time checkpoint writing may take (1 = no limit)")
     try:
         duration_seconds(options.checkpoint_max_age)
     except ValueError:
-        raise invalid("checkpoint_max_age", options.checkpoint_max_age,
+        raise invalid_option("checkpoint_max_age", options.checkpoint_max_age,
                       "must be a duration such as 90s, 10min or 2h (0 = no maximum)") from None
     validate_logging(options.logging)
     if options.checkpoint_every < 0:
-        raise invalid("checkpoint_every", options.checkpoint_every,
+        raise invalid_option("checkpoint_every", options.checkpoint_every,
                       "must be an integer >= 0 (evaluation chunks between checkpoints; 0 = never)")

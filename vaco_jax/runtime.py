@@ -348,10 +348,10 @@ def compile_outcome(program, *, reused: bool, xla_cache_hits: int) -> str:
     """How a `TrainProgram`'s chunk came to be compiled: `reused` (compiled before in this process),
     loaded whole from the program store, traced and then both its programs found in JAX's
     compilation cache (it counts two more hits than `xla_cache_hits`), or compiled."""
+    if program.loaded:   # checked first: a program loaded from the store is held as compiled
+        return "loaded from the cache"
     if reused:
         return "reused the programs compiled earlier in this process"
-    if program.loaded:
-        return "loaded from the cache"
     if cache.xla_cache_hits() >= xla_cache_hits + 2:   # the learner's and the evaluation's
         return "traced and loaded from JAX's compilation cache"
     return "compiled"

@@ -230,7 +230,7 @@ def _train(config: Config, options: Options, out: Path, checkpoints: checkpoint.
                 progress.set_postfix(step=step, sps=f"{sps:,.0f}", eval_return=f"{eval_return:.1f}")
             elif runtime.is_primary():   # batch jobs: one line per evaluation
                 print(f"evaluation {completed}/{num_evals}: step {step:,}, eval return "
-                      f"{eval_return:.1f} (mean of {config.num_seeds} seeds), {sps:,.0f} steps/s"
+                      f"{eval_return:.1f} ({'mean of ' + str(config.num_seeds) + ' seeds' if config.num_seeds > 1 else 'one seed'}), {sps:,.0f} steps/s"
                       f"{', checkpoint saved' if due else ''}", file=sys.stderr, flush=True)
     finally:
         if progress is not None:
