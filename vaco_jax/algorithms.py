@@ -291,9 +291,10 @@ def objective(*, hparams: Mapping[str, float] | None = None, needs_kl: bool = Fa
         @vaco_jax.objective(hparams={"tau": 0.04})
         def my_loss(x, p): ...
     """
+    declared = _declared("vaco_jax.objective(...)", hparams, needs_kl)
+
     def attach(fn):
-        fn.vaco_objective = _declared(f"objective {getattr(fn, '__qualname__', fn)!r}", hparams,
-                                      needs_kl)
+        fn.vaco_objective = declared
         return fn
     return attach
 
