@@ -32,6 +32,7 @@ if _backend is not None:
 if "jax" not in _sys.modules:
     _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+from vaco_jax.algorithms import objective, register_objective
 from vaco_jax.config import Config, HParams
 from vaco_jax.envs import register_env
 from vaco_jax.errors import CheckpointError, ConfigError, DivergenceError, SweepError
@@ -41,7 +42,7 @@ from vaco_jax.trainer import Trainer, TrainState, make_train, stack_hparams
 
 __all__ = ["CheckpointError", "Config", "ConfigError", "DivergenceError", "HParams", "Options",
            "Policy", "SweepError", "Trainer", "TrainState", "load_policy", "make_train",
-           "register_env", "run", "stack_hparams"]
+           "objective", "register_env", "register_objective", "run", "stack_hparams"]
 
 
 def __getattr__(name: str):

@@ -16,18 +16,32 @@ reward.
 
 Adding an algorithm: write its objective in `objectives.py`, register it in `OBJECTIVES`, name the
 pair in `REGISTRY`. Any `<estimator>+<objective>` string is accepted too (e.g. the ablations).
+
+A user's objective is a value, like a user's env: a function with the same signature, given a name
+with `register_objective` or named as `module:function` (`gae+my_objectives:my_loss`), its own
+hyper-parameters declared with the `objective` decorator. `resolve_objective` finds any of them;
+`check_objective` traces one once on a tiny batch and refuses it, before anything compiles, when it
+would not run in a trainer.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
+import importlib
+import inspect
+import math
+import traceback
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
+import jax
 import jax.numpy as jnp
 
 from vaco_jax import advantages as adv_lib
 from vaco_jax import objectives
-from vaco_jax.errors import ConfigError
+from vaco_jax.errors import ConfigError, invalid
 
 
 # --- advantage estimators ------------------------------------------------------------------------
@@ -99,9 +113,16 @@ class ObjectiveParams:
         try:
             return self.own[name]
         except KeyError:
-            raise AttributeError(
-                f"ObjectiveParams has no field {name!r} and the objective declares no "
-                f"hyper-parameter of that name (declared: {sorted(self.own)})") from None
+            raise UndeclaredHParam(name, sorted(self.own)) from None
+
+
+class UndeclaredHParam(AttributeError):
+    """An objective read `p.<name>`, which is neither an `ObjectiveParams` field nor declared."""
+
+    def __init__(self, name: str, declared: list[str]):
+        super().__init__(f"ObjectiveParams has no field {name!r} and the objective declares no "
+                         f"hyper-parameter of that name (declared: {declared})")
+        self.name = name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,14 +226,309 @@ def objective_hparams(objective: Objective, overrides=()) -> dict[str, float]:
 
 
 def parse(name: str) -> Algorithm:
-    """Resolve a registry name or an `<estimator>+<objective>` pairing."""
+    """Resolve a registry name or an `<estimator>+<objective>` pairing, where the objective may be
+    a user's (a `register_objective` name or `module:function`)."""
     if name in REGISTRY:
         return REGISTRY[name]
     estimator, plus, objective = name.partition("+")
-    objective = _OBJECTIVE_ALIASES.get(objective, objective)
-    if plus and estimator in ESTIMATORS and objective in OBJECTIVES:
-        return pair(estimator, objective)
-    raise ConfigError(
-        f"config field `algo` = {name!r} is invalid: allowed values are {sorted(REGISTRY)} or a "
-        f"pairing '<estimator>+<objective>' with estimator in {list(ESTIMATORS)} and objective in "
-        f"{list(OBJECTIVES)} (e.g. {', '.join(ABLATIONS)})")
+    if plus and estimator in ESTIMATORS and objective:
+        return Algorithm(ESTIMATORS[estimator], resolve_objective(objective, field="algo",
+                                                                  value=name))
+    if not plus and (name in _USER_OBJECTIVES or ":" in name):
+        raise invalid("algo", name, f"a user objective runs with an advantage estimator: write "
+                                    f"'<estimator>+{name}' with estimator in {list(ESTIMATORS)} "
+                                    f"(e.g. 'gae+{name}')")
+    raise invalid("algo", name, f"allowed values are {sorted(REGISTRY)} or a pairing "
+                                f"'<estimator>+<objective>' with estimator in {list(ESTIMATORS)} "
+                                f"and objective in {list(OBJECTIVES)} (e.g. {', '.join(ABLATIONS)}), "
+                                f"{_USER_ALLOWED}")
+
+
+# --- your own objectives -------------------------------------------------------------------------
+_USER_OBJECTIVES: dict[str, Objective] = {}   # the names given to `register_objective`
+_USER_ALLOWED = ("a name given to vaco_jax.register_objective, or 'module:function' naming a "
+                 "function `fn(x: PolicyInputs, p: ObjectiveParams) -> (loss, metrics)` in an "
+                 "importable module")
+# `p.<name>` of these reads the shared field, never an objective's own hyper-parameter.
+_SHARED_PARAMS = frozenset(f.name for f in dataclasses.fields(ObjectiveParams))
+
+
+@dataclasses.dataclass(frozen=True)
+class Declaration:
+    """What the `objective` decorator attaches to a function (`fn.vaco_objective`)."""
+
+    hparams: tuple[tuple[str, float], ...] = ()
+    needs_kl: bool = False
+
+
+def _declared(owner: str, hparams, needs_kl) -> Declaration:
+    """`hparams` ({name: default} or (name, default) pairs) and `needs_kl` checked for `owner`."""
+    items = tuple((hparams or {}).items() if isinstance(hparams, Mapping) else hparams or ())
+    for item in items:
+        name, default = item if isinstance(item, tuple) and len(item) == 2 else (item, None)
+        if not (isinstance(name, str) and name.isidentifier()) or name in _SHARED_PARAMS:
+            raise ConfigError(
+                f"{owner}: hyper-parameter name {name!r} is invalid: it must be a Python identifier "
+                f"that is not a shared ObjectiveParams field ({sorted(_SHARED_PARAMS)})")
+        if (isinstance(default, bool) or not isinstance(default, (int, float))
+                or not math.isfinite(default)):
+            raise ConfigError(f"{owner}: hyper-parameter {name!r} has default {default!r}: it must "
+                              f"be a finite number")
+    names = [name for name, _ in items]
+    if len(set(names)) < len(names):
+        raise ConfigError(f"{owner}: hyper-parameters {names} name one twice")
+    if not isinstance(needs_kl, bool):
+        raise ConfigError(f"{owner}: needs_kl = {needs_kl!r} must be True or False")
+    return Declaration(tuple((name, float(default)) for name, default in items), needs_kl)
+
+
+def objective(*, hparams: Mapping[str, float] | None = None, needs_kl: bool = False):
+    """Decorator declaring a user objective's own hyper-parameters (`{name: default}`, read in the
+    function as `p.<name>`, set with the config's `objective_hparams`) and whether it reads
+    `x.kl` (computed for it only if `needs_kl`): what `module:function` and `register_objective`
+    then run it with.
+
+        @vaco_jax.objective(hparams={"tau": 0.04})
+        def my_loss(x, p): ...
+    """
+    declared = _declared("vaco_jax.objective(...)", hparams, needs_kl)
+
+    def attach(fn):
+        fn.vaco_objective = declared
+        return fn
+    return attach
+
+
+def register_objective(name: str, fn: Callable, *, hparams: Mapping[str, float] | None = None,
+                       needs_kl: bool = False) -> Objective:
+    """Make `<estimator>+<name>` (e.g. `Config(algo="gae+my_loss")`) run the policy objective
+    `fn(x: PolicyInputs, p: ObjectiveParams) -> (loss, metrics)`, with its own hyper-parameters
+    `hparams` ({name: default}) and `x.kl` computed for it if `needs_kl` (both default to what the
+    `objective` decorator declared on `fn`). Registering a name again replaces the earlier
+    function; built-in names cannot be taken. The program store keys on the function's code, so an
+    edited function never reuses a compiled program; a run records the name and the function's
+    source file, which a resumed run must register again unchanged."""
+    if (not isinstance(name, str) or not name.isidentifier() or name in OBJECTIVES
+            or name in _OBJECTIVE_ALIASES or name in REGISTRY or name in ESTIMATORS):
+        raise ConfigError(
+            f"register_objective({name!r}, ...): the name must be a Python identifier that is not "
+            f"a built-in objective's, algorithm's or estimator's ({sorted(OBJECTIVES)}, "
+            f"{sorted(REGISTRY)}, {sorted(ESTIMATORS)})")
+    if not callable(fn):
+        raise ConfigError(f"register_objective({name!r}, ...): fn must be callable, got "
+                          f"{type(fn).__qualname__}")
+    declared = getattr(fn, "vaco_objective", Declaration())
+    declared = _declared(f"register_objective({name!r}, ...)",
+                         declared.hparams if hparams is None else hparams,
+                         needs_kl or declared.needs_kl)
+    _USER_OBJECTIVES[name] = Objective(name, fn, declared.needs_kl, declared.hparams)
+    return _USER_OBJECTIVES[name]
+
+
+def registered_objectives() -> dict[str, Objective]:
+    """The names given to `register_objective` in this process, and what they run."""
+    return dict(_USER_OBJECTIVES)
+
+
+def resolve_objective(name: str, *, field: str = "objective", value=None) -> Objective:
+    """A built-in objective (or an earlier name of one), a `register_objective` name, or
+    `module:function` (imported now; declared with the `objective` decorator, or with no
+    hyper-parameters and no KL). Raises `ConfigError` naming `field` = `value` (default: `name`)."""
+    value = name if value is None else value
+    name = _OBJECTIVE_ALIASES.get(name, name)
+    if name in OBJECTIVES:
+        return OBJECTIVES[name]
+    if name in _USER_OBJECTIVES:
+        return _USER_OBJECTIVES[name]
+    if ":" not in name:
+        raise invalid(field, value, f"objective {name!r} is unknown: the objectives are "
+                                    f"{list(OBJECTIVES)} (registered now: "
+                                    f"{sorted(_USER_OBJECTIVES)}), or {_USER_ALLOWED}")
+    module_name, _, attribute = name.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as error:  # noqa: BLE001 -- any failure to import is the user's to see
+        raise invalid(field, value, f"module {module_name!r} does not import "
+                                    f"({type(error).__name__}: {error}); {_USER_ALLOWED}") from error
+    fn = getattr(module, attribute, None) if attribute.isidentifier() else None
+    if not callable(fn):
+        raise invalid(field, value, f"module {module_name!r} has no function {attribute!r}; "
+                                    f"{_USER_ALLOWED}")
+    declared = getattr(fn, "vaco_objective", Declaration())
+    return Objective(name, fn, declared.needs_kl, declared.hparams)
+
+
+def is_builtin(objective: Objective) -> bool:
+    return OBJECTIVES.get(objective.name) is objective
+
+
+def source_of(objective: Objective) -> dict | None:
+    """A user objective's code as a run records it: its function, module, source file and the
+    SHA-256 (16 hex digits) of that file's bytes; None for a built-in (the package's own source
+    hash covers it) or a function without a source file."""
+    if is_builtin(objective):
+        return None
+    fn = inspect.unwrap(objective.fn)
+    try:
+        path = inspect.getsourcefile(fn)
+    except TypeError:
+        path = None
+    record = {"function": getattr(fn, "__qualname__", repr(fn)),
+              "module": getattr(fn, "__module__", None), "file": path, "source": None}
+    if path and Path(path).is_file():
+        record["file"] = str(Path(path).resolve())
+        record["source"] = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+    return record
+
+
+def objective_record(objective: Objective, overrides=()) -> dict:
+    """What a run records of its objective (config.json, checkpoints): its name, its own
+    hyper-parameters as resolved (defaults and overrides), whether it reads the KL, and for a
+    user objective its code (`source_of`)."""
+    record = {"name": objective.name, "hparams": objective_hparams(objective, overrides),
+              "needs_kl": objective.needs_kl}
+    code = source_of(objective)
+    return record if code is None else {**record, "code": code}
+
+
+# --- checking a user's objective before anything compiles -----------------------------------------
+_CHECK_SHAPE = (4, 3)
+
+
+class _WatchedInputs(PolicyInputs):
+    """`PolicyInputs` that remember which absent (None) inputs the objective read."""
+
+    def __getattribute__(self, name):
+        value = object.__getattribute__(self, name)
+        if value is None and name in _INPUT_FIELDS:
+            object.__getattribute__(self, "absent_read").append(name)
+        return value
+
+
+_INPUT_FIELDS = frozenset(f.name for f in dataclasses.fields(PolicyInputs))
+_WHY_ABSENT = {
+    "kl": "it is computed only for an objective declared needs_kl=True "
+          "(@vaco_jax.objective(needs_kl=True) or register_objective(..., needs_kl=True))",
+    "log_reference": "it is given only with tv_reference='learner'",
+    "mask": "the MuJoCo trainer passes no mask (every entry counts); the LLM passes one",
+}
+
+
+def check_objective(objective: Objective, *, tv_reference: str = "behavior",
+                    filter_mode: str = "batch", kl: bool | None = None, field: str = "algo",
+                    value=None) -> None:
+    """Trace `objective` once, on a tiny batch `[4, 3]`, with and without a mask, given the inputs
+    a trainer gives it (`log_proximal` always, `kl` if it `needs_kl` (or `kl`), `log_reference` if
+    `tv_reference` is `learner`) and its own hyper-parameters at their defaults. Raises
+    `ConfigError` naming what is wrong: a loss that is not a scalar, metrics that are not a dict
+    of scalars, an input it read that is not given, a hyper-parameter it does not declare, or an
+    exception inside it (its message and where it was raised), naming `field` = `value` (default:
+    the objective's name). Nothing is compiled."""
+    kl = objective.needs_kl if kl is None else kl
+    try:
+        hash(objective)
+        check = _check
+    except TypeError:   # e.g. a callable object that is not hashable: checked every time
+        check = _check.__wrapped__
+    try:
+        check(objective, tv_reference, filter_mode, kl)
+    except _Refused as refused:
+        raise invalid(field, objective.name if value is None else value,
+                      f"objective {objective.name!r} cannot be used: {refused}") from None
+
+
+@functools.lru_cache(maxsize=64)
+def _check(objective: Objective, tv_reference: str, filter_mode: str, kl: bool) -> None:
+    shaped = jax.ShapeDtypeStruct(_CHECK_SHAPE, jnp.float32)
+    scalar = jax.ShapeDtypeStruct((), jnp.float32)
+    given = {"log_prob": shaped, "log_behavior": shaped, "advantages": shaped,
+             "log_proximal": shaped, "kl": shaped if kl else None,
+             "log_reference": shaped if tv_reference == "learner" else None}
+    shared = {f.name: scalar for f in dataclasses.fields(ObjectiveParams)
+              if f.name not in ("filter_mode", "own")}
+    own = {name: scalar for name in objective.defaults}
+    for mask in (None, shaped):
+        absent_read: list[str] = []
+
+        def traced(inputs, shared, own):
+            x = _WatchedInputs(**inputs)
+            object.__setattr__(x, "absent_read", absent_read)
+            p = ObjectiveParams(**shared, filter_mode=filter_mode, own=own)
+            problem = _output_problem(objective.fn(x, p))
+            if problem:
+                raise _BadOutput(problem)
+
+        with_mask = "with a mask" if mask is not None else "without a mask"
+        try:
+            jax.eval_shape(traced, {**given, "mask": mask}, shared, own)
+        except _BadOutput as error:
+            raise _Refused(f"{error} (traced on [4, 3] inputs {with_mask})") from None
+        except UndeclaredHParam as error:
+            raise _Refused(
+                f"it reads p.{error.name}, a hyper-parameter it does not declare (declared: "
+                f"{sorted(objective.defaults) or 'none'}); declare it with "
+                f"@vaco_jax.objective(hparams={{{error.name!r}: <default>}}) or "
+                f"register_objective(..., hparams=...){_where(objective, error)}") from None
+        except Exception as error:  # noqa: BLE001 -- whatever it raised is the user's to see
+            why = "".join(f"; it read PolicyInputs.{name}, which is None here: {_WHY_ABSENT[name]}"
+                          for name in dict.fromkeys(absent_read) if name in _WHY_ABSENT)
+            raise _Refused(f"it raised {type(error).__name__}: {error}{_where(objective, error)} "
+                           f"when traced on [4, 3] inputs {with_mask}{why}") from None
+
+
+class _BadOutput(Exception):
+    pass
+
+
+class _Refused(Exception):
+    pass
+
+
+def _output_problem(result) -> str | None:
+    """What is wrong with an objective's return value, or None."""
+    if not (isinstance(result, (tuple, list)) and len(result) == 2):
+        return (f"it returned a {type(result).__name__}, not a pair (loss, metrics) "
+                f"(the contract: fn(x: PolicyInputs, p: ObjectiveParams) -> (loss, metrics))")
+    loss, metrics = result
+    if not _is_number(loss) or jnp.shape(loss) != () or not jnp.issubdtype(
+            jnp.result_type(loss), jnp.floating):
+        return (f"its loss must be a scalar float (shape ()), got "
+                f"{_describe_value(loss)}: reduce it to one number, e.g. with jnp.mean")
+    if not isinstance(metrics, Mapping):
+        return (f"its metrics must be a dict of scalars ({{name: value}}), got "
+                f"{type(metrics).__name__}")
+    for name, value in metrics.items():
+        if not isinstance(name, str):
+            return f"its metrics must be a dict with string keys, got key {name!r}"
+        if not _is_number(value) or jnp.shape(value) != ():
+            return (f"its metric {name!r} must be a scalar (shape ()), got "
+                    f"{_describe_value(value)}")
+    return None
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (jax.Array, int, float)) or (
+        hasattr(value, "shape") and hasattr(value, "dtype"))   # numpy arrays and scalars
+
+
+def _describe_value(value) -> str:
+    if _is_number(value):
+        return f"an array of shape {tuple(jnp.shape(value))} and dtype {jnp.result_type(value)}"
+    return f"a {type(value).__name__}"
+
+
+def _where(objective: Objective, error: BaseException) -> str:
+    """` at file:line in function` of the innermost frame of the objective's own source file (else
+    of any frame outside JAX and this module)."""
+    frames = traceback.extract_tb(error.__traceback__)
+    try:
+        own_file = inspect.getsourcefile(inspect.unwrap(objective.fn))
+    except TypeError:
+        own_file = None
+    mine = [f for f in frames if own_file and f.filename == own_file] or [
+        f for f in frames if f.filename != __file__ and "/jax/" not in f.filename]
+    if not mine:
+        return ""
+    frame = mine[-1]
+    line = f": `{frame.line.strip()}`" if frame.line else ""
+    return f" (at {Path(frame.filename).name}:{frame.lineno} in {frame.name}{line})"

@@ -35,7 +35,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from vaco_jax import io
+from vaco_jax import algorithms, io
 from vaco_jax.config import LEGACY_OPTION_FIELDS, Config, from_json_dict, to_json_dict
 from vaco_jax.errors import CheckpointError, ConfigError
 from vaco_jax.options import RESUME_MAY_CHANGE
@@ -105,7 +105,7 @@ class RunCheckpoints:
             "devices": {"platform": jax.devices()[0].platform, "count": jax.device_count()},
             "git_commit": self._git_commit,
             "source": io.source_hash(),
-            "sources": sources if sources is not None else [source_record(0)],
+            "sources": sources if sources is not None else [source_record(0, config)],
             "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
         }
         arrays = {"state": _nest(paths, leaves, FORMAT), "history": host_history}
@@ -250,6 +250,7 @@ def check_compatible(meta: dict, config: Config, where, *, allow_version_change:
     """Refuse a checkpoint written with another config, by other vaco_jax code unless
     `allow_code_change`, or with other library versions unless `allow_version_change` (when
     allowed, `warn` says what changed)."""
+    _check_objective_code(meta, config, where, allow_code_change=allow_code_change, warn=warn)
     theirs_source, ours_source = meta.get("source", "not recorded"), io.source_hash()
     if theirs_source != ours_source:
         code = (f"source {theirs_source} in the checkpoint, {ours_source} here; git commit "
@@ -294,13 +295,43 @@ def check_compatible(meta: dict, config: Config, where, *, allow_version_change:
             f"in another directory")
 
 
+def _check_objective_code(meta: dict, config: Config, where, *, allow_code_change: bool,
+                          warn: bool) -> None:
+    """Refuse (unless `allow_code_change`) a checkpoint whose user objective's source file
+    (`algorithms.source_of`) differs from the one this process runs."""
+    theirs = sources_of(meta)[-1].get("objective_code") or {}
+    ours = _objective_code(config) or {}
+    if theirs.get("source") == ours.get("source"):
+        return
+    code = (f"objective {config.algo.partition('+')[2]!r}: source {theirs.get('source')} of "
+            f"{theirs.get('file')} in the checkpoint, {ours.get('source')} of {ours.get('file')} "
+            f"here")
+    if not allow_code_change:
+        raise CheckpointError(
+            f"checkpoint {str(where)!r} was written by other code of the run's objective ({code}): "
+            f"the run would continue on different code. Resume with the code it was written with, "
+            f"pass --allow-code-change to continue anyway (config.json then names the code each "
+            f"part of the run was made with), or start a new run")
+    if warn:
+        warnings.warn(f"resuming checkpoint {str(where)!r} written by other code of the run's "
+                      f"objective ({code}): the continuation may differ from an uninterrupted run",
+                      stacklevel=3)
+
+
 # --- the code a run was made with ------------------------------------------------------------------
 
-def source_record(from_chunk: int) -> dict:
+def source_record(from_chunk: int, config: Config | None = None) -> dict:
     """This code, as it makes a run's chunks from `from_chunk` (0-based) on: the package's source
-    hash (`io.source_hash`), its git commit and the checked libraries' versions."""
-    return {"from_chunk": from_chunk, "source": io.source_hash(), "git_commit": io.git_commit(),
-            "versions": _versions()}
+    hash (`io.source_hash`), its git commit and the checked libraries' versions, and for a run of
+    `config` with a user objective that objective's code (`algorithms.source_of`)."""
+    record = {"from_chunk": from_chunk, "source": io.source_hash(), "git_commit": io.git_commit(),
+              "versions": _versions()}
+    code = _objective_code(config) if config is not None else None
+    return record if code is None else {**record, "objective_code": code}
+
+
+def _objective_code(config: Config) -> dict | None:
+    return algorithms.source_of(algorithms.parse(config.algo).objective)
 
 
 def sources_of(meta: dict) -> list[dict]:
@@ -312,11 +343,13 @@ def sources_of(meta: dict) -> list[dict]:
              "git_commit": meta.get("git_commit"), "versions": meta.get("versions", {})}]
 
 
-def continued_sources(sources: list[dict], from_chunk: int) -> list[dict]:
+def continued_sources(sources: list[dict], from_chunk: int, config: Config | None = None
+                      ) -> list[dict]:
     """`sources` continued by this code from chunk `from_chunk` on (unchanged if it is the same)."""
-    here = source_record(from_chunk)
-    last = sources[-1]
-    if (last.get("source"), last.get("versions")) == (here["source"], here["versions"]):
+    here = source_record(from_chunk, config)
+    code = lambda record: (record.get("source"), record.get("versions"),  # noqa: E731
+                           (record.get("objective_code") or {}).get("source"))
+    if code(sources[-1]) == code(here):
         return list(sources)
     return [*sources, here]
 

@@ -49,7 +49,9 @@ class Config:
     """Algorithm: vaco, ppo_clip, ppo_kl, spo, impala, pg, decoupled_ppo, appo, or any
     `<estimator>+<objective>` pairing (estimators gae, vtrace_once, vtrace_every; objectives
     tv_filter, ppo_clip, ppo_kl, spo, impala_pg, pg, decoupled_ppo; e.g. the ablations
-    gae+tv_filter, vtrace_once+ppo_clip)."""
+    gae+tv_filter, vtrace_once+ppo_clip). The objective may be your own: a name given to
+    vaco_jax.register_objective, or module:function (e.g. gae+my_objectives:my_loss;
+    docs/objectives.md)."""
     seed: int = 0
     """Seed of the first run; seed i of a multi-seed run uses `seed + i`."""
     num_seeds: int = 1
@@ -285,6 +287,9 @@ def validate(config: Config, *, env_given: bool = False) -> None:
         if not math.isfinite(value):
             _fail("objective_hparams", config.objective_hparams,
                   f"{name} must be a finite number, got {value}")
+    if not algorithms.is_builtin(algorithm.objective):   # a user's: traced once, on a tiny batch
+        algorithms.check_objective(algorithm.objective, tv_reference=config.tv_reference,
+                                   filter_mode=config.filter_mode, value=config.algo)
 
     positive_ints = ["num_seeds", "total_steps", "num_envs", "unroll_length", "num_epochs",
                      "num_minibatches", "num_actors", "episode_length", "num_evals", "eval_envs"]

@@ -58,6 +58,9 @@ def _check_type(name: str, value, hint) -> None:
         ok, allowed = isinstance(value, str), "must be a string"
     elif origin is Literal:
         ok, allowed = value in typing.get_args(hint), f"allowed values are {typing.get_args(hint)}"
+    elif origin is tuple and typing.get_args(hint)[0] is str:
+        ok = isinstance(value, tuple) and all(isinstance(v, str) for v in value)
+        allowed = "must be a tuple of strings"
     elif origin is tuple:
         ok = isinstance(value, tuple) and all(
             isinstance(v, int) and not isinstance(v, bool) for v in value)

@@ -36,7 +36,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from vaco_jax import cache
+from vaco_jax import algorithms, cache
 from vaco_jax import fingerprint as fingerprint_lib
 from vaco_jax.config import Config, HParams
 from vaco_jax.runtime import to_host
@@ -387,9 +387,13 @@ def traced_from(trainer: Trainer) -> fingerprint_lib.Fingerprint:
     its env: the envs it wraps, their constructor arguments and other attributes, their MJX models
     (from which their XML files are compiled) and their package's code. A user can register
     another env or algorithm under a known name, or edit a reward function, without any name or
-    version changing."""
+    version changing. A user's objective's package is hashed by value too, even if installed."""
+    objective = trainer.algorithm.objective
+    packages = env_packages(trainer.env)
+    if not algorithms.is_builtin(objective):
+        packages.add(fingerprint_lib.top_level_package(objective.fn))
     return fingerprint_lib.fingerprint(type(trainer), trainer.algorithm, trainer.env,
-                                       packages=env_packages(trainer.env))
+                                       packages=packages)
 
 
 def env_packages(env) -> set[str]:

@@ -37,7 +37,8 @@ import jax
 import numpy as np
 import tyro
 
-from vaco_jax import cache, checkpoint, io, loggers, policy, program as program_lib, runtime
+from vaco_jax import algorithms, cache, checkpoint, io, loggers, policy, runtime
+from vaco_jax import program as program_lib
 from vaco_jax.config import Config, read_config_file, to_json_dict, validate
 from vaco_jax.errors import CheckpointError, ConfigError, DivergenceError
 from vaco_jax.options import Options, duration_seconds, validate_options
@@ -149,7 +150,7 @@ def _train(config: Config, options: Options, out: Path, checkpoints: checkpoint.
     if options.resume:
         restored = checkpoints.restore_latest(program.abstract_state, config, **allowed)
         state, history, done = restored.state, restored.history, restored.chunk
-        sources = checkpoint.continued_sources(checkpoint.sources_of(restored.meta), done)
+        sources = checkpoint.continued_sources(checkpoint.sources_of(restored.meta), done, config)
         # Rows written after that checkpoint belong to lost chunks: rewrite the file from it.
         if runtime.is_primary():
             _rewrite_metrics(out, config, history, done, sources)
@@ -158,11 +159,15 @@ def _train(config: Config, options: Options, out: Path, checkpoints: checkpoint.
                   f"({done * config.iterations_per_eval * config.batch_size:,} steps/seed)",
                   file=sys.stderr)
     else:
-        sources = [checkpoint.source_record(0)]
+        sources = [checkpoint.source_record(0, config)]
         if runtime.is_primary():
+            # The objective as run: its own hyper-parameters resolved, a user's code by file and hash.
+            objective = algorithms.objective_record(algorithms.parse(config.algo).objective,
+                                                    config.objective_hparams)
             io.write_json_atomic(out / "config.json", {"config": to_json_dict(config),
                                                        "options": options,
                                                        "devices": layout.describe(), **record,
+                                                       "objective": objective,
                                                        "sources": sources})
             (out / "metrics.jsonl").unlink(missing_ok=True)
         history, done = None, 0

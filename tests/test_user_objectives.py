@@ -1,0 +1,292 @@
+"""The objective is a value, like the env: a function registered by name or named `module:function`
+trains like a built-in objective (bit for bit when it computes the same), declares its own
+hyper-parameters, is traced and refused before compilation when it cannot run, keys the program
+store by its code, and is recorded by each run so that a resume on edited code is refused."""
+
+import dataclasses
+import hashlib
+import importlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import chex
+import jax
+import jax.numpy as jnp
+import pytest
+
+import vaco_jax
+from vaco_jax import Config, ConfigError, Options, Trainer, algorithms, make_train, program
+from vaco_jax import objectives as objectives_lib
+from vaco_jax.config import validate
+from vaco_jax.train import main, run
+
+# Two iterations, one evaluation: what the trainer passes an objective, at the least cost.
+SMALL = Config(env="toy_reach", algo="ppo_clip", num_envs=8, unroll_length=8, num_epochs=2,
+               num_minibatches=2, num_actors=2, episode_length=20, total_steps=8 * 8 * 2,
+               num_evals=1, eval_envs=4, actor_hidden=(16, 16), critic_hidden=(16, 16))
+
+MODULE = '''
+import jax.numpy as jnp
+import vaco_jax
+from vaco_jax.objectives import log_ratio
+
+
+@vaco_jax.objective(hparams={"tau": 0.04, "scale": 1.0})
+def my_loss(x, p):
+    """A clipped-ratio surrogate with a quadratic penalty of weight tau."""
+    ratio = jnp.exp(log_ratio(x.log_prob, x.log_behavior))
+    loss = -jnp.mean(ratio * x.advantages * p.scale - p.tau * (ratio - 1.0) ** 2)
+    return loss, {"tau_seen": p.tau * jnp.ones(())}
+'''
+
+
+def write_module(directory, name: str, source: str):
+    """`source` as module `name` in `directory`, importable now (and imported again if it was)."""
+    path = directory / f"{name}.py"
+    path.write_text(textwrap.dedent(source))
+    if str(directory) not in sys.path:
+        sys.path.insert(0, str(directory))
+    importlib.invalidate_caches()
+    if name in sys.modules:
+        importlib.reload(sys.modules[name])
+    return path
+
+
+def sha16(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+# --- a user's objective trains ---------------------------------------------------------------------
+
+def ppo_clip_again(x, p):
+    """PPO's clipped surrogate, written out again, with its ε as its own hyper-parameter."""
+    ratio = jnp.exp(objectives_lib.log_ratio(x.log_prob, x.log_behavior))
+    surrogate = jnp.minimum(ratio * x.advantages,
+                            jnp.clip(ratio, 1.0 - p.eps, 1.0 + p.eps) * x.advantages)
+    clipped = (jnp.abs(jax.lax.stop_gradient(ratio) - 1.0) > p.eps).astype(ratio.dtype)
+    return -jnp.mean(surrogate), {"clip_fraction": jnp.mean(clipped)}
+
+
+def test_a_registered_reimplementation_of_ppo_clip_trains_bit_for_bit_like_ppo_clip():
+    vaco_jax.register_objective("ppo_clip_again", ppo_clip_again, hparams={"eps": 0.2})
+    key = jax.random.PRNGKey(3)
+    (state, metrics) = jax.jit(make_train(dataclasses.replace(SMALL, algo="gae+ppo_clip_again")))(key)
+    built_in = jax.jit(make_train(SMALL))(key)
+    # Every metric and the whole train state; the state's hyper-parameters also hold our ε.
+    assert state.hparams.objective == {"eps": jnp.float32(0.2)}
+    state = state.replace(hparams=state.hparams.replace(objective={}))
+    chex.assert_trees_all_equal((state, metrics), built_in)
+
+
+def test_a_module_objective_trains_from_the_command_line_and_its_run_records_it(tmp_path):
+    path = write_module(tmp_path, "my_objectives", MODULE)
+    out = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, "-m", "vaco_jax.train", "--env", "toy_reach",
+         "--algo", "gae+my_objectives:my_loss", "--objective-hparams", "tau=0.25",
+         "--total-steps", "128", "--num-envs", "8", "--unroll-length", "8", "--num-minibatches",
+         "2", "--num-evals", "1", "--episode-length", "20", "--eval-envs", "4", "--actor-hidden",
+         "16", "16", "--critic-hidden", "16", "16", "--out", str(out), "--no-progress"],
+        capture_output=True, text=True, timeout=600,
+        env=dict(os.environ, JAX_PLATFORMS="cpu",
+                 PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])))
+    assert done.returncode == 0, done.stderr[-3000:]
+    recorded = json.loads((out / "config.json").read_text())
+    assert recorded["config"]["algo"] == "gae+my_objectives:my_loss"
+    assert recorded["config"]["objective_hparams"] == ["tau=0.25"]
+    # The objective as run: both hyper-parameters resolved (the default too), its file and hash.
+    assert recorded["objective"] == {
+        "name": "my_objectives:my_loss", "hparams": {"tau": 0.25, "scale": 1.0}, "needs_kl": False,
+        "code": {"function": "my_loss", "module": "my_objectives", "file": str(path.resolve()),
+                 "source": sha16(path)}}
+    assert recorded["sources"][0]["objective_code"]["source"] == sha16(path)
+    [row] = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert row["tau_seen"] == [pytest.approx(0.25)]   # the override reached p.tau in the program
+    assert all(jnp.isfinite(jnp.asarray(row[name])).all() for name in ("policy_loss", "eval_return"))
+
+
+# --- refused before anything compiles --------------------------------------------------------------
+
+def vector_loss(x, p):
+    return -(x.log_prob * x.advantages), {}
+
+
+def not_a_pair(x, p):
+    return jnp.mean(x.log_prob)
+
+
+def per_sample_metric(x, p):
+    return jnp.mean(x.log_prob), {"weights": jnp.exp(x.log_prob)}
+
+
+def metrics_not_a_dict(x, p):
+    return jnp.mean(x.log_prob), [jnp.mean(x.log_prob)]
+
+
+def reads_kl(x, p):
+    return jnp.mean(x.log_prob + x.kl), {}
+
+
+def reads_reference(x, p):
+    return jnp.mean(x.log_prob - x.log_reference), {}
+
+
+def needs_a_mask(x, p):
+    return jnp.sum(x.log_prob * x.mask) / jnp.sum(x.mask), {}
+
+
+def undeclared_hparam(x, p):
+    return jnp.mean(x.log_prob) * p.temperature, {}
+
+
+def raises_inside(x, p):
+    if x.log_prob.ndim == 2:
+        raise ValueError("expected tokens [B, L, V]")
+    return jnp.mean(x.log_prob), {}
+
+
+@pytest.mark.parametrize("fn,expected", [
+    (vector_loss, "its loss must be a scalar float (shape ()), got an array of shape (4, 3) and "
+                  "dtype float32: reduce it to one number, e.g. with jnp.mean (traced on [4, 3] "
+                  "inputs without a mask)"),
+    (not_a_pair, "not a pair (loss, metrics) (the contract: fn(x: PolicyInputs, p: "
+                 "ObjectiveParams) -> (loss, metrics))"),
+    (per_sample_metric, "its metric 'weights' must be a scalar (shape ()), got an array of shape "
+                        "(4, 3)"),
+    (metrics_not_a_dict, "its metrics must be a dict of scalars ({name: value}), got list"),
+    (reads_kl, "it read PolicyInputs.kl, which is None here: it is computed only for an objective "
+               "declared needs_kl=True"),
+    (reads_reference, "it read PolicyInputs.log_reference, which is None here: it is given only "
+                      "with tv_reference='learner'"),
+    (needs_a_mask, "when traced on [4, 3] inputs without a mask; it read PolicyInputs.mask, which "
+                   "is None here"),
+    (undeclared_hparam, "it reads p.temperature, a hyper-parameter it does not declare (declared: "
+                        "none); declare it with @vaco_jax.objective(hparams={'temperature': "
+                        "<default>})"),
+    (raises_inside, "it raised ValueError: expected tokens [B, L, V] (at test_user_objectives.py:"),
+])
+def test_an_objective_that_cannot_run_is_refused_naming_what_is_wrong(fn, expected):
+    vaco_jax.register_objective(fn.__name__, fn)
+    algo = f"gae+{fn.__name__}"
+    with pytest.raises(ConfigError) as error:
+        Trainer(dataclasses.replace(SMALL, algo=algo))
+    message = str(error.value)
+    assert message.startswith(f"config field `algo` = {algo!r} is invalid: objective "
+                              f"{fn.__name__!r} cannot be used: "), message
+    assert expected in message, message
+
+
+def test_inputs_are_checked_as_the_trainer_gives_them():
+    # Declared or configured, the same functions pass: the KL is computed for an objective that
+    # needs it, π_T is the reference with tv_reference=learner.
+    vaco_jax.register_objective("reads_kl_declared", reads_kl, needs_kl=True)
+    vaco_jax.register_objective("reads_reference", reads_reference)
+    validate(dataclasses.replace(SMALL, algo="vtrace_once+reads_kl_declared"))
+    validate(dataclasses.replace(SMALL, algo="gae+reads_reference", tv_reference="learner"))
+    declared = vaco_jax.objective(hparams={"temperature": 2.0})(
+        lambda x, p: undeclared_hparam(x, p))
+    vaco_jax.register_objective("declared_hparam", declared)
+    validate(dataclasses.replace(SMALL, algo="gae+declared_hparam",
+                                        objective_hparams=("temperature=0.5",)))
+    assert algorithms.parse("gae+declared_hparam").objective.hparams == (("temperature", 2.0),)
+
+
+@pytest.mark.parametrize("algo,expected", [
+    ("my_objectives:my_loss", "a user objective runs with an advantage estimator: write "
+                              "'<estimator>+my_objectives:my_loss' with estimator in ['gae', "
+                              "'vtrace_once', 'vtrace_every'] (e.g. 'gae+my_objectives:my_loss')"),
+    ("gae+no_such_module_for_vaco:loss", "module 'no_such_module_for_vaco' does not import "
+                                         "(ModuleNotFoundError"),
+    ("gae+my_objectives:no_such_loss", "module 'my_objectives' has no function 'no_such_loss'"),
+    ("gae+no_such_objective", "objective 'no_such_objective' is unknown: the objectives are "
+                              "['tv_filter', 'ppo_clip'"),
+])
+def test_an_objective_that_cannot_be_resolved_is_refused_naming_algo(tmp_path, algo, expected):
+    write_module(tmp_path, "my_objectives", MODULE)
+    with pytest.raises(ConfigError) as error:
+        validate(dataclasses.replace(SMALL, algo=algo))
+    message = str(error.value)
+    assert message.startswith(f"config field `algo` = {algo!r} is invalid: "), message
+    assert expected in message, message
+
+
+def test_built_in_names_and_bad_declarations_are_refused():
+    for name in ("ppo_clip", "clip", "vaco", "gae", "mod:fn", "a+b", ""):
+        with pytest.raises(ConfigError, match=r"the name must be a Python identifier that is not a "
+                                              r"built-in objective's"):
+            vaco_jax.register_objective(name, ppo_clip_again)
+    assert algorithms.OBJECTIVES["ppo_clip"].fn is not ppo_clip_again
+    with pytest.raises(ConfigError, match=r"hyper-parameter name 'clip_eps' is invalid: .* not a "
+                                          r"shared ObjectiveParams field"):
+        vaco_jax.objective(hparams={"clip_eps": 0.1})
+    with pytest.raises(ConfigError, match=r"hyper-parameter 'tau' has default inf: it must be a "
+                                          r"finite number"):
+        vaco_jax.register_objective("infinite_tau", ppo_clip_again, hparams={"tau": float("inf")})
+    vaco_jax.register_objective("with_eps", ppo_clip_again, hparams={"eps": 0.2})
+    with pytest.raises(ConfigError, match=r"`objective_hparams` item 'tau=1' is invalid: objective "
+                                          r"'with_eps' declares the hyper-parameters \['eps'\]"):
+        validate(dataclasses.replace(SMALL, algo="gae+with_eps", objective_hparams=("tau=1",)))
+
+
+def test_the_command_line_refuses_a_broken_objective_before_compiling(tmp_path):
+    write_module(tmp_path, "broken_objectives", '''
+        def vector_loss(x, p):
+            return -(x.log_prob * x.advantages), {}
+    ''')
+    done = subprocess.run(
+        [sys.executable, "-m", "vaco_jax.train", "--env", "toy_reach",
+         "--algo", "gae+broken_objectives:vector_loss", "--out", str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, JAX_PLATFORMS="cpu",
+                 PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])))
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert ("config field `algo` = 'gae+broken_objectives:vector_loss' is invalid: objective "
+            "'broken_objectives:vector_loss' cannot be used: its loss must be a scalar float "
+            "(shape ()), got an array of shape (4, 3)") in done.stderr
+    assert not (tmp_path / "run").exists()
+
+
+# --- its code keys the program store and the run -----------------------------------------------------
+
+def test_editing_the_module_changes_the_program_key_and_the_same_code_keeps_it(tmp_path):
+    algo = dataclasses.replace(SMALL, algo="gae+keyed_objectives:my_loss")
+
+    def fingerprint(source):
+        write_module(tmp_path, "keyed_objectives", source)
+        traced = program.traced_from(Trainer(algo))
+        assert traced.storable
+        return traced.digest
+
+    first = fingerprint(MODULE)
+    assert fingerprint(MODULE.replace("p.tau * (ratio - 1.0) ** 2", "p.tau * abs(ratio - 1.0)")) \
+        != first
+    assert fingerprint(MODULE) == first   # the same code, imported again: the same key
+    # A helper constant the function reads is part of its code too.
+    assert fingerprint(MODULE.replace("ratio = jnp.exp", "SCALE = 1.0\n    ratio = SCALE * jnp.exp")
+                       ) != first
+
+
+def test_resuming_on_an_edited_objective_is_refused_unless_allowed(tmp_path, capsys):
+    path = write_module(tmp_path, "resumed_objectives", MODULE)
+    two_evals = dataclasses.replace(SMALL, algo="gae+resumed_objectives:my_loss", num_evals=2)
+    out = tmp_path / "run"
+    run(two_evals, Options(out=str(out), progress=False, checkpoint_budget=1.0), stop_after=1)
+    before = sha16(path)
+    # An edit that changes no code (a comment) is still another file: refused like any code change.
+    edited = write_module(tmp_path, "resumed_objectives", MODULE + "# tuned tau\n")
+    assert main(["--resume", str(out), "--no-progress"]) == 2
+    message = capsys.readouterr().err
+    assert (f"was written by other code of the run's objective (objective "
+            f"'resumed_objectives:my_loss': source {before} of {path.resolve()} in the checkpoint, "
+            f"{sha16(edited)} of {edited.resolve()} here)") in message, message
+    assert "--allow-code-change" in message
+
+    with pytest.warns(UserWarning, match="written by other code of the run's objective"):
+        summary = run(two_evals, Options(resume=str(out), progress=False, allow_code_change=True))
+    assert summary["finished"] and summary["resumed_from_chunk"] == 1
+    sources = json.loads((out / "config.json").read_text())["sources"]
+    assert [(s["from_chunk"], s["objective_code"]["source"]) for s in sources] == [
+        (0, before), (1, sha16(edited))]
