@@ -326,3 +326,55 @@ def test_a_non_finite_evaluation_return_fails_the_run_from_that_evaluation_on():
     results = lag.with_columns(pd.DataFrame(rows).sample(frac=1.0, random_state=0))
     failed = results.sort_values(["seed", "eval_index"])["diverged"].tolist()
     assert failed == [False, False, True, True, True] + [False] * 5
+
+
+def test_the_pre_registered_family_is_tested_by_hand():
+    """primary.csv: paired t-tests with Holm over the family, the sign-flip test beside, tasks
+    with fewer than 10 seeds left out, "holds" by the retention interval."""
+    import numpy as np
+    import pandas as pd
+    from scipy import stats as scipy_stats
+
+    from vaco_jax.study import lag, stats
+
+    rng = np.random.default_rng(0)
+    rows = []
+    shift = {"vaco": 0.3, "ppo_clip": 0.0, "appo": 0.25}
+    for env, seeds in (("a", 10), ("b", 10), ("c", 5)):
+        noise = rng.normal(0, 0.1, seeds)
+        for method, offset in shift.items():
+            for s in range(seeds):
+                for capacity in (1, 16):
+                    value = 1.0 + (offset + noise[s] if capacity == 16 else 0.0)
+                    rows.append({"env": env, "method": method, "sampling": "oldest",
+                                 "capacity": capacity, "seed": s, "score": value,
+                                 "auc": value / 2})
+    runs = pd.DataFrame(rows)
+    degradation = pd.DataFrame([
+        {"task": "a", "method": "vaco", "sampling": "oldest", "capacity": 16, "degradation": 0.95,
+         "low": 0.85, "high": 1.0, "seeds": 10},
+        {"task": "a", "method": "ppo_clip", "sampling": "oldest", "capacity": 16,
+         "degradation": 0.7, "low": 0.6, "high": 0.79, "seeds": 10},
+        {"task": "c", "method": "appo", "sampling": "oldest", "capacity": 16, "degradation": 0.9,
+         "low": 0.85, "high": 0.95, "seeds": 5},
+    ])
+    table = lag.primary_table(runs, degradation)
+    family = table[table["family"]]
+    # 2 baselines × 2 metrics × (tasks a, b, pooled); task c (5 seeds) is reported, left out.
+    assert len(family) == 12
+    assert set(table[table.task == "c"]["verdict"]) == {"left out (fewer than 10 seeds)"}
+    row = family[(family.comparison == "vaco − ppo_clip") & (family.task == "a")
+                 & (family.metric == "final score")].iloc[0]
+    d = runs[(runs.env == "a") & (runs.capacity == 16) & (runs.method == "vaco")].score.to_numpy() \
+        - runs[(runs.env == "a") & (runs.capacity == 16) & (runs.method == "ppo_clip")].score.to_numpy()
+    assert row.estimate == pytest.approx(d.mean()) and row.seeds == 10
+    assert row.p == pytest.approx(scipy_stats.ttest_1samp(d, 0.0).pvalue)
+    assert row.p_sign_flip == pytest.approx(stats.sign_flip_test(d))
+    np.testing.assert_allclose(family.p_holm, stats.holm(family.p.to_numpy()))
+    assert row.verdict == "higher"   # a constant +0.3: every seed agrees
+    pooled = family[(family.task == lag.POOLED) & (family.comparison == "vaco − appo")].iloc[0]
+    assert pooled.seeds == 10
+    holds = table[table.test.str.startswith("non-inferiority")].set_index(["comparison", "task"])
+    assert holds.loc[("vaco retention", "a"), "verdict"] == "holds"
+    assert holds.loc[("ppo_clip retention", "a"), "verdict"] == "breaks"
+    assert holds.loc[("appo retention", "c"), "verdict"] == "left out (fewer than 10 seeds)"

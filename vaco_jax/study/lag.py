@@ -581,6 +581,102 @@ def sync_curves(evaluations: pd.DataFrame, *, reps: int = 2000, seed: int = 0,
 
 
 # --- the whole analysis ---------------------------------------------------------------------------
+# --- the pre-registered tests (docs/experiments.md) -----------------------------------------------
+PRIMARY_BASELINES = ("ppo_clip", "appo")
+HOLDS_METHODS = ("vaco", "ppo_clip", "appo")
+MIN_SEEDS = 10
+"""Tasks with fewer seeds than this are reported but left out of the claims (the sign-flip test
+cannot go below p = 2/2^n, 0.0625 at 5 seeds)."""
+ALPHA = 0.05
+
+
+def primary_table(runs: pd.DataFrame, degradation: pd.DataFrame) -> pd.DataFrame:
+    """The pre-registered family and the "holds" verdicts, one row each: estimate, 95% CI, test,
+    p-value, Holm-adjusted p-value, margin, verdict.
+
+    Family: VACO − PPO-Clip and VACO − APPO in normalised final score and in normalised AUC at the
+    largest constant lag, per task (with at least `MIN_SEEDS` seeds) and pooled over those tasks
+    (per seed, the mean over tasks), paired by seed: the paired t-test (two-sided), Holm over the
+    family, the exact sign-flip test beside it. Holds: each of `HOLDS_METHODS`' final retention
+    at the largest lag per task, the non-inferiority test with margin 0.2 (the 95% BCa interval's
+    lower end above 0.8: holds; its upper end below 0.8: breaks; else undetermined)."""
+    from scipy import stats as scipy_stats
+
+    oldest = runs[runs["sampling"] == "oldest"]
+    if not len(oldest):
+        return pd.DataFrame()
+    largest = int(oldest["capacity"].max())
+    at_lag = oldest[oldest["capacity"] == largest]
+    rows = []
+    for baseline in PRIMARY_BASELINES:
+        for value in ("score", "auc"):
+            per_task, counted = {}, []
+            for env, group in at_lag.groupby("env", sort=True):
+                a = group[group["method"] == TARGET].set_index("seed")[value]
+                b = group[group["method"] == baseline].set_index("seed")[value]
+                seeds = sorted(set(a.index) & set(b.index))
+                if len(seeds) < 2:
+                    continue
+                per_task[env] = a[seeds] - b[seeds]
+                if len(seeds) >= MIN_SEEDS:
+                    counted.append(env)
+            groups = {env: (d, env in counted) for env, d in per_task.items()}
+            if len(counted) > 1:
+                common = sorted(set.intersection(*(set(per_task[e].index) for e in counted)))
+                groups[POOLED] = (sum(per_task[e][common] for e in counted) / len(counted), True)
+            for task, (diff, in_family) in groups.items():
+                d = diff.to_numpy(np.float64)
+                mean, low, high = stats.paired_t_interval(d)
+                p = float(scipy_stats.ttest_1samp(d, 0.0).pvalue) if len(d) > 1 else np.nan
+                rows.append({"comparison": f"{TARGET} − {baseline}", "task": task,
+                             "setting": f"k={largest - 1}",
+                             "metric": "final score" if value == "score" else "AUC",
+                             "estimate": mean, "low": low, "high": high, "seeds": len(d),
+                             "test": "paired t (two-sided)", "p": p,
+                             "p_sign_flip": stats.sign_flip_test(d), "margin": 0.0,
+                             "family": in_family})
+    table = pd.DataFrame(rows)
+    if len(table):
+        family = table["family"]
+        table["p_holm"] = np.nan
+        table.loc[family, "p_holm"] = stats.holm(table.loc[family, "p"].to_numpy())
+        table["verdict"] = [
+            (("higher" if r.estimate > 0 else "lower") if r.p_holm < ALPHA else
+             "no difference shown") if r.family else f"left out (fewer than {MIN_SEEDS} seeds)"
+            for r in table.itertuples()]
+    holds = []
+    final = degradation[(degradation["sampling"] == "oldest")
+                        & (degradation["capacity"] == largest)
+                        & degradation["method"].isin(HOLDS_METHODS)]
+    few = {(r.method, r.task) for r in final.itertuples() if r.task != POOLED and r.seeds < MIN_SEEDS}
+    for r in final.itertuples():
+        # A pooled verdict counts only when every task it pools has enough seeds.
+        enough = (not any(m == r.method for m, _ in few) if r.task == POOLED
+                  else r.seeds >= MIN_SEEDS)
+        verdict = ("holds" if r.low > BREAK_LEVEL else "breaks" if r.high < BREAK_LEVEL
+                   else "undetermined") if enough else f"left out (fewer than {MIN_SEEDS} seeds)"
+        holds.append({"comparison": f"{r.method} retention", "task": r.task,
+                      "setting": f"k={largest - 1}", "metric": "final score retention",
+                      "estimate": r.degradation, "low": r.low, "high": r.high, "seeds": r.seeds,
+                      "test": "non-inferiority: 95% BCa lower end > 0.8", "p": np.nan,
+                      "p_sign_flip": np.nan, "margin": 1 - BREAK_LEVEL, "family": False,
+                      "p_holm": np.nan, "verdict": verdict})
+    return pd.concat([table, pd.DataFrame(holds)], ignore_index=True)
+
+
+def _primary_markdown(primary: pd.DataFrame) -> str:
+    if not len(primary):
+        return "No runs at a constant lag."
+    lines = ["| comparison | task | setting | metric | estimate [95% CI] | seeds | test | p | "
+             "p (Holm) | p (sign-flip) | verdict |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    fmt = lambda x: "–" if not np.isfinite(x) else f"{x:.3g}"  # noqa: E731
+    for r in primary.itertuples():
+        lines.append(f"| {r.comparison} | {r.task} | {r.setting} | {r.metric} | "
+                     f"{_ci(r.estimate, r.low, r.high, sign=r.margin == 0.0)} | {r.seeds} | "
+                     f"{r.test} | {fmt(r.p)} | {fmt(r.p_holm)} | {fmt(r.p_sign_flip)} | {r.verdict} |")
+    return "\n".join(lines)
+
+
 @dataclasses.dataclass(frozen=True)
 class Report:
     """Every table of the lag study (see the module docstring)."""
@@ -600,6 +696,7 @@ class Report:
     tasks: pd.DataFrame
     reps: int
     last_evals: int
+    primary: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)
 
 
 def analyse(study: Study, table: dict, *, reps: int = 10_000, seed: int = 0,
@@ -616,7 +713,7 @@ def analyse(study: Study, table: dict, *, reps: int = 10_000, seed: int = 0,
         realised_lag=realised_lag_table(runs), curves=sync_curves(evaluations, **options),
         missing=missing_cells(study), diverged=diverged_runs(runs),
         provenance=provenance(study), tasks=task_table(runs, table, last_evals),
-        reps=reps, last_evals=last_evals)
+        reps=reps, last_evals=last_evals, primary=primary_table(runs, degradation))
 
 
 def provenance(study: Study) -> pd.DataFrame:
@@ -871,6 +968,14 @@ def summary(report: Report, *, sweeps: Sequence[str], references_path: str,
         f"method. CIs are BCa over seeds, resampled paired (a seed uses the same key at every lag "
         f"and in every method), {r.reps:,} resamples; pooled figures are the mean over tasks of "
         f"the per-task figures, seeds resampled within each task.", "",
+        "## Pre-registered tests", "",
+        "The family and rules fixed before the runs (docs/experiments.md, \"Pre-registered "
+        "tests\"): VACO minus PPO-Clip and minus APPO at the largest lag, final score and AUC, "
+        "paired t-tests with Holm's correction over the family (the exact sign-flip test beside "
+        f"them); \"holds\": the final retention's 95% BCa interval above {BREAK_LEVEL:g}. Tasks "
+        f"with fewer than {MIN_SEEDS} seeds are left out of the claims. Everything after this "
+        "table is exploratory.", "",
+        _primary_markdown(r.primary), "",
         "## Provenance", "", analysis.markdown_rows(r.provenance), "",
         analysis.markdown_rows(tasks_table), "",
         "## Missing cells", "",
@@ -923,7 +1028,7 @@ def write(report: Report, out: str | Path, *, sweeps: Sequence[str], references_
               "break_lag": report.break_lag, "sanity": report.sanity,
               "realised_lag": report.realised_lag, "sync_curves": report.curves,
               "missing": report.missing, "diverged": report.diverged,
-              "provenance": report.provenance, "tasks": report.tasks}
+              "provenance": report.provenance, "tasks": report.tasks, "primary": report.primary}
     for name, frame in tables.items():
         frame.to_csv(out / f"{name}.csv", index=False)
         written.append(out / f"{name}.csv")
