@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vaco_jax import algorithms, objectives
+from vaco_jax import Trainer, algorithms, objectives
 from vaco_jax.config import Config
 from vaco_jax.errors import ConfigError
 
@@ -327,3 +327,118 @@ def test_objective_hparams_are_set_by_name_and_checked():
     assert Config(env="toy_reach", algo="geppo").hparams().objective == {}
     with pytest.raises(ConfigError, match="m2_tau"):
         Config(env="toy_reach", algo="icepop", objective_hparams=("m2_tau=1",)).hparams()
+
+
+# --- in the trainer, on both action spaces -------------------------------------------------------
+# Two iterations of 4 envs × 4 steps, 2 epochs of 2 minibatches, the oldest of two snapshots: the
+# second iteration learns from stale data (β ≠ π_T) and every epoch after the first from moved θ.
+CHUNK = Config(env="toy_reach", algo="icepop", num_envs=4, unroll_length=4, num_epochs=2,
+               num_minibatches=2, num_actors=1, episode_length=10, total_steps=4 * 4 * 2,
+               num_evals=1, eval_envs=2, actor_hidden=(8,), critic_hidden=(8,), capacity=2,
+               max_capacity=2, snapshot_sampling="oldest")
+FRACTION = {"icepop": "masked_fraction", "cispo": "truncated_fraction",
+            "dppo_tv": "masked_fraction", "m2po": "masked_fraction",
+            "topr": "truncated_fraction", "geppo": "clip_fraction"}
+
+
+# Each objective compiles its own program (objectives cannot be vmapped), so each runs one chunk
+# on the continuous toy_reach; on discrete actions the objectives see log-probabilities alone
+# (checked below through the trainer) and only dppo_tv reads them differently, so it alone trains
+# there too.
+@pytest.mark.parametrize("name, domain", [(n, "continuous") for n in NEW]
+                         + [("dppo_tv", "discrete")])
+def test_one_training_chunk_is_finite(name, domain):
+    from test_discrete import ToyChoice   # a three-armed bandit: categorical head
+
+    config = dataclasses.replace(CHUNK, algo=name)
+    trainer = (Trainer(config) if domain == "continuous"
+               else Trainer(dataclasses.replace(config, env="toy_choice"), env=ToyChoice()))
+
+    def chunk(key):
+        state = trainer.init(key)
+        new_state, metrics = trainer.learn_chunk(state)
+        return state.params, new_state.params, metrics
+
+    before, after, metrics = jax.jit(chunk)(jax.random.PRNGKey(0))
+    assert int(metrics["iteration"]) == 2
+    for key in ("policy_loss", "loss", "grad_norm", FRACTION[name]):
+        assert np.isfinite(float(metrics[key])), key
+    assert 0.0 <= float(metrics[FRACTION[name]]) <= 1.0
+    moved = [np.abs(np.asarray(a) - np.asarray(b)).max()
+             for a, b in zip(jax.tree.leaves(after["actor"]), jax.tree.leaves(before["actor"]))]
+    assert all(np.isfinite(m) for m in moved) and max(moved) > 0
+
+
+def test_the_trainer_gives_dppo_tv_probabilities_on_discrete_actions():
+    # test_discrete's two samples through the trainer's policy objective (categorical head):
+    #   sample 1: π_θ(a) = 0.8438, β(a) = 1/3, Â = 1:     g = 0.510,  ½(w − 1) = 0.766
+    #   sample 2: π_θ(a) = 0.5761, β(a) = 0.2119, Â = −½: g = 0.364,  ½(w − 1) = 0.859
+    # With δ = 0.6 the probabilities keep sample 1 (0.510 ≤ 0.6); the ratio's form would drop it.
+    from test_discrete import ToyChoice, objective
+
+    trainer = Trainer(dataclasses.replace(CHUNK, env="toy_choice"), env=ToyChoice())
+    _, metrics = objective(trainer, "dppo_tv", objective_hparams=("tv_delta=0.6",))
+    assert float(metrics["masked_fraction"]) == 0.0
+    _, metrics = objective(trainer, "dppo_tv", objective_hparams=("tv_delta=0.5",))
+    assert float(metrics["masked_fraction"]) == 0.5
+    for name in NEW:   # every objective is finite on categorical log-probabilities
+        loss, metrics = objective(trainer, name)
+        assert np.isfinite(float(loss)) and 0.0 <= float(metrics[FRACTION[name]]) <= 1.0
+
+
+# --- in the LLM's GRPO ------------------------------------------------------------------------------
+def test_grpo_runs_each_objective_on_token_ratios_with_its_own_hyper_parameters():
+    from vaco_jax.llm import config as llm_config, grpo
+    from test_llm_grpo import token_batch
+
+    assert set(NEW) <= set(llm_config.OBJECTIVES)
+    assert llm_config.OBJECTIVES[:4] == ("ppo_clip", "vaco", "pg", "decoupled_ppo")
+    log_prob, batch = token_batch(0, spread=0.5)
+    # A stale π_T, so that every objective has something to mask, clip or truncate.
+    batch = batch.replace(log_learner_start=batch.log_behavior + 0.7 * jnp.asarray(
+        np.random.default_rng(1).normal(size=batch.log_behavior.shape), jnp.float32))
+    base = llm_config.preset("tiny").grpo
+    for name in NEW:
+        for own in ((), ("mis_low=0.9", "cispo_eps_low=0.1", "tv_delta=0.05", "m2_tau=1",
+                         "topr_threshold=-0.5")):
+            hp = llm_config.hparams(dataclasses.replace(base, objective=name,
+                                                        objective_hparams=own))
+            loss, metrics = jax.jit(grpo.policy_loss)(log_prob, batch, hp)
+            expected, expected_metrics = call(
+                name, log_prob, batch.log_behavior, batch.log_learner_start, batch.advantages,
+                mask=batch.mask, **{k: float(v) for k, v in hp.objective_hparams.items()})
+            assert float(loss) == pytest.approx(float(expected), rel=1e-5), (name, own)
+            key = FRACTION[name] if FRACTION[name] != "clip_fraction" else None
+            if key:
+                assert float(metrics[key]) == pytest.approx(float(expected_metrics[key])), name
+            assert {"masked_fraction", "truncated_fraction"} <= set(metrics)
+        # The overrides reach the objective (geppo has none of its own).
+        default_loss = jax.jit(grpo.policy_loss)(log_prob, batch, llm_config.hparams(
+            dataclasses.replace(base, objective=name)))[0]
+        assert (float(loss) != float(default_loss)) == (name != "geppo"), name
+
+
+def test_grpo_objective_hparams_are_validated_by_name():
+    from vaco_jax.llm import config as llm_config
+
+    tiny = llm_config.preset("tiny")
+    llm_config.validate(llm_config.replace(tiny, grpo=dict(objective="m2po",
+                                                           objective_hparams=("m2_tau=0.1",))))
+    for bad in (("tau=1",), ("m2_tau",), ("m2_tau=x",), ("m2_tau=inf",)):
+        with pytest.raises(ConfigError, match="grpo.objective_hparams"):
+            llm_config.validate(llm_config.replace(tiny, grpo=dict(objective_hparams=bad)))
+
+
+def test_a_sweep_made_before_objective_hparams_existed_can_still_be_extended():
+    from vaco_jax import io
+    from vaco_jax.llm import config as llm_config, experiment
+
+    spec = io.to_jsonable(llm_config.preset("cpu"))
+    older = io.to_jsonable(llm_config.preset("cpu"))
+    del older["grpo"]["objective_hparams"]
+    assert experiment.same_config(older, spec)
+    # ... unless the field is set, or any stored field differs.
+    assert not experiment.same_config(older, io.to_jsonable(llm_config.replace(
+        llm_config.preset("cpu"), grpo=dict(objective_hparams=("m2_tau=1",)))))
+    older["grpo"]["delta"] = 0.5
+    assert not experiment.same_config(older, spec)
