@@ -128,10 +128,10 @@ def icepop(log_prob, log_behavior, advantages, *, log_proximal, clip_eps, low, h
     `[low, high]`:
 
     ```
-    L = −E[ sg(w · 1[low ≤ w ≤ high]) · min(r Â, clip(r, 1±ε) Â) ],   w = π_T/β,  r = π_θ/π_T
+    L = −E[ sg(ρ · 1[low ≤ ρ ≤ high]) · min(r Â, clip(r, 1±ε) Â) ],   ρ = π_T/β,  r = π_θ/π_T
     ```
-    A sample the behaviour policy drew far from where π_T would (w out of range) contributes
-    nothing, rather than a capped weight. With β = π_T (w = 1) this is `ppo_clip`.
+    A sample the behaviour policy drew far from where π_T would (ρ out of range) contributes
+    nothing, rather than a capped weight. With β = π_T (ρ = 1) this is `ppo_clip`.
     """
     log_prob, log_behavior, advantages, log_proximal = unmasked(
         mask, log_prob, log_behavior, advantages, log_proximal)
