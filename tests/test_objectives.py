@@ -296,10 +296,21 @@ def test_every_registered_objective_is_the_objective_function_it_names():
         "decoupled_ppo": objectives.decoupled_ppo(log_prob, log_behavior, advantages,
                                                   log_proximal=log_proximal, clip_eps=0.2,
                                                   is_max=1.5),
+        # The stale-data objectives of other systems, at their own defaults.
+        "icepop": objectives.icepop(log_prob, log_behavior, advantages, log_proximal=log_proximal,
+                                    clip_eps=0.2, low=0.5, high=2.0),
+        "cispo": objectives.cispo(log_prob, log_behavior, advantages, eps_low=1.0, eps_high=0.28),
+        "dppo_tv": objectives.dppo_tv(log_prob, log_behavior, advantages, delta=0.2,
+                                      penalty=1e-3),
+        "m2po": objectives.m2po(log_prob, log_behavior, advantages, log_proximal=log_proximal,
+                                clip_eps=0.2, is_max=1.5, tau=0.04),
+        "topr": objectives.topr(log_prob, log_behavior, advantages, threshold=0.0),
+        "geppo": objectives.geppo(log_prob, log_behavior, advantages, log_proximal=log_proximal,
+                                  clip_eps=0.2),
     }
     assert set(algorithms.OBJECTIVES) == set(direct)
     for name, objective in algorithms.OBJECTIVES.items():
-        loss, metrics = objective.fn(inputs, params)
+        loss, metrics = objective.fn(inputs, dataclasses.replace(params, own=objective.defaults))
         assert loss == direct[name][0], name
         assert metrics.keys() == direct[name][1].keys(), name
     # The unconstrained IS gradient is the TV filter that never filters.
@@ -350,7 +361,8 @@ def _objective_and_diagnostics(name):
     if name == "diagnostics":
         return lambda x: (0.0 * jnp.sum(x.log_prob), objectives.ratio_diagnostics(
             x.log_prob, x.log_behavior, clip_eps=0.2, mask=x.mask))
-    return lambda x: algorithms.OBJECTIVES[name].fn(x, params)
+    objective = algorithms.OBJECTIVES[name]
+    return lambda x: objective.fn(x, dataclasses.replace(params, own=objective.defaults))
 
 
 @pytest.mark.parametrize("name", sorted(algorithms.OBJECTIVES) + ["diagnostics"])

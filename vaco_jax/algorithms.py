@@ -9,10 +9,11 @@ only call what the registry holds (no `if name == ...` chains):
   MuJoCo trainer and the LLM's GRPO (`vaco_jax.llm.grpo`) both call it.
 
 One vocabulary, the same everywhere (MuJoCo and LLM): the **algorithm** names `vaco`, `ppo_clip`,
-`ppo_kl`, `spo`, `impala`, `pg`, `decoupled_ppo`, `appo`; the **objective** names `tv_filter`,
-`ppo_clip`, `ppo_kl`, `spo`, `impala_pg`, `pg`, `decoupled_ppo`. The LLM testbed has no critic, so
-there an algorithm contributes its objective and the advantage is always GRPO's group-normalised
-reward.
+`ppo_kl`, `spo`, `impala`, `pg`, `decoupled_ppo`, `appo`, and the stale-data objectives of other
+systems `icepop`, `cispo`, `dppo_tv`, `m2po`, `topr`, `geppo`; the **objective** names `tv_filter`,
+`ppo_clip`, `ppo_kl`, `spo`, `impala_pg`, `pg`, `decoupled_ppo`, `icepop`, `cispo`, `dppo_tv`,
+`m2po`, `topr`, `geppo`. The LLM testbed has no critic, so there an algorithm contributes its
+objective and the advantage is always GRPO's group-normalised reward.
 
 Adding an algorithm: write its objective in `objectives.py`, register it in `OBJECTIVES`, name the
 pair in `REGISTRY`. Any `<estimator>+<objective>` string is accepted too (e.g. the ablations).
@@ -89,6 +90,8 @@ class PolicyInputs:
     kl: Any = None                 # per-sample analytic KL(β ‖ π_θ), for objectives that need it
     log_proximal: Any = None       # log π_prox(a|s) of decoupled PPO: π_T, the learner at the
                                    # start of the iteration (both trainers always pass it)
+    discrete: bool = True          # log_prob are log-probabilities (tokens, categorical actions);
+                                   # False: log-densities of continuous actions (static)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,7 +103,7 @@ class ObjectiveParams:
     is_max: Any = jnp.inf          # cap on the TV filter's importance weight
     rho_bar: Any = 1.0             # IMPALA's ρ̄
     kl_coef: Any = 0.0             # PPO-KL's β_KL
-    decoupled_is_max: Any = 2.0    # decoupled PPO's cap C on the behavioural weight π_prox/β
+    decoupled_is_max: Any = 2.0    # decoupled PPO's (and M2PO's) cap C on the weight π_prox/β
     filter_mode: str = "batch"     # "batch" | "per_sample" (static)
     own: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     """The objective's own hyper-parameters (`Objective.hparams`, overridden by the config's
@@ -167,6 +170,35 @@ OBJECTIVES: dict[str, Objective] = {o.name: o for o in (
         x.log_prob, x.log_behavior, x.advantages,
         log_proximal=_required(x.log_proximal, "log_proximal"), clip_eps=p.clip_eps,
         is_max=p.decoupled_is_max, mask=x.mask)),
+    # The stale-data objectives of other asynchronous RL systems (docs/SPEC.md, "Stale-data
+    # objectives of other systems"); their own hyper-parameters' names are distinct, since the
+    # LLM runs them side by side. Defaults: IcePop's bounds verl's, CISPO's Trinity-RFT's (no
+    # lower bound, as MiniMax-M1), DPPO's prime-rl's, M2PO's AReaL's, TOPR's Trinity-RFT's.
+    Objective("icepop", lambda x, p: objectives.icepop(
+        x.log_prob, x.log_behavior, x.advantages,
+        log_proximal=_required(x.log_proximal, "log_proximal"), clip_eps=p.clip_eps,
+        low=p.mis_low, high=p.mis_high, mask=x.mask),
+        hparams=(("mis_low", 0.5), ("mis_high", 2.0))),
+    Objective("cispo", lambda x, p: objectives.cispo(
+        x.log_prob, x.log_behavior, x.advantages, eps_low=p.cispo_eps_low,
+        eps_high=p.cispo_eps_high, mask=x.mask),
+        hparams=(("cispo_eps_low", 1.0), ("cispo_eps_high", 0.28))),
+    Objective("dppo_tv", lambda x, p: objectives.dppo_tv(
+        x.log_prob, x.log_behavior, x.advantages, delta=p.tv_delta, penalty=p.tv_penalty,
+        discrete=x.discrete, mask=x.mask),
+        hparams=(("tv_delta", 0.2), ("tv_penalty", 1e-3))),
+    Objective("m2po", lambda x, p: objectives.m2po(
+        x.log_prob, x.log_behavior, x.advantages,
+        log_proximal=_required(x.log_proximal, "log_proximal"), clip_eps=p.clip_eps,
+        is_max=p.decoupled_is_max, tau=p.m2_tau, mask=x.mask),
+        hparams=(("m2_tau", 0.04),)),
+    Objective("topr", lambda x, p: objectives.topr(
+        x.log_prob, x.log_behavior, x.advantages, threshold=p.topr_threshold, mask=x.mask),
+        hparams=(("topr_threshold", 0.0),)),
+    Objective("geppo", lambda x, p: objectives.geppo(
+        x.log_prob, x.log_behavior, x.advantages,
+        log_proximal=_required(x.log_proximal, "log_proximal"), clip_eps=p.clip_eps,
+        mask=x.mask)),
 )}
 # Names used by earlier versions, still accepted in stored configs.
 _OBJECTIVE_ALIASES = {"clip": "ppo_clip", "kl": "ppo_kl"}
@@ -199,6 +231,9 @@ REGISTRY: dict[str, Algorithm] = {
     # APPO (Sample Factory; RLlib): V-trace targets and advantages, PPO's clipped objective — the
     # pairing also listed below as the ablation "Align without Filter".
     "appo": pair("vtrace_once", "ppo_clip"),
+    # What other asynchronous RL systems use for stale data, each with GAE (any other estimator
+    # through `<estimator>+<objective>`).
+    **{name: pair("gae", name) for name in ("icepop", "cispo", "dppo_tv", "m2po", "topr", "geppo")},
 }
 # Ablations that separate Align from Filter (written as pairings).
 ABLATIONS = ("gae+tv_filter", "vtrace_once+ppo_clip")

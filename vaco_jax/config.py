@@ -46,11 +46,12 @@ class Config:
     `--env <name> --help`
     shows."""
     algo: str = "vaco"
-    """Algorithm: vaco, ppo_clip, ppo_kl, spo, impala, pg, decoupled_ppo, appo, or any
+    """Algorithm: vaco, ppo_clip, ppo_kl, spo, impala, pg, decoupled_ppo, appo, the stale-data
+    objectives of other systems icepop, cispo, dppo_tv, m2po, topr, geppo, or any
     `<estimator>+<objective>` pairing (estimators gae, vtrace_once, vtrace_every; objectives
-    tv_filter, ppo_clip, ppo_kl, spo, impala_pg, pg, decoupled_ppo; e.g. the ablations
-    gae+tv_filter, vtrace_once+ppo_clip). The objective may be your own: a name given to
-    vaco_jax.register_objective, or module:function (e.g. gae+my_objectives:my_loss;
+    tv_filter, ppo_clip, ppo_kl, spo, impala_pg, pg, decoupled_ppo and those six; e.g. the
+    ablations gae+tv_filter, vtrace_once+ppo_clip). The objective may be your own: a name given
+    to vaco_jax.register_objective, or module:function (e.g. gae+my_objectives:my_loss;
     docs/objectives.md)."""
     seed: int = 0
     """Seed of the first run; seed i of a multi-seed run uses `seed + i`."""

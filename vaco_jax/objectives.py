@@ -105,14 +105,172 @@ def decoupled_ppo(log_prob, log_behavior, advantages, *, log_proximal, clip_eps,
         mask, log_prob, log_behavior, advantages, log_proximal)
     behavior_ratio = jnp.exp(sg(log_ratio(log_proximal, log_behavior)))
     behavior_weight = jnp.minimum(behavior_ratio, is_max)
+    surrogate, clipped_active = _proximal_surrogate(log_prob, log_proximal, advantages, clip_eps)
+    loss = -masked_mean(behavior_weight * surrogate, mask)
+    return loss, {"clip_fraction": masked_mean(clipped_active, mask),
+                  "behavior_capped_fraction": masked_mean(
+                      (behavior_ratio > is_max).astype(surrogate.dtype), mask)}
+
+
+def _proximal_surrogate(log_prob, log_proximal, advantages, clip_eps):
+    """PPO's clipped surrogate of `r = π_θ/π_prox` per sample, `min(rÂ, clip(r, 1±ε)Â)`, and
+    where its clip is active (`|r − 1| > ε`, as a float): decoupled PPO's, IcePop's and M2PO's."""
     ratio = jnp.exp(log_ratio(log_prob, sg(log_proximal)))
     unclipped = ratio * advantages
     clipped = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantages
-    loss = -masked_mean(behavior_weight * jnp.minimum(unclipped, clipped), mask)
     clipped_active = (jnp.abs(sg(ratio) - 1.0) > clip_eps).astype(ratio.dtype)
-    return loss, {"clip_fraction": masked_mean(clipped_active, mask),
-                  "behavior_capped_fraction": masked_mean(
-                      (behavior_ratio > is_max).astype(ratio.dtype), mask)}
+    return jnp.minimum(unclipped, clipped), clipped_active
+
+
+def icepop(log_prob, log_behavior, advantages, *, log_proximal, clip_eps, low, high, mask=None):
+    """IcePop / masked importance sampling (MIS; slime's `icepop_function`, verl's token-level
+    rejection sampling): decoupled PPO whose behavioural weight is zeroed, not truncated, outside
+    `[low, high]`:
+
+    ```
+    L = −E[ sg(ρ · 1[low ≤ ρ ≤ high]) · min(r Â, clip(r, 1±ε) Â) ],   ρ = π_T/β,  r = π_θ/π_T
+    ```
+    A sample the behaviour policy drew far from where π_T would (ρ out of range) contributes
+    nothing, rather than a capped weight. With β = π_T (ρ = 1) this is `ppo_clip`.
+    """
+    log_prob, log_behavior, advantages, log_proximal = unmasked(
+        mask, log_prob, log_behavior, advantages, log_proximal)
+    behavior_ratio = jnp.exp(sg(log_ratio(log_proximal, log_behavior)))
+    inside = (behavior_ratio >= low) & (behavior_ratio <= high)
+    behavior_weight = jnp.where(inside, behavior_ratio, 0.0)
+    surrogate, clipped_active = _proximal_surrogate(log_prob, log_proximal, advantages, clip_eps)
+    loss = -masked_mean(behavior_weight * surrogate, mask)
+    return loss, {"masked_fraction": masked_mean((~inside).astype(surrogate.dtype), mask),
+                  "clip_fraction": masked_mean(clipped_active, mask)}
+
+
+def cispo(log_prob, log_behavior, advantages, *, eps_low, eps_high, mask=None):
+    """CISPO (MiniMax-M1, arXiv 2506.13585; verl's and slime's `cispo`): the importance weight is
+    clipped and its gradient stopped, so every sample keeps its policy-gradient direction:
+
+    ```
+    L = −E[ sg(clip(w, 1 − ε_low, 1 + ε_high)) · Â · log π_θ ],   w = π_θ/β
+    ```
+    `truncated_fraction`: samples whose weight the clip changed."""
+    log_prob, log_behavior, advantages = unmasked(mask, log_prob, log_behavior, advantages)
+    ratio = jnp.exp(sg(log_ratio(log_prob, log_behavior)))
+    weight = jnp.clip(ratio, 1.0 - eps_low, 1.0 + eps_high)
+    loss = -masked_mean(weight * advantages * log_prob, mask)
+    truncated = (ratio < 1.0 - eps_low) | (ratio > 1.0 + eps_high)
+    return loss, {"truncated_fraction": masked_mean(truncated.astype(ratio.dtype), mask)}
+
+
+def dppo_tv(log_prob, log_behavior, advantages, *, delta, penalty, discrete=True, mask=None):
+    """DPPO's binary-TV trust region (Qi et al., arXiv 2602.04879; prime-rl's default loss):
+    drop a sample whose update already moved its action's probability more than δ in the
+    direction its advantage pushes, plus a small `(log w)²` penalty on every sample:
+
+    ```
+    g    = π_θ(a) − β(a)                       discrete actions and tokens (probabilities)
+    g    = ½ (w − 1)                           continuous actions (densities; see below)
+    drop = (Â > 0 ∧ g > δ) ∨ (Â < 0 ∧ g < −δ)
+    L    = −E[ (1 − drop) · w · Â ] + τ · E[ (log w)² ],   w = π_θ/β
+    ```
+    `g` carries no gradient. The discrete `g = β(a)(w − 1)` is the TV distance of the two policies
+    coarsened to {a, not a}; a density gives no probability of a single action (every one has
+    probability 0, and that coarsening is empty). The continuous `g` is the sample's own term of
+    `D_TV = ½ E_β|w − 1|` (which holds for densities as for probabilities), signed: the
+    single-sample estimate of the same divergence, positive exactly when the update raised the
+    action's likelihood, as the discrete g is. On continuous actions the mask is then VACO's
+    per-sample filter (`tv_filter`, `filter_mode="per_sample"`). `discrete` is static
+    (`PolicyInputs.discrete`).
+    """
+    log_prob, log_behavior, advantages = unmasked(mask, log_prob, log_behavior, advantages)
+    log_ratio_ = log_ratio(log_prob, log_behavior)
+    ratio = jnp.exp(log_ratio_)
+    if discrete:
+        gap = sg(jnp.exp(log_prob) - jnp.exp(log_behavior))
+    else:
+        gap = sg(0.5 * (ratio - 1.0))
+    drop = ((advantages > 0) & (gap > delta)) | ((advantages < 0) & (gap < -delta))
+    keep = (~drop).astype(ratio.dtype)
+    loss = (-masked_mean(keep * ratio * advantages, mask)
+            + penalty * masked_mean(jnp.square(log_ratio_), mask))
+    return loss, {"masked_fraction": 1.0 - masked_mean(keep, mask)}
+
+
+def second_moment_mask(log_proximal, log_behavior, tau, mask=None):
+    """M2PO's mask (AReaL): leave out the samples with the largest `(log β − log π_T)²` until the
+    mean of the rest is at most τ (at least one sample is kept). `mask` entries are neither
+    counted nor kept out. One sort, no loop over the data: the suffix means of the sorted values
+    fall as the largest are removed, and the first one at most τ says how many to remove.
+    Returns `keep`, a boolean array of the inputs' shape."""
+    shape = jnp.shape(log_behavior)
+    second_moment = jnp.square(sg(log_ratio(log_proximal, log_behavior))).reshape(-1)
+    valid = (jnp.ones(second_moment.shape, bool) if mask is None
+             else (jnp.asarray(mask) > 0).reshape(-1))
+    order = jnp.argsort(jnp.where(valid, -second_moment, jnp.inf), stable=True)  # largest first
+    ordered = jnp.where(valid[order], second_moment[order], 0.0)
+    count = jnp.sum(valid)
+    position = jnp.arange(ordered.shape[0])
+    suffix_mean = jnp.cumsum(ordered[::-1])[::-1] / jnp.maximum(count - position, 1)
+    small_enough = (suffix_mean <= tau) & (position < count)
+    num_removed = jnp.where(jnp.any(small_enough), jnp.argmax(small_enough),
+                            jnp.maximum(count - 1, 0))
+    rank = jnp.zeros_like(position).at[order].set(position)
+    return (rank >= num_removed).reshape(shape)
+
+
+def m2po(log_prob, log_behavior, advantages, *, log_proximal, clip_eps, is_max, tau, mask=None):
+    """M2PO (Zheng et al. 2025, arXiv 2510.01161; AReaL's `m2_threshold`): `second_moment_mask`,
+    then AReaL's ratio loss, decoupled PPO, on the kept samples:
+
+    ```
+    L = −(1/N) Σ_kept sg(min(π_T/β, C)) · min(r Â, clip(r, 1±ε) Â),   r = π_θ/π_T
+    ```
+    Averaged over all N samples (the M2PO paper's normaliser), so a masked sample counts as a
+    zero, as a filtered one does in `tv_filter`. With nothing masked (e.g. β = π_T) this is
+    `decoupled_ppo`."""
+    log_prob, log_behavior, advantages, log_proximal = unmasked(
+        mask, log_prob, log_behavior, advantages, log_proximal)
+    keep = second_moment_mask(log_proximal, log_behavior, tau, mask)
+    behavior_weight = jnp.minimum(jnp.exp(sg(log_ratio(log_proximal, log_behavior))), is_max)
+    surrogate, clipped_active = _proximal_surrogate(log_prob, log_proximal, advantages, clip_eps)
+    loss = -masked_mean(jnp.where(keep, behavior_weight * surrogate, 0.0), mask)
+    return loss, {"masked_fraction": masked_mean((~keep).astype(surrogate.dtype), mask),
+                  "clip_fraction": masked_mean(clipped_active, mask)}
+
+
+def topr(log_prob, log_behavior, advantages, *, threshold=0.0, mask=None):
+    """TOPR (Le Roux et al. 2025, arXiv 2503.14286; Trinity-RFT's `topr`): truncated importance
+    weights for the samples to push down, none for those to push up:
+
+    ```
+    L = −E[ sg(α) · Â · log π_θ ],   α = clip(π_θ/β, 0, 1) where Â ≤ threshold, else 1
+    ```
+    `truncated_fraction`: samples with Â ≤ threshold whose weight the clip lowered (w > 1)."""
+    log_prob, log_behavior, advantages = unmasked(mask, log_prob, log_behavior, advantages)
+    ratio = jnp.exp(sg(log_ratio(log_prob, log_behavior)))
+    negative = advantages <= threshold
+    alpha = jnp.where(negative, jnp.clip(ratio, 0.0, 1.0), 1.0)
+    loss = -masked_mean(alpha * advantages * log_prob, mask)
+    truncated = negative & (ratio > 1.0)
+    return loss, {"truncated_fraction": masked_mean(truncated.astype(ratio.dtype), mask)}
+
+
+def geppo(log_prob, log_behavior, advantages, *, log_proximal, clip_eps, mask=None):
+    """GePPO (Queeney, Paschalidis, Cassandras 2021, "Generalized Proximal Policy Optimization
+    with Sample Reuse"): PPO's clip of `w = π_θ/β`, centred on `π_T/β` instead of 1, so the
+    update stays within ε (in TV terms) of the learner π_T whatever the data's staleness:
+
+    ```
+    L = −E[ min(w Â, clip(w, c − ε, c + ε) Â) ],   c = sg(π_T/β)
+    ```
+    With β = π_T (c = 1) this is `ppo_clip`, bit for bit."""
+    log_prob, log_behavior, advantages, log_proximal = unmasked(
+        mask, log_prob, log_behavior, advantages, log_proximal)
+    ratio = jnp.exp(log_ratio(log_prob, log_behavior))
+    centre = jnp.exp(sg(log_ratio(log_proximal, log_behavior)))
+    unclipped = ratio * advantages
+    clipped = jnp.clip(ratio, centre - clip_eps, centre + clip_eps) * advantages
+    loss = -masked_mean(jnp.minimum(unclipped, clipped), mask)
+    clipped_active = (jnp.abs(sg(ratio) - centre) > clip_eps).astype(ratio.dtype)
+    return loss, {"clip_fraction": masked_mean(clipped_active, mask)}
 
 
 def ppo_kl(log_prob, log_behavior, advantages, *, kl, kl_coef, mask=None):

@@ -22,7 +22,7 @@ import numpy as np
 import optax
 from flax import struct
 
-from vaco_jax import algorithms, evaluation, networks, objectives, ring_buffer, rollout
+from vaco_jax import algorithms, evaluation, networks, objectives, ring_buffer, rollout, spaces
 from vaco_jax.config import Config, HParams, validate
 from vaco_jax.envs import EnvState, TracedOnce, VecEnv, as_env, make_env
 
@@ -278,7 +278,8 @@ class Trainer:
         inputs = algorithms.PolicyInputs(
             log_prob, mb.log_behavior, advantages, kl=kl,
             log_reference=mb.log_learner_start if config.tv_reference == "learner" else None,
-            log_proximal=mb.log_learner_start)
+            log_proximal=mb.log_learner_start,
+            discrete=isinstance(self.vec_env.action_space, spaces.Discrete))
         params = algorithms.ObjectiveParams(
             clip_eps=hp.clip_eps, delta=hp.delta, is_max=hp.is_max, rho_bar=hp.rho_bar,
             kl_coef=kl_coef, decoupled_is_max=hp.decoupled_is_max, filter_mode=config.filter_mode,

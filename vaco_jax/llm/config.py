@@ -9,19 +9,24 @@ vmapped in one compiled program.
 from __future__ import annotations
 
 import dataclasses
+import math
+import typing
 from typing import Literal
 
 import jax
 import jax.numpy as jnp
 from flax import struct
 
+from vaco_jax import algorithms
 from vaco_jax.errors import ConfigError, invalid
 from vaco_jax.llm.model import ModelConfig
 from vaco_jax.llm.problems import Difficulty
 
-# The algorithms (`vaco_jax.algorithms` names) the LLM testbed runs: their objectives need only
-# token ratios and advantages (no critic, no analytic KL).
-OBJECTIVES = ("ppo_clip", "vaco", "pg", "decoupled_ppo")
+# The algorithms (`vaco_jax.algorithms` names) the LLM testbed runs: every one whose objective needs
+# only token ratios and advantages (no critic, no analytic KL). The first four keep their indices.
+ObjectiveName = Literal["ppo_clip", "vaco", "pg", "decoupled_ppo", "spo", "impala", "icepop",
+                        "cispo", "dppo_tv", "m2po", "topr", "geppo"]
+OBJECTIVES = typing.get_args(ObjectiveName)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,11 +64,13 @@ class SFTConfig:
 
 @dataclasses.dataclass(frozen=True)
 class GRPOConfig:
-    objective: Literal["ppo_clip", "vaco", "pg", "decoupled_ppo"] = "vaco"
+    objective: ObjectiveName = "vaco"
     """The algorithm whose policy objective is used (names as in `vaco_jax.algorithms`): `ppo_clip`
     (token-ratio clipping), `vaco` (the TV filter on token ratios), `pg` (`−E[wÂ]`, no constraint),
-    `decoupled_ppo` (clipping around π_T, tokens weighted by min(π_T/β, C); PPO-clip on-policy).
-    Advantages are always GRPO's group-normalised rewards (there is no critic to realign)."""
+    `decoupled_ppo` (clipping around π_T, tokens weighted by min(π_T/β, C); PPO-clip on-policy),
+    `spo`, `impala` (its objective), or the stale-data objectives of other systems `icepop`,
+    `cispo`, `dppo_tv`, `m2po`, `topr`, `geppo` (docs/SPEC.md). Advantages are always GRPO's
+    group-normalised rewards (there is no critic to realign)."""
     num_prompts: int = 8
     """Prompts per generated batch."""
     group_size: int = 8
@@ -87,8 +94,13 @@ class GRPOConfig:
     delta: float = 0.005
     """VACO's TV threshold δ (token ratios stay near 1, so much smaller than MuJoCo's 0.2)."""
     decoupled_is_max: float = 2.0
-    """Decoupled PPO's cap C on the behavioural weight π_T/β (≥ 1; only backward lag makes it
-    differ from 1); as `vaco_jax.config.Config.decoupled_is_max`."""
+    """Decoupled PPO's (and M2PO's) cap C on the behavioural weight π_T/β (≥ 1; only backward lag
+    makes it differ from 1); as `vaco_jax.config.Config.decoupled_is_max`."""
+    objective_hparams: tuple[str, ...] = ()
+    """The objectives' own hyper-parameters, as name=value (e.g. `mis_high=5 tv_delta=0.1`): any
+    that an objective of `OBJECTIVES` declares (`vaco_jax.algorithms.Objective.hparams`; the
+    names are distinct across objectives, so one setting serves every objective of a sweep).
+    Unset ones keep their defaults."""
     tv_reference: Literal["behavior", "learner"] = "behavior"
     temperature: float = 1.0
     top_p: float = 1.0
@@ -137,6 +149,32 @@ class GRPOHParams:
     temperature: jnp.ndarray
     capacity: jnp.ndarray
     decoupled_is_max: jnp.ndarray
+    objective_hparams: dict = struct.field(default_factory=dict)
+    """Every objective's own hyper-parameters by name (`objective_hparams`), float32 leaves."""
+
+
+def objective_hparams(config: GRPOConfig) -> dict[str, float]:
+    """The own hyper-parameters of all objectives in `OBJECTIVES` (their names are distinct): the
+    defaults, overridden by `config.objective_hparams` ("name=value"). Raises `ConfigError`
+    naming `grpo.objective_hparams` for an undeclared name or a value that is not a finite
+    number."""
+    values = {}
+    for name in OBJECTIVES:
+        values.update(algorithms.parse(name).objective.defaults)
+    for item in config.objective_hparams:
+        name, eq, value = str(item).partition("=")
+        name = name.strip()
+        if not eq or name not in values:
+            _bad("grpo.objective_hparams", item,
+                 f"write each as name=value with a name in {sorted(values)}")
+        try:
+            number = float(value)
+        except ValueError:
+            number = math.nan
+        if not math.isfinite(number):
+            _bad("grpo.objective_hparams", item, f"{value.strip()!r} is not a finite number")
+        values[name] = number
+    return values
 
 
 def hparams(config: GRPOConfig) -> GRPOHParams:
@@ -144,7 +182,8 @@ def hparams(config: GRPOConfig) -> GRPOHParams:
     return GRPOHParams(jnp.asarray(OBJECTIVES.index(config.objective), jnp.int32),
                        f(config.learning_rate), f(config.clip_eps), f(config.delta),
                        f(config.temperature), jnp.asarray(config.capacity, jnp.int32),
-                       f(config.decoupled_is_max))
+                       f(config.decoupled_is_max),
+                       {k: f(v) for k, v in objective_hparams(config).items()})
 
 
 def stack_hparams(items: list[GRPOHParams]) -> GRPOHParams:
@@ -213,6 +252,7 @@ def validate(config: LLMConfig) -> LLMConfig:
         _bad("grpo.optimizer", g.optimizer, "one of ('adam', 'sgd')")
     if g.tv_reference not in ("behavior", "learner"):
         _bad("grpo.tv_reference", g.tv_reference, "one of ('behavior', 'learner')")
+    objective_hparams(g)   # names and values
     return config
 
 

@@ -37,7 +37,8 @@ class Experiment:
     ns: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
     """Minibatch updates per generated batch (forward lag)."""
     objectives: tuple[str, ...] = ("ppo_clip", "vaco")
-    """Objectives to compare (any of ppo_clip, vaco, pg, decoupled_ppo)."""
+    """Objectives to compare (any of `vaco_jax.llm.config.OBJECTIVES`: ppo_clip, vaco, pg,
+    decoupled_ppo, spo, impala, icepop, cispo, dppo_tv, m2po, topr, geppo)."""
     out: str = "runs/llm/cpu"
     """Results directory: config.json, results.jsonl (one row per N, objective, seed), summary.json."""
     plot: bool = True
@@ -209,6 +210,9 @@ def summarize(rows, base_accuracy: float):
                 "tv_estimate_max": float(np.max([np.max(r["tv_estimate_max"]) for r in runs])),
                 "approx_kl": mean_of("approx_kl_mean"),
             }
+            for key in ("masked_fraction", "truncated_fraction"):   # rows of later versions
+                if all(f"{key}_mean" in r for r in runs):
+                    table[str(n)][key] = mean_of(f"{key}_mean")
             for key, name in (("final_train_greedy_accuracy", "train_greedy_accuracy"),
                               ("final_sampled_accuracy", "sampled_accuracy")):
                 if all(key in r for r in runs):
@@ -280,6 +284,25 @@ def plot(summary, path, title=""):
     plt.close(fig)
 
 
+def same_config(stored, spec, defaults=None) -> bool:
+    """Whether a results directory's stored configuration is `spec` (both `io.to_jsonable`). A
+    field the stored one lacks counts as equal when `spec` holds its default: a field added by a
+    later version, so a finished sweep can still be extended."""
+    if not isinstance(spec, dict):
+        return stored == spec
+    if not isinstance(stored, dict) or set(stored) - set(spec):
+        return False
+    defaults = io.to_jsonable(LLMConfig()) if defaults is None else defaults
+    defaults = defaults if isinstance(defaults, dict) else {}
+    for key, value in spec.items():
+        if key in stored:
+            if not same_config(stored[key], value, defaults.get(key, {})):
+                return False
+        elif key not in defaults or defaults[key] != value:
+            return False
+    return True
+
+
 def run(experiment: Experiment, log=print) -> dict:
     """The whole sweep; returns the summary (also written to `out/summary.json`).
 
@@ -297,7 +320,7 @@ def run(experiment: Experiment, log=print) -> dict:
     spec = io.to_jsonable(config)
     primary = runtime.is_primary()   # process 0 writes; every process computes
     if not experiment.overwrite and (out / "config.json").exists():
-        if json.loads((out / "config.json").read_text()).get("config") != spec:
+        if not same_config(json.loads((out / "config.json").read_text()).get("config"), spec):
             raise invalid("out", str(out), "it holds results of another configuration; choose "
                                            "another directory or --overwrite")
     rows = [] if experiment.overwrite or not results_path.exists() else io.read_jsonl(results_path)

@@ -9,8 +9,9 @@ One iteration:
 4. log β of every answer token as the sampler drew it (from its own logits), and, with a stale
    behaviour policy, log π_T by one teacher-forced pass (without gradient);
 5. **N minibatch updates** on the batch (× `num_epochs`): the forward-lag knob. Objective on token
-   ratios `w = π_θ/β`: `ppo_clip`, `vaco` (the TV filter of SPEC §3.2), `pg` (`−E[wÂ]`) or
-   `decoupled_ppo` (clipping `π_θ/π_T`, tokens weighted by `min(π_T/β, C)`);
+   ratios `w = π_θ/β`: `ppo_clip`, `vaco` (the TV filter of SPEC §3.2), `pg` (`−E[wÂ]`),
+   `decoupled_ppo` (clipping `π_θ/π_T`, tokens weighted by `min(π_T/β, C)`), or any other of
+   `OBJECTIVES` (`spo`, `impala`, and the stale-data objectives of other systems);
 6. push the new parameters into the ring buffer.
 
 **What w means under top-p sampling.** π_θ and β are both the model's own tempered softmax
@@ -48,8 +49,11 @@ from vaco_jax.llm.dataset import ProblemSet
 from vaco_jax.llm.evaluation import greedy_accuracy, sampled_accuracy
 from vaco_jax.llm.model import Transformer, answer_mask, sequence_log_probs
 
-STEP_METRICS = ("tv_estimate", "clip_fraction", "filtered_fraction", "approx_kl", "max_ratio",
-                "policy_loss", "grad_norm")
+STEP_METRICS = ("tv_estimate", "clip_fraction", "filtered_fraction", "masked_fraction",
+                "truncated_fraction", "approx_kl", "max_ratio", "policy_loss", "grad_norm")
+# The fractions of tokens an objective intervened on that it reports itself (0 where it reports
+# none); `clip_fraction` is always the diagnostic `mean(|w − 1| > ε)`, the same for every objective.
+OBJECTIVE_FRACTIONS = ("filtered_fraction", "masked_fraction", "truncated_fraction")
 
 
 def group_advantages(rewards, scale: bool = True, eps: float = 1e-6):
@@ -99,30 +103,32 @@ def policy_loss(log_prob, batch: Batch, hp: GRPOHParams, tv_reference: str = "be
     """The objective of algorithm `hp.objective` (an index into `OBJECTIVES`) on token ratios.
 
     The objectives are the shared ones of `vaco_jax.algorithms` (`vaco` → `tv_filter`, `ppo_clip`
-    → `ppo_clip`, `pg` → `pg`, `decoupled_ppo` → `decoupled_ppo` with π_T as the proximal
-    policy), called with the shared signature. The choice is a traced leaf,
-    taken by `lax.switch`, so one compiled program can run all of them side by side under `vmap`.
-    Every objective logs the same diagnostics of `w = π_θ/β` (`tv_estimate`, `clip_fraction =
-    mean(|w − 1| > ε)`, `approx_kl`, `max_ratio`) and `filtered_fraction` (0 for non-filters).
+    → `ppo_clip`, `pg` → `pg`, `impala` → `impala_pg`, and the others by their own name; π_T is
+    the proximal policy), called with the shared signature and each with its own hyper-parameters
+    (`hp.objective_hparams`). The choice is a traced leaf, taken by `lax.switch`, so one compiled
+    program can run all of them side by side under `vmap`. Every objective logs the same
+    diagnostics of `w = π_θ/β` (`tv_estimate`, `clip_fraction = mean(|w − 1| > ε)`, `approx_kl`,
+    `max_ratio`) and the fractions of `OBJECTIVE_FRACTIONS` it reports (0 for the others).
     """
     inputs = algorithms.PolicyInputs(
         log_prob, batch.log_behavior, batch.advantages, mask=batch.mask,
         log_reference=batch.log_learner_start if tv_reference == "learner" else None,
         log_proximal=batch.log_learner_start)
     params = algorithms.ObjectiveParams(clip_eps=hp.clip_eps, delta=hp.delta,
-                                        decoupled_is_max=hp.decoupled_is_max)
+                                        decoupled_is_max=hp.decoupled_is_max,
+                                        own=hp.objective_hparams)
 
     def branch(objective):
         def run():
             loss, metrics = objective.fn(inputs, params)
-            return loss, metrics.get("filtered_fraction", jnp.float32(0.0))
+            return loss, {k: metrics.get(k, jnp.float32(0.0)) for k in OBJECTIVE_FRACTIONS}
         return run
 
-    loss, filtered = jax.lax.switch(
+    loss, fractions = jax.lax.switch(
         hp.objective, [branch(algorithms.REGISTRY[name].objective) for name in OBJECTIVES])
     diagnostics = objectives.ratio_diagnostics(log_prob, batch.log_behavior, clip_eps=hp.clip_eps,
                                                mask=batch.mask)
-    return loss, {**diagnostics, "filtered_fraction": filtered, "policy_loss": loss}
+    return loss, {**diagnostics, **fractions, "policy_loss": loss}
 
 
 class GRPO:

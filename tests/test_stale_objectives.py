@@ -1,0 +1,444 @@
+"""The stale-data objectives of other asynchronous RL systems (docs/SPEC.md, "Stale-data objectives
+of other systems"): IcePop, CISPO, DPPO's binary TV, M2PO, TOPR, GePPO.
+
+Each is checked against a per-sample Python loop over one small batch of six samples, written with
+probabilities so the numbers can be read (ε = 0.2):
+
+    β    = 0.10  0.40  0.50  0.20  0.30  0.60      behaviour policy
+    π_T  = 0.30  0.40  0.20  0.25  0.05  0.60      learner at the start of the iteration
+    π_θ  = 0.33  0.60  0.17  0.25  0.07  0.30      policy being optimised
+    Â    = 1.0  −2.0   0.5  −1.0   2.0  −0.5
+
+    π_T/β = 3.0   1.0   0.4   1.25  0.167 1.0     (IcePop masks samples 0, 2, 4)
+    π_θ/π_T = 1.1 1.5   0.85  1.0   1.4   0.5     (clip active on 1, 4, 5)
+    π_θ/β = 3.3   1.5   0.34  1.25  0.233 0.5
+    π_θ − β = 0.23 0.2 −0.33  0.05 −0.23 −0.3     (DPPO drops 0 (Â > 0) and 5 (Â < 0))
+
+then on the on-policy batch each must reduce to (β = π_T, or β = π_T = π_θ), and with padding
+entries that hold NaN or −inf.
+"""
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from vaco_jax import Trainer, algorithms, objectives
+from vaco_jax.config import Config
+from vaco_jax.errors import ConfigError
+
+EPS = 0.2
+BEHAVIOR = np.array([0.10, 0.40, 0.50, 0.20, 0.30, 0.60])
+PROXIMAL = np.array([0.30, 0.40, 0.20, 0.25, 0.05, 0.60])
+LEARNER = np.array([0.33, 0.60, 0.17, 0.25, 0.07, 0.30])
+ADVANTAGES = np.array([1.0, -2.0, 0.5, -1.0, 2.0, -0.5], np.float32)
+LOG_B, LOG_T, LOG_P = (np.log(p).astype(np.float32) for p in (BEHAVIOR, PROXIMAL, LEARNER))
+N = len(ADVANTAGES)
+NEW = ("icepop", "cispo", "dppo_tv", "m2po", "topr", "geppo")
+
+
+def value_and_grad(fn, log_prob=LOG_P, **kwargs):
+    """The objective's loss, its gradient w.r.t. log π_θ and its metrics."""
+    (loss, metrics), grad = jax.value_and_grad(lambda lp: fn(lp, **kwargs), has_aux=True)(
+        jnp.asarray(log_prob))
+    return float(loss), np.asarray(grad), {k: float(v) for k, v in metrics.items()}
+
+
+def ppo_term(r, a, low, high):
+    """min(r a, clip(r, low, high) a) and whether the unclipped term is the one taken."""
+    clipped = min(max(r, low), high)
+    return min(r * a, clipped * a), r * a < clipped * a or low < r < high
+
+
+def per_sample(loss_terms, grad_terms):
+    return sum(loss_terms) / N, np.array(grad_terms) / N
+
+
+# --- hand computations ----------------------------------------------------------------------------
+def test_icepop_by_hand():
+    losses, grads, masked = [], [], 0
+    for b, t, p, a in zip(BEHAVIOR, PROXIMAL, LEARNER, ADVANTAGES):
+        w = t / b
+        weight = w if 0.5 <= w <= 2.0 else 0.0       # zeroed outside the bounds, not capped
+        masked += weight == 0.0
+        r = p / t
+        term, unclipped = ppo_term(r, a, 1 - EPS, 1 + EPS)
+        losses.append(-weight * term)
+        grads.append(-weight * r * a if unclipped else 0.0)
+    expected_loss, expected_grad = per_sample(losses, grads)
+    loss, grad, metrics = value_and_grad(
+        objectives.icepop, log_behavior=LOG_B, advantages=ADVANTAGES, log_proximal=LOG_T,
+        clip_eps=EPS, low=0.5, high=2.0)
+    assert masked == 3 and metrics["masked_fraction"] == pytest.approx(0.5)
+    assert metrics["clip_fraction"] == pytest.approx(3 / 6)          # r = 1.5, 1.4, 0.5
+    assert loss == pytest.approx(expected_loss, rel=1e-5)
+    np.testing.assert_allclose(grad, expected_grad, rtol=1e-5, atol=1e-7)
+    assert np.all(grad[[0, 2, 4]] == 0.0) and np.all(grad[[1, 3]] != 0.0)
+
+
+def test_cispo_by_hand():
+    losses, grads = [], []
+    for b, p, a, lp in zip(BEHAVIOR, LEARNER, ADVANTAGES, LOG_P):
+        weight = min(max(p / b, 1 - 1.0), 1 + 0.28)
+        losses.append(-weight * a * lp)
+        grads.append(-weight * a)                  # every sample keeps its gradient
+    expected_loss, expected_grad = per_sample(losses, grads)
+    loss, grad, metrics = value_and_grad(objectives.cispo, log_behavior=LOG_B,
+                                         advantages=ADVANTAGES, eps_low=1.0, eps_high=0.28)
+    assert loss == pytest.approx(expected_loss, rel=1e-5)
+    np.testing.assert_allclose(grad, expected_grad, rtol=1e-5)
+    assert np.all(grad != 0.0)
+    assert metrics["truncated_fraction"] == pytest.approx(2 / 6)     # w = 3.3, 1.5 > 1.28
+    # A lower bound truncates from below too: w = 0.34, 0.233, 0.5 < 0.8.
+    _, _, metrics = value_and_grad(objectives.cispo, log_behavior=LOG_B, advantages=ADVANTAGES,
+                                   eps_low=0.2, eps_high=0.28)
+    assert metrics["truncated_fraction"] == pytest.approx(5 / 6)
+
+
+def test_dppo_tv_by_hand_on_probabilities():
+    tau, delta = 0.01, 0.2
+    losses, grads, dropped = [], [], []
+    for b, p, a in zip(BEHAVIOR, LEARNER, ADVANTAGES):
+        gap, w = p - b, p / b
+        drop = (a > 0 and gap > delta) or (a < 0 and gap < -delta)
+        dropped.append(drop)
+        losses.append(-(0.0 if drop else w * a) + tau * math.log(w) ** 2)
+        grads.append(-(0.0 if drop else w * a) + tau * 2 * math.log(w))
+    expected_loss, expected_grad = per_sample(losses, grads)
+    assert dropped == [True, False, False, False, False, True]
+    loss, grad, metrics = value_and_grad(objectives.dppo_tv, log_behavior=LOG_B,
+                                         advantages=ADVANTAGES, delta=delta, penalty=tau)
+    assert loss == pytest.approx(expected_loss, rel=1e-5)
+    np.testing.assert_allclose(grad, expected_grad, rtol=1e-5)
+    assert metrics["masked_fraction"] == pytest.approx(2 / 6)
+    # The ratio would have dropped other samples: sample 4's w = 0.23 is far below 1, but its
+    # probability moved by 0.23 the way its advantage does not push (Â > 0, g < 0).
+    assert grad[4] != 0.0
+
+
+def test_dppo_tv_on_densities_is_the_per_sample_tv_filter_plus_its_penalty():
+    # Log-densities of continuous actions: g = ½(w − 1), VACO's per-sample filter on w = π_θ/β.
+    rng = np.random.default_rng(0)
+    log_b = rng.normal(size=64).astype(np.float32) + 2.0             # densities above 1
+    log_p = (log_b + 0.8 * rng.normal(size=64)).astype(np.float32)
+    adv = rng.normal(size=64).astype(np.float32)
+    delta = 0.2
+    loss, grad, metrics = value_and_grad(objectives.dppo_tv, log_p, log_behavior=log_b,
+                                         advantages=adv, delta=delta, penalty=0.0,
+                                         discrete=False)
+    f_loss, f_grad, f_metrics = value_and_grad(objectives.tv_filter, log_p, log_behavior=log_b,
+                                               advantages=adv, delta=delta,
+                                               filter_mode="per_sample")
+    assert 0.0 < metrics["masked_fraction"] < 1.0
+    assert metrics["masked_fraction"] == pytest.approx(f_metrics["filtered_fraction"])
+    assert loss == pytest.approx(f_loss, rel=1e-6)
+    np.testing.assert_allclose(grad, f_grad, rtol=1e-6)
+    # Read as probabilities, these densities (e^2 ≈ 7) would give nonsense gaps: a different mask.
+    _, _, as_probabilities = value_and_grad(objectives.dppo_tv, log_p, log_behavior=log_b,
+                                            advantages=adv, delta=delta, penalty=0.0)
+    assert as_probabilities["masked_fraction"] != metrics["masked_fraction"]
+
+
+def m2_keep_by_loop(log_t, log_b, tau):
+    """M2PO's mask by the definition: remove the largest (log β − log π_T)² one at a time while
+    the mean of the rest exceeds τ, keeping at least one."""
+    m2 = [(float(b) - float(t)) ** 2 for b, t in zip(log_b, log_t)]
+    kept = list(range(len(m2)))
+    while len(kept) > 1 and sum(m2[i] for i in kept) / len(kept) > tau:
+        kept.remove(max(kept, key=lambda i: m2[i]))
+    return np.isin(np.arange(len(m2)), kept)
+
+
+def test_m2po_by_hand():
+    # (log β − log π_T)² = 1.207, 0, 0.840, 0.050, 3.210, 0; suffix means of the sorted values
+    # 0.884, 0.419, 0.222, 0.017, 0, 0: τ = 0.3 removes two, τ = 0.04 (AReaL's) three.
+    for tau, removed in ((0.3, [0, 4]), (0.04, [0, 2, 4]), (10.0, []), (0.0, [0, 2, 3, 4])):
+        keep = m2_keep_by_loop(LOG_T, LOG_B, tau)
+        assert np.flatnonzero(~keep).tolist() == removed
+        losses, grads = [], []
+        for k, b, t, p, a in zip(keep, BEHAVIOR, PROXIMAL, LEARNER, ADVANTAGES):
+            weight = min(t / b, 2.0) if k else 0.0
+            r = p / t
+            term, unclipped = ppo_term(r, a, 1 - EPS, 1 + EPS)
+            losses.append(-weight * term)
+            grads.append(-weight * r * a if unclipped else 0.0)
+        expected_loss, expected_grad = per_sample(losses, grads)
+        loss, grad, metrics = value_and_grad(
+            objectives.m2po, log_behavior=LOG_B, advantages=ADVANTAGES, log_proximal=LOG_T,
+            clip_eps=EPS, is_max=2.0, tau=tau)
+        assert metrics["masked_fraction"] == pytest.approx(len(removed) / N)
+        assert loss == pytest.approx(expected_loss, rel=1e-5)
+        np.testing.assert_allclose(grad, expected_grad, rtol=1e-5, atol=1e-7)
+
+
+def test_m2po_mask_matches_the_loop_jitted_vmapped_and_on_token_shapes():
+    rng = np.random.default_rng(1)
+    log_b = rng.normal(size=(4, 16)).astype(np.float32) - 2.0
+    log_t = (log_b + rng.gamma(0.5, 0.4, size=(4, 16)) * rng.choice([-1, 1], (4, 16))).astype(
+        np.float32)
+    taus = np.array([0.0, 0.005, 0.02, 0.05, 0.5], np.float32)
+    masks = jax.jit(jax.vmap(objectives.second_moment_mask, in_axes=(None, None, 0)))(
+        log_t, log_b, taus)
+    for tau, keep in zip(taus, np.asarray(masks)):
+        expected = m2_keep_by_loop(log_t.ravel(), log_b.ravel(), tau).reshape(4, 16)
+        np.testing.assert_array_equal(keep, expected)
+    assert len({int(k.sum()) for k in np.asarray(masks)}) == len(taus)  # every τ keeps a different number
+
+
+def test_topr_by_hand():
+    losses, grads, truncated = [], [], 0
+    for b, p, a, lp in zip(BEHAVIOR, LEARNER, ADVANTAGES, LOG_P):
+        w = p / b
+        alpha = min(max(w, 0.0), 1.0) if a <= 0 else 1.0
+        truncated += a <= 0 and w > 1
+        losses.append(-alpha * a * lp)
+        grads.append(-alpha * a)
+    expected_loss, expected_grad = per_sample(losses, grads)
+    loss, grad, metrics = value_and_grad(objectives.topr, log_behavior=LOG_B,
+                                         advantages=ADVANTAGES)
+    assert loss == pytest.approx(expected_loss, rel=1e-5)
+    np.testing.assert_allclose(grad, expected_grad, rtol=1e-5)
+    assert truncated == 2 and metrics["truncated_fraction"] == pytest.approx(2 / 6)
+    # Samples pushed up keep weight 1 whatever their ratio (w = 3.3 with Â = 1).
+    assert grad[0] == pytest.approx(-1.0 / N)
+
+
+def test_geppo_by_hand():
+    losses, grads, clipped = [], [], 0
+    for b, t, p, a in zip(BEHAVIOR, PROXIMAL, LEARNER, ADVANTAGES):
+        w, centre = p / b, t / b
+        clipped += abs(w - centre) > EPS
+        term, unclipped = ppo_term(w, a, centre - EPS, centre + EPS)
+        losses.append(-term)
+        grads.append(-w * a if unclipped else 0.0)
+    expected_loss, expected_grad = per_sample(losses, grads)
+    loss, grad, metrics = value_and_grad(objectives.geppo, log_behavior=LOG_B,
+                                         advantages=ADVANTAGES, log_proximal=LOG_T, clip_eps=EPS)
+    assert loss == pytest.approx(expected_loss, rel=1e-5)
+    np.testing.assert_allclose(grad, expected_grad, rtol=1e-5, atol=1e-7)
+    assert clipped == 3 and metrics["clip_fraction"] == pytest.approx(3 / 6)
+    # Sample 0 (w = 3.3 against 3.0 ± 0.2) is clipped; PPO's clip around 1 would also clip it,
+    # but sample 3 (w = 1.25 = π_T/β) would be clipped by PPO and is not here.
+    assert grad[0] == 0.0 and grad[3] != 0.0
+
+
+# --- reductions on-policy ---------------------------------------------------------------------------
+def call(name, log_prob, log_behavior, log_proximal, advantages, mask=None, discrete=True,
+         **own):
+    objective = algorithms.OBJECTIVES[name]
+    params = algorithms.ObjectiveParams(clip_eps=EPS, own={**objective.defaults, **own})
+    inputs = algorithms.PolicyInputs(log_prob, log_behavior, advantages, mask=mask,
+                                     log_proximal=log_proximal, discrete=discrete)
+    return objective.fn(inputs, params)
+
+
+def grad_of(name, log_prob, log_behavior, log_proximal, advantages, **kwargs):
+    return np.asarray(jax.grad(lambda lp: call(name, lp, log_behavior, log_proximal, advantages,
+                                               **kwargs)[0])(jnp.asarray(log_prob)))
+
+
+@pytest.mark.parametrize("name", ["icepop", "geppo", "m2po"])
+def test_clipped_objectives_on_on_policy_data_are_ppo_clip(name):
+    # β = π_T (no backward lag), π_θ anywhere (forward lag): PPO's clip, loss and gradient.
+    ppo_loss, _ = call("ppo_clip", LOG_P, LOG_B, LOG_B, ADVANTAGES)
+    ppo_grad = grad_of("ppo_clip", LOG_P, LOG_B, LOG_B, ADVANTAGES)
+    loss, metrics = call(name, LOG_P, LOG_B, LOG_B, ADVANTAGES)
+    grad = grad_of(name, LOG_P, LOG_B, LOG_B, ADVANTAGES)
+    if name == "geppo":   # bit for bit
+        assert float(loss) == float(ppo_loss)
+        np.testing.assert_array_equal(grad, ppo_grad)
+    else:
+        assert float(loss) == pytest.approx(float(ppo_loss), rel=1e-6)
+        np.testing.assert_allclose(grad, ppo_grad, rtol=1e-6)
+    assert metrics.get("masked_fraction", 0.0) == 0.0
+    assert np.any(ppo_grad == 0.0) and np.any(ppo_grad != 0.0)   # the clip is active somewhere
+
+
+def test_m2po_with_nothing_masked_is_its_ratio_loss_decoupled_ppo():
+    # Off-policy (β ≠ π_T) but τ above every second moment: AReaL's decoupled loss, untouched.
+    loss, metrics = call("m2po", LOG_P, LOG_B, LOG_T, ADVANTAGES, m2_tau=100.0)
+    expected, _ = call("decoupled_ppo", LOG_P, LOG_B, LOG_T, ADVANTAGES)
+    assert metrics["masked_fraction"] == 0.0
+    assert float(loss) == pytest.approx(float(expected), rel=1e-6)
+    np.testing.assert_allclose(grad_of("m2po", LOG_P, LOG_B, LOG_T, ADVANTAGES, m2_tau=100.0),
+                               grad_of("decoupled_ppo", LOG_P, LOG_B, LOG_T, ADVANTAGES),
+                               rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["cispo", "topr", "dppo_tv"])
+@pytest.mark.parametrize("discrete", [True, False])
+def test_weighted_log_prob_objectives_on_policy_follow_the_policy_gradient(name, discrete):
+    # β = π_T = π_θ: the gradient is −E[Â ∇log π], that of the importance-sampled PG at θ = β.
+    expected = grad_of("pg", LOG_B, LOG_B, LOG_B, ADVANTAGES)
+    np.testing.assert_allclose(expected, -ADVANTAGES / N, rtol=1e-6)
+    grad = grad_of(name, LOG_B, LOG_B, LOG_B, ADVANTAGES, discrete=discrete)
+    np.testing.assert_allclose(grad, expected, rtol=1e-6)
+
+
+# --- masking --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", NEW)
+def test_masked_entries_holding_nan_or_minus_inf_change_nothing(name):
+    # Three padding entries (log β = −inf, NaN advantages and log-probs) after the six samples:
+    # the loss, the gradient on the six and every metric are those of the six alone, and the
+    # padding's gradient is 0.
+    pad = np.array([-np.inf, np.nan, np.nan], np.float32)
+    log_p = np.concatenate([LOG_P, [np.nan, 0.0, -np.inf]]).astype(np.float32)
+    log_b = np.concatenate([LOG_B, pad])
+    log_t = np.concatenate([LOG_T, [np.nan, -np.inf, 0.0]]).astype(np.float32)
+    adv = np.concatenate([ADVANTAGES, [np.nan, 1.0, np.nan]]).astype(np.float32)
+    mask = np.array([1] * N + [0] * 3, np.float32)
+    for discrete in (True, False):
+        loss, metrics = call(name, log_p, log_b, log_t, adv, mask=mask, discrete=discrete)
+        grad = grad_of(name, log_p, log_b, log_t, adv, mask=mask, discrete=discrete)
+        alone, alone_metrics = call(name, LOG_P, LOG_B, LOG_T, ADVANTAGES, discrete=discrete)
+        alone_grad = grad_of(name, LOG_P, LOG_B, LOG_T, ADVANTAGES, discrete=discrete)
+        assert np.isfinite(float(loss)) and float(loss) == pytest.approx(float(alone), rel=1e-6)
+        np.testing.assert_allclose(grad[:N], alone_grad, rtol=1e-6, atol=1e-9)
+        np.testing.assert_array_equal(grad[N:], 0.0)
+        assert metrics.keys() == alone_metrics.keys()
+        for key in metrics:
+            assert float(metrics[key]) == pytest.approx(float(alone_metrics[key]), abs=1e-7), key
+
+
+def test_every_objective_reports_the_fraction_it_intervened_on():
+    keys = {"clip_fraction", "masked_fraction", "truncated_fraction", "filtered_fraction"}
+    for name in NEW:
+        _, metrics = call(name, LOG_P, LOG_B, LOG_T, ADVANTAGES)
+        assert keys & set(metrics), name
+        assert all(0.0 <= float(metrics[k]) <= 1.0 for k in keys & set(metrics))
+
+
+# --- registry and configuration -------------------------------------------------------------------
+def test_each_is_an_algorithm_with_gae_and_pairs_with_any_estimator():
+    for name in NEW:
+        algorithm = algorithms.parse(name)
+        assert algorithm.estimator.name == "gae" and algorithm.objective.name == name
+        assert algorithms.parse(f"vtrace_once+{name}").objective is algorithm.objective
+    own = [n for name in NEW for n, _ in algorithms.OBJECTIVES[name].hparams]
+    assert len(own) == len(set(own))                 # distinct names: the LLM runs them together
+
+
+def test_objective_hparams_are_set_by_name_and_checked():
+    hp = Config(env="toy_reach", algo="icepop", objective_hparams=("mis_high=5",)).hparams()
+    assert {k: float(v) for k, v in hp.objective.items()} == {"mis_low": 0.5, "mis_high": 5.0}
+    assert Config(env="toy_reach", algo="geppo").hparams().objective == {}
+    with pytest.raises(ConfigError, match="m2_tau"):
+        Config(env="toy_reach", algo="icepop", objective_hparams=("m2_tau=1",)).hparams()
+
+
+# --- in the trainer, on both action spaces -------------------------------------------------------
+# Two iterations of 4 envs × 4 steps, 2 epochs of 2 minibatches, the oldest of two snapshots: the
+# second iteration learns from stale data (β ≠ π_T) and every epoch after the first from moved θ.
+CHUNK = Config(env="toy_reach", algo="icepop", num_envs=4, unroll_length=4, num_epochs=2,
+               num_minibatches=2, num_actors=1, episode_length=10, total_steps=4 * 4 * 2,
+               num_evals=1, eval_envs=2, actor_hidden=(8,), critic_hidden=(8,), capacity=2,
+               max_capacity=2, snapshot_sampling="oldest")
+FRACTION = {"icepop": "masked_fraction", "cispo": "truncated_fraction",
+            "dppo_tv": "masked_fraction", "m2po": "masked_fraction",
+            "topr": "truncated_fraction", "geppo": "clip_fraction"}
+
+
+# Each objective compiles its own program (objectives cannot be vmapped), so each runs one chunk
+# on the continuous toy_reach; on discrete actions the objectives see log-probabilities alone
+# (checked below through the trainer) and only dppo_tv reads them differently, so it alone trains
+# there too.
+@pytest.mark.parametrize("name, domain", [(n, "continuous") for n in NEW]
+                         + [("dppo_tv", "discrete")])
+def test_one_training_chunk_is_finite(name, domain):
+    from test_discrete import ToyChoice   # a three-armed bandit: categorical head
+
+    config = dataclasses.replace(CHUNK, algo=name)
+    trainer = (Trainer(config) if domain == "continuous"
+               else Trainer(dataclasses.replace(config, env="toy_choice"), env=ToyChoice()))
+
+    def chunk(key):
+        state = trainer.init(key)
+        new_state, metrics = trainer.learn_chunk(state)
+        return state.params, new_state.params, metrics
+
+    before, after, metrics = jax.jit(chunk)(jax.random.PRNGKey(0))
+    assert int(metrics["iteration"]) == 2
+    for key in ("policy_loss", "loss", "grad_norm", FRACTION[name]):
+        assert np.isfinite(float(metrics[key])), key
+    assert 0.0 <= float(metrics[FRACTION[name]]) <= 1.0
+    moved = [np.abs(np.asarray(a) - np.asarray(b)).max()
+             for a, b in zip(jax.tree.leaves(after["actor"]), jax.tree.leaves(before["actor"]))]
+    assert all(np.isfinite(m) for m in moved) and max(moved) > 0
+
+
+def test_the_trainer_gives_dppo_tv_probabilities_on_discrete_actions():
+    # test_discrete's two samples through the trainer's policy objective (categorical head):
+    #   sample 1: π_θ(a) = 0.8438, β(a) = 1/3, Â = 1:     g = 0.510,  ½(w − 1) = 0.766
+    #   sample 2: π_θ(a) = 0.5761, β(a) = 0.2119, Â = −½: g = 0.364,  ½(w − 1) = 0.859
+    # With δ = 0.6 the probabilities keep sample 1 (0.510 ≤ 0.6); the ratio's form would drop it.
+    from test_discrete import ToyChoice, objective
+
+    trainer = Trainer(dataclasses.replace(CHUNK, env="toy_choice"), env=ToyChoice())
+    _, metrics = objective(trainer, "dppo_tv", objective_hparams=("tv_delta=0.6",))
+    assert float(metrics["masked_fraction"]) == 0.0
+    _, metrics = objective(trainer, "dppo_tv", objective_hparams=("tv_delta=0.5",))
+    assert float(metrics["masked_fraction"]) == 0.5
+    for name in NEW:   # every objective is finite on categorical log-probabilities
+        loss, metrics = objective(trainer, name)
+        assert np.isfinite(float(loss)) and 0.0 <= float(metrics[FRACTION[name]]) <= 1.0
+
+
+# --- in the LLM's GRPO ------------------------------------------------------------------------------
+def test_grpo_runs_each_objective_on_token_ratios_with_its_own_hyper_parameters():
+    from vaco_jax.llm import config as llm_config, grpo
+    from test_llm_grpo import token_batch
+
+    assert set(NEW) <= set(llm_config.OBJECTIVES)
+    assert llm_config.OBJECTIVES[:4] == ("ppo_clip", "vaco", "pg", "decoupled_ppo")
+    log_prob, batch = token_batch(0, spread=0.5)
+    # A stale π_T, so that every objective has something to mask, clip or truncate.
+    batch = batch.replace(log_learner_start=batch.log_behavior + 0.7 * jnp.asarray(
+        np.random.default_rng(1).normal(size=batch.log_behavior.shape), jnp.float32))
+    base = llm_config.preset("tiny").grpo
+    for name in NEW:
+        for own in ((), ("mis_low=0.9", "cispo_eps_low=0.1", "tv_delta=0.05", "m2_tau=1",
+                         "topr_threshold=-0.5")):
+            hp = llm_config.hparams(dataclasses.replace(base, objective=name,
+                                                        objective_hparams=own))
+            loss, metrics = jax.jit(grpo.policy_loss)(log_prob, batch, hp)
+            expected, expected_metrics = call(
+                name, log_prob, batch.log_behavior, batch.log_learner_start, batch.advantages,
+                mask=batch.mask, **{k: float(v) for k, v in hp.objective_hparams.items()})
+            assert float(loss) == pytest.approx(float(expected), rel=1e-5), (name, own)
+            key = FRACTION[name] if FRACTION[name] != "clip_fraction" else None
+            if key:
+                assert float(metrics[key]) == pytest.approx(float(expected_metrics[key])), name
+            assert {"masked_fraction", "truncated_fraction"} <= set(metrics)
+        # The overrides reach the objective (geppo has none of its own).
+        default_loss = jax.jit(grpo.policy_loss)(log_prob, batch, llm_config.hparams(
+            dataclasses.replace(base, objective=name)))[0]
+        assert (float(loss) != float(default_loss)) == (name != "geppo"), name
+
+
+def test_grpo_objective_hparams_are_validated_by_name():
+    from vaco_jax.llm import config as llm_config
+
+    tiny = llm_config.preset("tiny")
+    llm_config.validate(llm_config.replace(tiny, grpo=dict(objective="m2po",
+                                                           objective_hparams=("m2_tau=0.1",))))
+    for bad in (("tau=1",), ("m2_tau",), ("m2_tau=x",), ("m2_tau=inf",)):
+        with pytest.raises(ConfigError, match="grpo.objective_hparams"):
+            llm_config.validate(llm_config.replace(tiny, grpo=dict(objective_hparams=bad)))
+
+
+def test_a_sweep_made_before_objective_hparams_existed_can_still_be_extended():
+    from vaco_jax import io
+    from vaco_jax.llm import config as llm_config, experiment
+
+    spec = io.to_jsonable(llm_config.preset("cpu"))
+    older = io.to_jsonable(llm_config.preset("cpu"))
+    del older["grpo"]["objective_hparams"]
+    assert experiment.same_config(older, spec)
+    # ... unless the field is set, or any stored field differs.
+    assert not experiment.same_config(older, io.to_jsonable(llm_config.replace(
+        llm_config.preset("cpu"), grpo=dict(objective_hparams=("m2_tau=1",)))))
+    older["grpo"]["delta"] = 0.5
+    assert not experiment.same_config(older, spec)
