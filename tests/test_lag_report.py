@@ -102,7 +102,8 @@ TASKS = {"task_a": (0.0, 100.0), "task_b": (-50.0, 50.0)}    # random, sync PPO-
 BUDGET, EVALS, SEEDS = 4095, 5, tuple(range(100, 106))   # evaluations every 819 steps
 CAPACITIES = (1, 2, 4, 8, 16)
 # Method → normalised final score per constant lag k: PPO-Clip keeps its score until k = 3 and
-# halves from k = 7; VACO keeps it; IMPALA with one epoch fails at k = 0 (below random).
+# halves from k = 7; VACO keeps it; IMPALA (one epoch: its row, named `impala`) fails at k = 0
+# (below random).
 LEVELS = {("vaco", "oldest"): {0: 0.9, 1: 0.9, 3: 0.9, 7: 0.9, 15: 0.9},
           ("ppo_clip", "oldest"): {0: 1.0, 1: 1.0, 3: 1.0, 7: 0.5, 15: 0.5},
           ("impala", "epochs=1,oldest"): {0: -0.1, 1: -0.1, 3: -0.1, 7: -0.1, 15: -0.1}}
@@ -236,7 +237,7 @@ def test_degradation_break_lag_and_interaction_have_the_known_answers(synthetic)
     assert pooled["degradation"] == pytest.approx(np.mean(
         [_one(d, task=t, method="vaco", lag="k=3")["degradation"] for t in TASKS]))
     # A synchronous score below random leaves the ratio undefined, never a number.
-    assert np.isnan(_one(d, task="task_a", method="impala [epochs=1]", lag="k=7")["degradation"])
+    assert np.isnan(_one(d, task="task_a", method="impala", lag="k=7")["degradation"])
 
     b = report.break_lag
     assert _one(b, task="task_a", method="ppo_clip")[["break_lag", "confidently_broken"]].tolist() \
@@ -261,7 +262,7 @@ def test_sanity_realised_lag_and_missing_cells(synthetic):
     ppo = _one(s, task="task_a", method="ppo_clip")
     assert ppo["clears_random"] and ppo["reaches_fraction"] and ppo["fails"] == ""
     assert (ppo["random_return"], ppo["sync_return"]) == (0.0, 100.0)
-    failing = _one(s, task="task_b", method="impala [epochs=1]")
+    failing = _one(s, task="task_b", method="impala")
     assert not failing["clears_random"] and "does not clear random" in failing["fails"]
     # Realised age: C − 1 once the buffer has filled (here after the first of 5 evaluations).
     r = report.realised_lag
@@ -271,13 +272,13 @@ def test_sanity_realised_lag_and_missing_cells(synthetic):
     assert _one(r, task="task_a", method="vaco", lag="uniform C=16")["snapshot_age"] == 7.5
     missing = report.missing
     assert set(zip(missing["task"], missing["method"])) == {
-        (t, m) for t in TASKS for m in ("spo", "impala", "impala [epochs=1]")}
-    assert _one(missing, task="task_a", method="impala [epochs=1]")["lags"] == "uniform C=16"
+        (t, m) for t in TASKS for m in ("spo", "impala [epochs=4]", "impala")}
+    assert _one(missing, task="task_a", method="impala")["lags"] == "uniform C=16"
     spo = missing[(missing["task"] == "task_a") & (missing["method"] == "spo")]
     assert spo[["lags", "status"]].to_dict("records") == [
         {"lags": "k=0, k=1, k=3, k=7, k=15", "status": f"planned in {sweeps[0]}, not finished"},
         {"lags": "uniform C=16", "status": "not run"}]
-    assert _one(missing, task="task_b", method="impala")["status"] == "not run"
+    assert _one(missing, task="task_b", method="impala [epochs=4]")["status"] == "not run"
 
 
 def test_cells_of_other_code_are_refused_unless_allowed(synthetic, tmp_path):
@@ -309,7 +310,7 @@ def test_cli_writes_figures_tables_and_summary(synthetic, tmp_path, capsys):
         assert heading in summary
     assert "m = 24 comparisons" in summary and SOURCE in summary and "100–105" in summary
     assert "| task_b | vaco | k=3 | 103 |" in summary
-    assert "| task_a | impala [epochs=1] †" in summary
+    assert "| task_a | impala †" in summary
     # References measured by the final evaluation only are refused, naming both rules.
     one = _references(tmp_path / "r1.json", last_evals=1)
     assert lag_report.main([*args, "--references", str(one)]) == 2

@@ -389,6 +389,16 @@ def test_lag_study_plans_constant_lags_in_one_program_per_task_and_method():
     assert by_variant[("impala", "epochs=1,oldest")].num_epochs == 1
     assert by_variant[("impala", "oldest")].num_epochs == 4
     assert by_variant[("ppo_kl", "kl_adaptive,oldest")].kl_adaptive
+    learner_kl = by_variant[("ppo_kl", "kl_adaptive_learner,oldest")]
+    assert learner_kl.kl_adaptive and learner_kl.kl_reference == "learner"
+    assert (learner_kl.kl_coef_min, learner_kl.kl_coef_max) == (1 / 35, 35.0)
+    assert by_variant[("ppo_kl", "kl_adaptive,oldest")].kl_reference == "behavior"
+    # Tables name IMPALA's one-epoch form `impala`, the protocol's 4 epochs a labelled variant.
+    assert presets.method_label("impala", "epochs=1,oldest") == "impala"
+    assert presets.method_label("impala", "oldest") == "impala [epochs=4]"
+    assert presets.method_label("ppo_kl", "kl_adaptive_learner,uniform") == \
+        "ppo_kl [kl_adaptive_learner]"
+    assert presets.method_label("vaco", "uniform") == "vaco"
     assert by_variant[("vaco", "oldest")].mjx_solver == "fast"
     # Every constant-lag program runs before any uniform one.
     assert max(cells.index(c) for c in oldest if c.env == envs_[0]) < cells.index(uniform[0])

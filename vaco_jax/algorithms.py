@@ -87,7 +87,8 @@ class PolicyInputs:
     advantages: Any                # as the objective should use them (normalised or not)
     mask: Any = None               # 1 = counts (e.g. answer tokens), None = every entry
     log_reference: Any = None      # log π_T(a|s) for `tv_reference=learner`, else None
-    kl: Any = None                 # per-sample analytic KL(β ‖ π_θ), for objectives that need it
+    kl: Any = None                 # per-sample analytic KL(ref ‖ π_θ), for objectives that need
+                                   # it: ref = β, or π_T with the config's `kl_reference="learner"`
     log_proximal: Any = None       # log π_prox(a|s) of decoupled PPO: π_T, the learner at the
                                    # start of the iteration (both trainers always pass it)
     discrete: bool = True          # log_prob are log-probabilities (tokens, categorical actions);
@@ -133,8 +134,8 @@ class Objective:
     name: str
     fn: Callable
     needs_kl: bool = False
-    """Reads `PolicyInputs.kl` (the per-sample analytic KL(β ‖ π_θ) of the policy's distribution:
-    Gaussian or categorical)."""
+    """Reads `PolicyInputs.kl` (the per-sample analytic KL(β ‖ π_θ) of the policy's distribution,
+    Gaussian or categorical; KL(π_T ‖ π_θ) with the config's `kl_reference="learner"`)."""
     hparams: tuple[tuple[str, float], ...] = ()
     """The objective's own hyper-parameters and their defaults, `(name, default)` pairs: vmappable
     leaves (`HParams.objective`), set with the config's `objective_hparams` ("name=value"), read
@@ -209,6 +210,10 @@ _OBJECTIVE_ALIASES = {"clip": "ppo_clip", "kl": "ppo_kl"}
 class Algorithm:
     estimator: Estimator
     objective: Objective
+    defaults: tuple[tuple[str, Any], ...] = ()
+    """Config fields the algorithm runs with unless set, `(field, value)` pairs: its usual form
+    where that differs from the shared protocol (`Config.for_env` and the command line apply them
+    over the env's defaults; explicit values win)."""
 
     @property
     def name(self) -> str:
@@ -224,7 +229,8 @@ REGISTRY: dict[str, Algorithm] = {
     "ppo_clip": pair("gae", "ppo_clip"),
     "ppo_kl": pair("gae", "ppo_kl"),
     "spo": pair("gae", "spo"),
-    "impala": pair("vtrace_every", "impala_pg"),
+    # IMPALA (Espeholt et al. 2018) as its authors and Stoix run it: one pass over each batch.
+    "impala": dataclasses.replace(pair("vtrace_every", "impala_pg"), defaults=(("num_epochs", 1),)),
     "pg": pair("gae", "pg"),
     # Decoupled PPO (Hilton et al. 2021; AReaL): clipped around π_T, weighted by min(π_T/β, C).
     "decoupled_ppo": pair("gae", "decoupled_ppo"),
@@ -237,6 +243,13 @@ REGISTRY: dict[str, Algorithm] = {
 }
 # Ablations that separate Align from Filter (written as pairings).
 ABLATIONS = ("gae+tv_filter", "vtrace_once+ppo_clip")
+
+
+def defaults(name: str) -> dict[str, Any]:
+    """The config fields algorithm `name` runs with unless set (`Algorithm.defaults`); none for a
+    pairing or a name that is not registered (validation reports those)."""
+    algorithm = REGISTRY.get(name)
+    return dict(algorithm.defaults) if algorithm is not None else {}
 
 
 def objective_hparams(objective: Objective, overrides=()) -> dict[str, float]:

@@ -25,6 +25,7 @@ __all__ = ["Config", "ConfigError", "HParams", "validate", "to_json_dict", "from
 
 SnapshotSampling = Literal["uniform", "oldest", "newest"]
 TVReference = Literal["behavior", "learner"]
+KLReference = Literal["behavior", "learner"]
 FilterMode = Literal["batch", "per_sample"]
 MjxSolver = Literal["default", "fast"]
 
@@ -107,6 +108,10 @@ class Config:
     """Normalise advantages per minibatch."""
     kl_adaptive: bool = False
     """PPO-KL: adapt β_KL towards kl_target (×2 / ÷2 rule) instead of keeping it fixed."""
+    kl_reference: KLReference = "behavior"
+    """PPO-KL: the policy its KL penalty (and the adaptive rule) measures from: `behavior` (β, the
+    data's policy: the textbook form) or `learner` (π_T, the learner at the start of the iteration:
+    PPO's "old" policy, the one before the update, under asynchrony). Identical penalty when C = 1."""
     anneal_lr: bool = False
     """Linearly anneal the learning rate to zero over the run."""
     objective_hparams: tuple[str, ...] = ()
@@ -129,6 +134,10 @@ class Config:
     """PPO-KL β_KL (initial value when kl_adaptive)."""
     kl_target: float = 0.01
     """PPO-KL adaptive target KL."""
+    kl_coef_min: float = 0.0
+    """PPO-KL adaptive: β_KL is kept at or above this (0 = unbounded; 1/35 in the bounded form)."""
+    kl_coef_max: float = math.inf
+    """PPO-KL adaptive: β_KL is kept at or below this (inf = unbounded; 35 in the bounded form)."""
     rho_bar: float = 1.0
     """V-trace ρ̄ (truncation of the TD-error importance weight; IMPALA's policy-gradient ρ̄)."""
     c_bar: float = 1.0
@@ -162,15 +171,23 @@ class Config:
     @classmethod
     def for_env(cls, env: str, **fields) -> "Config":
         """A config for `env` with the env's own defaults (`envs.defaults`: what learns on a
-        2-core CPU, e.g. hopper's 1M steps with `mjx_solver="fast"`) for every field not given in
-        `fields`. The command line starts from it, so `--env hopper` runs (and `--help` shows)
-        hopper's defaults; `Config(env=...)` keeps the class defaults (inverted_pendulum's), as
-        every stored config and preset was written against."""
+        2-core CPU, e.g. hopper's 1M steps with `mjx_solver="fast"`) and then the algorithm's
+        (`algorithms.defaults` of `fields["algo"]`: its usual form, e.g. IMPALA's one epoch) for
+        every field not given in `fields`: class < env < algorithm < `fields`. The command line
+        starts from it, so `--env hopper --algo impala` runs (and `--help` shows) those defaults;
+        `Config(env=...)` keeps the class defaults (inverted_pendulum's), as every stored config
+        and preset was written against."""
+        names = {f.name for f in dataclasses.fields(cls)}
         env_defaults = envs.defaults(env)
-        unknown = sorted(set(env_defaults) - {f.name for f in dataclasses.fields(cls)})
+        unknown = sorted(set(env_defaults) - names)
         if unknown:
             raise invalid("env", env, f"its defaults name fields {unknown} that Config does not have")
-        return cls(env=env, **{**env_defaults, **fields})
+        algo = fields.get("algo", cls.algo)
+        algo_defaults = algorithms.defaults(algo)
+        unknown = sorted(set(algo_defaults) - names)
+        if unknown:
+            raise invalid("algo", algo, f"its defaults name fields {unknown} that Config does not have")
+        return cls(env=env, **{**env_defaults, **algo_defaults, **fields})
 
     @property
     def slots(self) -> int:
@@ -243,6 +260,8 @@ class HParams:
     clip_eps: jnp.ndarray
     kl_coef: jnp.ndarray
     kl_target: jnp.ndarray
+    kl_coef_min: jnp.ndarray
+    kl_coef_max: jnp.ndarray
     rho_bar: jnp.ndarray
     c_bar: jnp.ndarray
     is_max: jnp.ndarray
@@ -258,7 +277,7 @@ class HParams:
 
 
 # Floats that may be infinite (inf disables the mechanism); every other float must be finite.
-INFINITE_ALLOWED = ("delta", "is_max", "decoupled_is_max")
+INFINITE_ALLOWED = ("delta", "is_max", "decoupled_is_max", "kl_coef_max")
 
 
 def _fail(field: str, value, allowed: str) -> None:
@@ -339,9 +358,17 @@ def validate(config: Config, *, env_given: bool = False) -> None:
     if not floats["decoupled_is_max"] >= 1:
         _fail("decoupled_is_max", config.decoupled_is_max,
               "must be >= 1 (inf = no cap): a cap below 1 would shrink on-policy samples' weight")
-    for name in ["kl_coef", "vf_coef", "ent_coef"]:
+    for name in ["kl_coef", "vf_coef", "ent_coef", "kl_coef_min"]:
         if floats[name] < 0:
             _fail(name, getattr(config, name), "must be >= 0")
+    if not floats["kl_coef_min"] <= floats["kl_coef"] <= floats["kl_coef_max"]:
+        _fail("kl_coef_max" if floats["kl_coef"] > floats["kl_coef_max"] else "kl_coef_min",
+              config.kl_coef_max if floats["kl_coef"] > floats["kl_coef_max"] else config.kl_coef_min,
+              f"must bound the initial β_KL: kl_coef_min <= kl_coef ({config.kl_coef}) <= kl_coef_max")
+    if config.kl_reference == "learner" and not algorithm.objective.needs_kl:
+        _fail("kl_reference", config.kl_reference,
+              f"'learner' applies to objectives with a KL penalty (ppo_kl), not to "
+              f"{algorithm.objective.name!r} of algo {config.algo!r}; allowed: 'behavior'")
     for name in ["actor_hidden", "critic_hidden"]:
         widths = getattr(config, name)
         if not widths or min(widths) < 1:

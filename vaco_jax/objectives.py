@@ -274,7 +274,8 @@ def geppo(log_prob, log_behavior, advantages, *, log_proximal, clip_eps, mask=No
 
 
 def ppo_kl(log_prob, log_behavior, advantages, *, kl, kl_coef, mask=None):
-    """PPO with a KL penalty: `−E[wÂ] + β_KL · E[KL(β ‖ π_θ)]`; `kl` is the per-sample analytic KL."""
+    """PPO with a KL penalty: `−E[wÂ] + β_KL · E[KL(ref ‖ π_θ)]`; `kl` is the per-sample analytic
+    KL from the reference policy: β (the textbook form) or π_T, the policy before the update."""
     log_prob, log_behavior, advantages, kl = unmasked(mask, log_prob, log_behavior, advantages, kl)
     ratio = jnp.exp(log_ratio(log_prob, log_behavior))
     surrogate = masked_mean(ratio * advantages, mask)

@@ -483,9 +483,10 @@ class Command:
 
 def parse(argv: list[str], default: Command | None = None) -> Command:
     """The command of `argv`. Without a `default`, every config flag not given takes the default
-    of the env named by `--env` (`Config.for_env`), which `--help` shows."""
+    of the env named by `--env`, then of the algorithm named by `--algo` (`Config.for_env`),
+    which `--help` shows."""
     if default is None:
-        default = Command(config=Config.for_env(env_in(argv)))
+        default = Command(config=Config.for_env(env_in(argv), algo=algo_in(argv)))
     description = __doc__.split("\n\n")[0]
     return tyro.cli(Command, args=argv, default=default, description=description,
                     prog="python -m vaco_jax.train")
@@ -494,13 +495,22 @@ def parse(argv: list[str], default: Command | None = None) -> Command:
 def env_in(argv: list[str]) -> str:
     """The value of `--env` in `argv` (`--env X` or `--env=X`; the last one given), or the
     default env."""
-    env = Config().env
+    return _flag_in(argv, "--env", Config().env)
+
+
+def algo_in(argv: list[str]) -> str:
+    """The value of `--algo` in `argv` (the last one given), or the default algorithm."""
+    return _flag_in(argv, "--algo", Config().algo)
+
+
+def _flag_in(argv: list[str], flag: str, default: str) -> str:
+    value = default
     for i, arg in enumerate(argv):
-        if arg == "--env" and i + 1 < len(argv):
-            env = argv[i + 1]
-        elif arg.startswith("--env="):
-            env = arg.partition("=")[2]
-    return env
+        if arg == flag and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg.partition("=")[2]
+    return value
 
 
 def with_stored_config(command: Command, argv: list[str]) -> Command:

@@ -81,6 +81,8 @@ class LearnerBatch:
     log_learner_start: jax.Array   # log π_T(a|s)
     advantages: jax.Array | None   # fixed for the iteration (None: estimated per minibatch)
     targets: jax.Array | None      # value targets, likewise
+    learner_start: Any = None      # π_T's distribution parameters, carried only for the KL
+                                   # penalty to π_T (`kl_reference="learner"`), else None
 
 
 def make_optimizer(hparams: HParams, learning_rate):
@@ -167,9 +169,13 @@ class Trainer:
         buffer = ring_buffer.push(state.buffer, self.snapshot(params, normalizer))
         kl_coef = state.kl_coef
         if config.kl_adaptive:
-            kl = update_metrics["approx_kl"]
+            # Schulman et al. 2017 §4, on the KL the penalty measures: to β, its k3 estimate (the
+            # textbook form), or to π_T, the penalty's own analytic KL (as RLlib's PPO); both
+            # averaged over the update's minibatch steps. Then kept in [kl_coef_min, kl_coef_max].
+            kl = update_metrics["kl_penalty" if config.kl_reference == "learner" else "approx_kl"]
             kl_coef = jnp.where(kl > 1.5 * hp.kl_target, kl_coef * 2.0,
                                 jnp.where(kl < hp.kl_target / 1.5, kl_coef / 2.0, kl_coef))
+            kl_coef = jnp.clip(kl_coef, hp.kl_coef_min, hp.kl_coef_max)
 
         episodes_ended = jnp.sum(traj.terminated | traj.truncated)
         metrics = {
@@ -193,7 +199,8 @@ class Trainer:
         norm = functools.partial(networks.normalize, normalizer=normalizer,
                                  enabled=self.config.normalize_observations)
         obs, next_obs = norm(traj.obs), norm(traj.next_obs)
-        learner_dist = self.head.distribution(self.actor.apply({"params": params["actor"]}, obs))
+        learner_out = self.actor.apply({"params": params["actor"]}, obs)
+        learner_dist = self.head.distribution(learner_out)
         log_learner_start = learner_dist.log_prob(traj.action)
         values = self.critic.apply({"params": params["critic"]}, obs)
         next_values = self.critic.apply({"params": params["critic"]}, next_obs)
@@ -207,7 +214,9 @@ class Trainer:
                                                traj.terminated, traj.truncated, hp)
         batch = LearnerBatch(obs, next_obs, traj.action, rewards, traj.terminated,
                              traj.truncated, traj.log_behavior, traj.behavior, log_learner_start,
-                             advantages, targets)
+                             advantages, targets,
+                             learner_start=learner_out if self.config.kl_reference == "learner"
+                             else None)
         behavior_dist = self.head.distribution(traj.behavior)
         lag_metrics = {  # the realised backward lag, measured on the batch (SPEC §2)
             "behavior_tv": 0.5 * jnp.mean(
@@ -272,8 +281,9 @@ class Trainer:
     def policy_objective(self, log_prob, mb: LearnerBatch, advantages, hp: HParams, kl_coef, dist):
         objective, config = self.algorithm.objective, self.config
         kl = None
-        if objective.needs_kl:   # analytic, by the distribution's own rule
-            kl = self.head.distribution(mb.behavior).kl_divergence(dist)
+        if objective.needs_kl:   # analytic, by the distribution's own rule: KL(β or π_T ‖ π_θ)
+            reference = mb.learner_start if config.kl_reference == "learner" else mb.behavior
+            kl = self.head.distribution(reference).kl_divergence(dist)
         # π_T is decoupled PPO's proximal policy (an objective that does not read it costs nothing).
         inputs = algorithms.PolicyInputs(
             log_prob, mb.log_behavior, advantages, kl=kl,

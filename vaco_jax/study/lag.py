@@ -48,7 +48,7 @@ MIN_TAIL = 25
 """Resamples expected beyond each simultaneous endpoint: sets the family's number of resamples."""
 TARGET = "vaco"
 POOLED = "pooled"
-METHODS = tuple(analysis.label(algo, variant.name) for algo, variant in presets.LAG_METHODS)
+METHODS = tuple(presets.method_label(algo, variant.name) for algo, variant in presets.LAG_METHODS)
 BASELINES = tuple(m for m in METHODS if m != TARGET)
 SYNC = ("oldest", 1)              # (sampling, capacity) of k = 0
 RUN = ["env", "method", "sampling", "capacity", "seed"]
@@ -129,7 +129,7 @@ def check_one_code(cells: pd.DataFrame, allow_code_change: bool = False) -> None
 def with_columns(results: pd.DataFrame) -> pd.DataFrame:
     """`method` (algorithm [method variant]), `sampling` and `lag` ("k=3", "uniform C=16")."""
     results = results.copy()
-    results["method"] = [analysis.label(a, presets.method_variant(v))
+    results["method"] = [presets.method_label(a, v)
                          for a, v in zip(results["algo"], results["variant"])]
     if "snapshot_sampling" in results:
         results["sampling"] = results["snapshot_sampling"]
@@ -168,7 +168,7 @@ def design(study: Study) -> pd.DataFrame:
             for algo, variant in presets.LAG_METHODS:
                 if algos is not None and algo not in algos:
                     continue
-                method = analysis.label(algo, variant.name)
+                method = presets.method_label(algo, variant.name)
                 cells |= {(env, method, "oldest", int(c)) for c in capacities}
                 if presets.UNIFORM_REFERENCE_CAPACITY in capacities:
                     cells.add((env, method, "uniform", presets.UNIFORM_REFERENCE_CAPACITY))
@@ -185,7 +185,7 @@ def missing_cells(study: Study) -> pd.DataFrame:
         for cell_id, cell in plan.get("cells", {}).items():
             if cell["study"] != "lag" or cell_id in finished:
                 continue
-            method = analysis.label(cell["algo"], presets.method_variant(cell["variant"]))
+            method = presets.method_label(cell["algo"], cell["variant"])
             sampling = cell["config"].get("snapshot_sampling", "oldest")
             for run in cell["runs"]:
                 planned[(cell["env"], method, sampling, int(run["capacity"]))] = directory

@@ -18,7 +18,7 @@ DELTAS = (0.05, 0.1, 0.2, 0.4)
 
 @dataclasses.dataclass(frozen=True)
 class Variant:
-    """A named set of static `Config` overrides (they change the compiled program)."""
+    """A named set of `Config` overrides (static ones change the compiled program)."""
 
     name: str = "default"
     overrides: tuple[tuple[str, Any], ...] = ()
@@ -27,6 +27,9 @@ class Variant:
     hparams: tuple[tuple[str, tuple[float, ...]], ...] = ()
     """`HParams` leaves swept inside the cell's program, `((name, values), ...)`: every
     combination, crossed with the capacities, δ values and seeds (e.g. the learning rate)."""
+    label: str = ""
+    """How the lag study's tables name the method (`method_label`); empty: the algorithm, with
+    the variant's name in brackets unless it is `default`. The name stays the cells' identity."""
 
 
 DEFAULT = Variant()
@@ -53,8 +56,15 @@ class Study:
 LAG_CAPACITIES = (1, 2, 4, 8, 16)
 UNIFORM_REFERENCE_CAPACITY = 16
 # Each baseline in the paper's protocol (the same K × M updates per batch as VACO) and, where its
-# usual form differs, in that form too: PPO-KL with an adaptive β_KL, IMPALA with one pass over each
-# batch (K = 1). Decoupled PPO and APPO are what asynchronous RL systems run today.
+# usual form differs, in that form too. PPO-KL with an adaptive β_KL twice: the textbook form
+# (the KL to the behaviour policy β, β_KL unbounded) and its authors' (the KL to π_T, the policy
+# before the update, in the penalty and the rule, as Schulman's modular_rl and RLlib measure it;
+# β_KL kept in [1/35, 35] as pat-coady/trpo's adaptive-KL PPO). IMPALA's row is its usual form, one
+# pass over each batch (K = 1, as Espeholt et al. and Stoix; `--algo impala` on the command line);
+# the protocol's 4 epochs are the labelled variant. The variants' names are the cells' identities
+# in stored results (results/lag-cpu), so they stay; `label` names them in tables. Decoupled PPO
+# and APPO are what asynchronous RL systems run today.
+KL_COEF_BOUNDS = (1.0 / 35.0, 35.0)
 LAG_METHODS: tuple[tuple[str, Variant], ...] = (
     ("ppo_clip", DEFAULT),
     ("vaco", DEFAULT),
@@ -62,9 +72,12 @@ LAG_METHODS: tuple[tuple[str, Variant], ...] = (
     ("decoupled_ppo", DEFAULT),
     ("appo", DEFAULT),
     ("ppo_kl", Variant("kl_adaptive", (("kl_adaptive", True),))),
+    ("ppo_kl", Variant("kl_adaptive_learner", (
+        ("kl_adaptive", True), ("kl_reference", "learner"),
+        ("kl_coef_min", KL_COEF_BOUNDS[0]), ("kl_coef_max", KL_COEF_BOUNDS[1])))),
     ("spo", DEFAULT),
-    ("impala", DEFAULT),
-    ("impala", Variant("epochs=1", (("num_epochs", 1),))),
+    ("impala", Variant("epochs=1", (("num_epochs", 1),), label="impala")),
+    ("impala", Variant("default", label="impala [epochs=4]")),
 )
 LAG_SAMPLING = {
     "oldest": Variant("oldest", (("snapshot_sampling", "oldest"),)),
@@ -93,7 +106,8 @@ def _forward_variant(epochs: int, rates: tuple[float, ...]) -> Variant:
 def _with_sampling(method: Variant, sampling: Variant) -> Variant:
     """`method`'s overrides with a snapshot-sampling column's; named `<method>,<sampling>`."""
     name = sampling.name if method.name == "default" else f"{method.name},{sampling.name}"
-    return Variant(name, method.overrides + sampling.overrides, sampling.capacities, method.hparams)
+    return Variant(name, method.overrides + sampling.overrides, sampling.capacities,
+                   method.hparams, method.label)
 
 
 def method_variant(variant: str) -> str:
@@ -103,6 +117,17 @@ def method_variant(variant: str) -> str:
     if tail in LAG_SAMPLING:
         return head or "default"
     return variant
+
+
+def method_label(algo: str, variant: str) -> str:
+    """How the lag study's tables name the method of a cell of `algo` and lag-study `variant`
+    (`"epochs=1,oldest"`): the `LAG_METHODS` entry's label where it has one (IMPALA's rows), else
+    the algorithm with the method variant in brackets unless it is `default`."""
+    method = method_variant(variant)
+    for entry_algo, entry in LAG_METHODS:
+        if (entry_algo, entry.name) == (algo, method) and entry.label:
+            return entry.label
+    return algo if method == "default" else f"{algo} [{method}]"
 
 
 STUDIES = {
