@@ -40,6 +40,14 @@ def intervened_fraction(objective_metrics: dict) -> dict:
     return {}
 
 
+def tv_backward(log_learner_start, log_behavior, mask=None):
+    """½ mean |π_T/β − 1| (no gradient): the learner's divergence from the behaviour policy on the
+    batch, before the update (the MuJoCo trainer's `behavior_tv`)."""
+    log_learner_start, log_behavior = unmasked(mask, log_learner_start, log_behavior)
+    ratio = jnp.exp(sg(log_ratio(log_learner_start, log_behavior)))
+    return 0.5 * masked_mean(jnp.abs(ratio - 1.0), mask)
+
+
 def tv_forward(log_prob, log_learner_start, log_behavior, mask=None):
     """½ mean |π_θ/β − π_T/β| (no gradient): the divergence of the policy being optimised from the
     learner at the start of the iteration, estimated on the behaviour policy's samples. It is
