@@ -211,7 +211,8 @@ def test_the_lag_diagnostics_split_backward_from_forward_lag(two_iterations):
     _, _, _, m1, m2 = two_iterations
     on_policy = slice(0, 3)
     for m in (m1, m2):
-        assert np.all(m["tv_backward"][on_policy] == 0.0)        # β is π_T
+        # β is π_T (log π_T recomputed by a teacher-forced pass: the KV cache's round-off)
+        assert np.all(m["tv_backward"][on_policy] < 1e-6)
         # N = 1: the only step is at π_θ = π_T.
         assert np.all(np.abs(m["steps"]["tv_forward"]) < 1e-6)
         assert np.all(m["update_age_max"][on_policy] == 0.0)    # K·N = 1 step per batch
