@@ -238,8 +238,7 @@ def run_diagnostics(runs: dict[str, list[dict]], title: str = ""):
         ax_ret.plot(steps, seed_mean(rows, "eval_return"), "-", color=c, label=label)
     ax_age.set_xlabel("update age (optimiser steps since the behaviour policy)")
     ax_age.set_ylabel("share of sample uses")
-    ax_tv.set_ylabel("TV: backward ½ mean|π_T/β − 1|, forward ½ mean|π_θ/β − π_T/β|")
-    ax_tv.yaxis.label.set_fontsize(8)
+    ax_tv.set_ylabel("TV estimate (solid: backward, dashed: forward)")
     ax_int.set_ylabel("fraction of samples")
     ax_ret.set_ylabel("eval return")
     for ax in (ax_tv, ax_int, ax_ret):
