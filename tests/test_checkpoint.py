@@ -188,6 +188,27 @@ def test_resuming_on_other_code_is_refused_unless_allowed(uninterrupted, tmp_pat
     assert without_source(rows) == without_source(io.read_jsonl(uninterrupted / "metrics.jsonl"))
 
 
+def test_a_run_resumed_on_code_that_logs_more_metrics_records_them_from_there(
+        partial_run, uninterrupted):
+    # The checkpoint of code that did not log `tv_forward` (written again without it).
+    checkpoints = RunCheckpoints(partial_run, create=False)
+    restored = checkpoints.restore_latest(build_program(BASE).abstract_state, BASE)
+    checkpoints.close()
+    history = {k: v for k, v in restored.history.items() if k != "tv_forward"}
+    shutil.rmtree(partial_run / "checkpoints" / "3")
+    checkpoints = RunCheckpoints(partial_run, create=False)
+    checkpoints.save(3, restored.state, history, BASE)
+    checkpoints.close()
+    assert "tv_forward" not in final_state(partial_run).history
+    summary = run(BASE, options(resume=str(partial_run)))
+    assert summary["finished"] and summary["resumed_from_chunk"] == 3
+    rows, expected = io.read_jsonl(partial_run / "metrics.jsonl"), io.read_jsonl(
+        uninterrupted / "metrics.jsonl")
+    assert all("tv_forward" not in row for row in rows[:3])     # rewritten from the checkpoint
+    assert [row["tv_forward"] for row in rows[3:]] == [row["tv_forward"] for row in expected[3:]]
+    assert np.isnan(final_state(partial_run).history["tv_forward"][:3]).all()
+
+
 def test_mujoco_playground_is_a_checked_library(uninterrupted):
     checkpoints = RunCheckpoints(uninterrupted, create=False)
     meta = checkpoints.read_meta(checkpoints.latest_chunk())

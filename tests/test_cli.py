@@ -181,6 +181,40 @@ def test_plot_runs_reads_the_cli_output_and_reports_final_returns_per_seed(run_d
     assert row["mean"] == pytest.approx(np.mean(final), rel=1e-6)
 
 
+def test_metrics_rows_carry_the_lag_diagnostics_to_the_loggers(run_dir):
+    from tensorboard.backend.event_processing import event_accumulator
+
+    from vaco_jax import diagnostics
+
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    # K = 4 epochs × M = 2 minibatches, C = 2: ages up to 2·8 − 1 = 15.
+    hist = [name for _, _, name in diagnostics.age_bins(2, 4, 2)]
+    assert hist[-1] == "update_age_hist_8_15"
+    names = ["update_age_mean", "update_age_p50", "update_age_p90", "update_age_max", *hist,
+             "tv_backward", "tv_forward", "intervened_fraction", "ratio_clip_fraction"]
+    for row in rows:
+        for name in names:
+            assert len(row[name]) == 2, name
+        np.testing.assert_allclose(np.sum([row[name] for name in hist], axis=0), 1.0, rtol=1e-6)
+        assert row["tv_backward"] == row["behavior_tv"]
+        assert row["intervened_fraction"] == row["filtered_fraction"]   # VACO's own key
+        assert all(0 <= a <= 15 for a in row["update_age_max"])
+    events = event_accumulator.EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    for name in names:
+        assert {f"{name}/mean", f"{name}/seed_0", f"{name}/seed_1"} <= tags, name
+    np.testing.assert_allclose([e.value for e in events.Scalars("tv_forward/seed_1")],
+                               [row["tv_forward"][1] for row in rows], rtol=1e-6)
+
+
+def test_plot_diagnostics_reads_the_cli_output(run_dir, tmp_path):
+    from experiments import plot_diagnostics
+
+    png = plot_diagnostics.main([str(run_dir), "--out", str(tmp_path / "diagnostics.png")])
+    assert png.stat().st_size > 10_000
+
+
 def test_dry_run_compiles_reports_memory_and_writes_nothing(run_dir, tmp_path, capsys):
     out = tmp_path / "dry"
     assert main(ARGS + ["--out", str(out), "--dry-run"]) == 0

@@ -207,6 +207,25 @@ def test_backward_lag_generates_with_the_stale_snapshot(two_iterations):
     assert m2["steps"]["tv_estimate"][3, 0] > 1e-4 > m2["steps"]["tv_estimate"][1, 0]
 
 
+def test_the_lag_diagnostics_split_backward_from_forward_lag(two_iterations):
+    _, _, _, m1, m2 = two_iterations
+    on_policy = slice(0, 3)
+    for m in (m1, m2):
+        # β is π_T (log π_T recomputed by a teacher-forced pass: the KV cache's round-off)
+        assert np.all(m["tv_backward"][on_policy] < 1e-6)
+        # N = 1: the only step is at π_θ = π_T.
+        assert np.all(np.abs(m["steps"]["tv_forward"]) < 1e-6)
+        assert np.all(m["update_age_max"][on_policy] == 0.0)    # K·N = 1 step per batch
+    # Iteration 2 of the stale run (age 1): the backward part is the whole divergence of the step.
+    assert m2["tv_backward"][3] > 1e-4 and m2["update_age_mean"][3] == 1.0
+    np.testing.assert_allclose(m2["tv_backward"][3], m2["steps"]["tv_estimate"][3, 0], rtol=1e-4)
+    # The objective's own fraction: PPO-Clip's clip, VACO's filter, 0 for pg.
+    steps = m2["steps"]
+    np.testing.assert_array_equal(steps["intervened_fraction"][0], steps["clip_fraction"][0])
+    np.testing.assert_array_equal(steps["intervened_fraction"][1], steps["filtered_fraction"][1])
+    assert np.all(steps["intervened_fraction"][2] == 0.0)
+
+
 # --- warm start ---------------------------------------------------------------------------------
 def test_warm_start_is_trained_once_then_loaded(tmp_path):
     config = llm_config.replace(TINY, sft=dict(steps=40))

@@ -76,6 +76,12 @@ def test_tidy_table(full_sweep, cells):
     assert (table[table["capacity"] == 1]["snapshot_age_max"] == 0).all()
     assert table[table["capacity"] == 4]["snapshot_age_max"].between(1, 3).all()
     assert (table[table["capacity"] == 1]["behavior_tv"] < 1e-5).all()
+    # The lag diagnostics (docs/diagnostics.md) are columns of the table too.
+    steps = config.num_epochs * config.num_minibatches
+    assert (table[table["capacity"] == 1]["update_age_max"] == steps - 1).all()
+    assert (table["tv_backward"] == table["behavior_tv"]).all() and (table["tv_forward"] >= 0).all()
+    assert (vaco["intervened_fraction"] == vaco["filtered_fraction"]).all()
+    assert (ppo["intervened_fraction"] == ppo["clip_fraction"]).all()
     record = sweep.load_cells(out).iloc[0]
     assert record["runs"] == 6 and record["sps"] > 0 and record["fingerprint"] == cells[0].fingerprint()
     plan = json.loads((out / sweep.PLAN).read_text())

@@ -200,6 +200,9 @@ def _train(config: Config, options: Options, out: Path, checkpoints: checkpoint.
             metrics, new_health = layout.unpad(metrics), _health(layout, state)
             if history is None:
                 history = _empty_history(metrics, num_evals)
+            # A run resumed on newer code may log metrics its checkpoint lacks: NaN before.
+            history.update(_empty_history({k: v for k, v in metrics.items() if k not in history},
+                                          num_evals))
             _handle_divergence(config, options, health, new_health, out, checkpoints)
             health = new_health
             for name, values in metrics.items():

@@ -22,7 +22,8 @@ import numpy as np
 import optax
 from flax import struct
 
-from vaco_jax import algorithms, evaluation, networks, objectives, ring_buffer, rollout, spaces
+from vaco_jax import (algorithms, diagnostics, evaluation, networks, objectives, ring_buffer,
+                      rollout, spaces)
 from vaco_jax.config import Config, HParams, validate
 from vaco_jax.envs import EnvState, TracedOnce, VecEnv, as_env, make_env
 
@@ -182,6 +183,9 @@ class Trainer:
             **update_metrics, **lag_metrics,
             "snapshot_age": jnp.mean(snapshot_age.astype(jnp.float32)),
             "snapshot_age_max": jnp.max(snapshot_age).astype(jnp.float32),
+            # How many optimiser steps old each sample is when an update uses it.
+            **diagnostics.update_age_metrics(snapshot_age, config.num_epochs,
+                                             config.num_minibatches, config.slots),
             "episode_return_sum": jnp.sum(traj.episode_return),
             "episodes": episodes_ended.astype(jnp.float32),
             # Episodes that ended in a non-finite reward or observation (zeroed by `VecEnv.step`).
@@ -218,9 +222,11 @@ class Trainer:
                              learner_start=learner_out if self.config.kl_reference == "learner"
                              else None)
         behavior_dist = self.head.distribution(traj.behavior)
+        behavior_tv = 0.5 * jnp.mean(
+            jnp.abs(jnp.exp(jnp.minimum(log_rhos, objectives.MAX_LOG_RATIO)) - 1.0))
         lag_metrics = {  # the realised backward lag, measured on the batch (SPEC §2)
-            "behavior_tv": 0.5 * jnp.mean(
-                jnp.abs(jnp.exp(jnp.minimum(log_rhos, objectives.MAX_LOG_RATIO)) - 1.0)),
+            "behavior_tv": behavior_tv,
+            "tv_backward": behavior_tv,   # the same value, named as the lag split's backward part
             "behavior_kl": jnp.mean(behavior_dist.kl_divergence(learner_dist)),
         }
         return batch, lag_metrics
@@ -270,9 +276,16 @@ class Trainer:
         value_loss = objectives.value_loss(values, targets)
         entropy = jnp.mean(dist.entropy())
         total = policy_loss + hp.vf_coef * value_loss - hp.ent_coef * entropy
+        ratio_metrics = objectives.ratio_diagnostics(log_prob, mb.log_behavior,
+                                                     clip_eps=hp.clip_eps)
         metrics = {
-            **objectives.ratio_diagnostics(log_prob, mb.log_behavior, clip_eps=hp.clip_eps),
+            **ratio_metrics,
+            # |w − 1| > ε for every algorithm; `clip_fraction` becomes the objective's own below
+            # when it reports one.
+            "ratio_clip_fraction": ratio_metrics["clip_fraction"],
             **policy_metrics,
+            **diagnostics.intervened_fraction(policy_metrics),
+            "tv_forward": diagnostics.tv_forward(log_prob, mb.log_learner_start, mb.log_behavior),
             "policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy,
             "loss": total,
         }

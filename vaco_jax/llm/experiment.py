@@ -185,7 +185,8 @@ def log_runs(options: LoggerOptions, out: Path, config: LLMConfig, rows) -> None
 def summarize(rows, base_accuracy: float):
     """Per (objective, N): final held-out greedy accuracy over seeds (mean, std, min, max, per
     seed); the mean clip fraction, filtered fraction and TV estimate over all minibatch steps of all
-    seeds; and, to tell an optimisation failure from a generalisation gap, the training reward
+    seeds, with the lag diagnostics `intervened_fraction`, `tv_forward` and `tv_backward` (rows of
+    earlier versions lack them); and, to tell an optimisation failure from a generalisation gap, the training reward
     (sampled answers to the training batches) beside the final greedy accuracy on a fixed sample of
     training problems (`train_greedy_accuracy`, and its excess over held-out, `generalization_gap`)
     and the final held-out accuracy of sampled answers (`sampled_accuracy`), means over seeds with
@@ -213,6 +214,10 @@ def summarize(rows, base_accuracy: float):
             for key in ("masked_fraction", "truncated_fraction"):   # rows of later versions
                 if all(f"{key}_mean" in r for r in runs):
                     table[str(n)][key] = mean_of(f"{key}_mean")
+            for key, name in (("intervened_fraction_mean", "intervened_fraction"),
+                              ("tv_forward_mean", "tv_forward"), ("tv_backward", "tv_backward")):
+                if all(key in r for r in runs):   # lag diagnostics (docs/diagnostics.md)
+                    table[str(n)][name] = mean_of(key)
             for key, name in (("final_train_greedy_accuracy", "train_greedy_accuracy"),
                               ("final_sampled_accuracy", "sampled_accuracy")):
                 if all(key in r for r in runs):

@@ -41,7 +41,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from vaco_jax import algorithms, objectives, ring_buffer
+from vaco_jax import algorithms, diagnostics, objectives, ring_buffer
 from vaco_jax.objectives import sg
 from vaco_jax.llm import sampling, verifier
 from vaco_jax.llm.config import OBJECTIVES, GRPOHParams, LLMConfig, hparams as make_hparams
@@ -50,7 +50,8 @@ from vaco_jax.llm.evaluation import greedy_accuracy, sampled_accuracy
 from vaco_jax.llm.model import Transformer, answer_mask, sequence_log_probs
 
 STEP_METRICS = ("tv_estimate", "clip_fraction", "filtered_fraction", "masked_fraction",
-                "truncated_fraction", "approx_kl", "max_ratio", "policy_loss", "grad_norm")
+                "truncated_fraction", "approx_kl", "max_ratio", "policy_loss", "grad_norm",
+                "tv_forward", "intervened_fraction")
 # The fractions of tokens an objective intervened on that it reports itself (0 where it reports
 # none); `clip_fraction` is always the diagnostic `mean(|w − 1| > ε)`, the same for every objective.
 OBJECTIVE_FRACTIONS = ("filtered_fraction", "masked_fraction", "truncated_fraction")
@@ -108,7 +109,9 @@ def policy_loss(log_prob, batch: Batch, hp: GRPOHParams, tv_reference: str = "be
     (`hp.objective_hparams`). The choice is a traced leaf, taken by `lax.switch`, so one compiled
     program can run all of them side by side under `vmap`. Every objective logs the same
     diagnostics of `w = π_θ/β` (`tv_estimate`, `clip_fraction = mean(|w − 1| > ε)`, `approx_kl`,
-    `max_ratio`) and the fractions of `OBJECTIVE_FRACTIONS` it reports (0 for the others).
+    `max_ratio`), the fractions of `OBJECTIVE_FRACTIONS` it reports (0 for the others),
+    `intervened_fraction` (the objective's own clipped, masked, truncated or filtered share,
+    `vaco_jax.diagnostics`; 0 for an objective that reports none) and `tv_forward`.
     """
     inputs = algorithms.PolicyInputs(
         log_prob, batch.log_behavior, batch.advantages, mask=batch.mask,
@@ -121,14 +124,18 @@ def policy_loss(log_prob, batch: Batch, hp: GRPOHParams, tv_reference: str = "be
     def branch(objective):
         def run():
             loss, metrics = objective.fn(inputs, params)
-            return loss, {k: metrics.get(k, jnp.float32(0.0)) for k in OBJECTIVE_FRACTIONS}
+            intervened = diagnostics.intervened_fraction(metrics).get("intervened_fraction", 0.0)
+            fractions = {k: jnp.asarray(metrics.get(k, 0.0), jnp.float32) for k in OBJECTIVE_FRACTIONS}
+            return loss, {**fractions, "intervened_fraction": jnp.asarray(intervened, jnp.float32)}
         return run
 
     loss, fractions = jax.lax.switch(
         hp.objective, [branch(algorithms.REGISTRY[name].objective) for name in OBJECTIVES])
-    diagnostics = objectives.ratio_diagnostics(log_prob, batch.log_behavior, clip_eps=hp.clip_eps,
-                                               mask=batch.mask)
-    return loss, {**diagnostics, **fractions, "policy_loss": loss}
+    ratio_metrics = objectives.ratio_diagnostics(log_prob, batch.log_behavior,
+                                                 clip_eps=hp.clip_eps, mask=batch.mask)
+    return loss, {**ratio_metrics, **fractions, "policy_loss": loss,
+                  "tv_forward": diagnostics.tv_forward(log_prob, batch.log_learner_start,
+                                                       batch.log_behavior, mask=batch.mask)}
 
 
 class GRPO:
@@ -180,7 +187,11 @@ class GRPO:
                       log_learner_start)
         info = {"reward": jnp.mean(rewards), "answer_length": jnp.mean(jnp.sum(mask, -1)),
                 "solved_groups": jnp.mean(jnp.any(rewards.reshape(g.num_prompts, -1) > 0, -1)),
-                "snapshot_age": age.astype(jnp.float32)}
+                "snapshot_age": age.astype(jnp.float32),
+                # The lag split's backward part, and each answer's age in optimiser steps.
+                "tv_backward": diagnostics.tv_backward(log_learner_start, log_behavior, mask),
+                **diagnostics.update_age_metrics(age[None], g.num_epochs, g.num_minibatches,
+                                                 g.slots)}
         return batch, info
 
     def update(self, params, opt_state, batch: Batch, hp: GRPOHParams):

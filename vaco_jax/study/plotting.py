@@ -7,6 +7,7 @@
 (d) `lag_diagnostics`: VACO's filtered fraction vs the baselines' clip fraction, and the TV
     estimate, vs capacity;
 (e) `sensitivity`: (b) for the δ sweep and for the ablations, side by side;
+(f) `run_diagnostics`: one training run's lag diagnostics (docs/diagnostics.md) per algorithm;
 plus `improvement` (probability of improvement) and `performance_profiles`.
 Every function returns a `matplotlib.figure.Figure`; a `title` (budget, seeds) is the caller's.
 """
@@ -199,6 +200,53 @@ def lag_diagnostics(results: pd.DataFrame, title: str = ""):
             ax.legend(fontsize=7)
     fig.suptitle(title or "Filtering vs clipping, and the measured divergence, vs capacity",
                  fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def run_diagnostics(runs: dict[str, list[dict]], title: str = ""):
+    """(f) The lag diagnostics of training runs (`metrics.jsonl` rows, one list per run, keyed by
+    its label), side by side: the update-age histogram (share of sample uses per bin, over the
+    whole run), `tv_backward` (solid) and `tv_forward` (dashed) over training, the objective's
+    `intervened_fraction` (with `ratio_clip_fraction`, |w − 1| > ε, dotted) and `eval_return`.
+    Every value is the mean over the run's seeds."""
+    colors = _colors(list(runs))
+    fig, (ax_age, ax_tv, ax_int, ax_ret) = plt.subplots(1, 4, figsize=(18, 3.8))
+
+    def seed_mean(rows, name):
+        return np.array([np.nanmean(row[name]) if name in row else np.nan for row in rows])
+
+    width = 0.8 / max(len(runs), 1)
+    for i, (label, rows) in enumerate(runs.items()):
+        c = colors[label]
+        steps = np.array([row["step"] for row in rows])
+        bins = sorted((tuple(int(x) for x in name.split("_")[-2:]), name) for name in rows[0]
+                      if name.startswith("update_age_hist_"))
+        shares = [np.nanmean(seed_mean(rows, name)) for _, name in bins]
+        x = np.arange(len(bins)) + (i - (len(runs) - 1) / 2) * width
+        mean_age = np.nanmean(seed_mean(rows, "update_age_mean"))
+        ax_age.bar(x, shares, width, color=c, label=f"{label} (mean {mean_age:.0f})")
+        ax_age.set_xticks(np.arange(len(bins)),
+                          [str(lo) if lo == hi else f"{lo}–{hi}" for (lo, hi), _ in bins],
+                          rotation=45, fontsize=7)
+        ax_tv.plot(steps, seed_mean(rows, "tv_backward"), "-", color=c, label=f"{label}: backward")
+        ax_tv.plot(steps, seed_mean(rows, "tv_forward"), "--", color=c, label=f"{label}: forward")
+        ax_int.plot(steps, seed_mean(rows, "intervened_fraction"), "-", color=c,
+                    label=f"{label}: intervened")
+        ax_int.plot(steps, seed_mean(rows, "ratio_clip_fraction"), ":", color=c,
+                    label=f"{label}: |w − 1| > ε")
+        ax_ret.plot(steps, seed_mean(rows, "eval_return"), "-", color=c, label=label)
+    ax_age.set_xlabel("update age (optimiser steps since the behaviour policy)")
+    ax_age.set_ylabel("share of sample uses")
+    ax_tv.set_ylabel("TV estimate (solid: backward, dashed: forward)")
+    ax_int.set_ylabel("fraction of samples")
+    ax_ret.set_ylabel("eval return")
+    for ax in (ax_tv, ax_int, ax_ret):
+        ax.set_xlabel("env steps per seed")
+    for ax in (ax_age, ax_tv, ax_int, ax_ret):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(title or "Lag diagnostics", fontsize=10)
     fig.tight_layout()
     return fig
 

@@ -232,10 +232,10 @@ def run_cell(cell: Cell, progress: Callable[[int, int], None] | None = None, *,
         train_seconds += time.perf_counter() - chunk_start
         metrics = {k: np.asarray(v) for k, v in metrics.items() if k not in ("env_steps", "iteration")}
         metrics["diverged"] = (health.nonfinite != 0).astype(np.float32)
-        if history is None:
-            history = {k: np.full((config.num_evals,) + v.shape, np.nan, np.float32)
-                       for k, v in metrics.items()}
+        history = {} if history is None else history
         for name, values in metrics.items():
+            if name not in history:   # a new cell, or one resumed on code that logs more metrics
+                history[name] = np.full((config.num_evals,) + values.shape, np.nan, np.float32)
             history[name][eval_index] = values
         if progress is not None:
             progress(eval_index + 1, config.num_evals)
