@@ -541,8 +541,8 @@ def with_stored_config(command: Command, argv: list[str]) -> Command:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    command = parse(argv)
     try:
+        command = parse(argv)   # the env's defaults: a user's env is built and checked here
         runtime.start(command.cluster, compile_cache=command.options.compile_cache,
                       verbose=command.options.verbose)
         command = with_stored_config(command, argv)
