@@ -234,8 +234,8 @@ def test_a_gymnax_video_has_a_frame_per_step_or_is_refused_before_any_episode(tm
     import imageio.v3 as iio
 
     frames = iio.imread(video)
-    episode = len(evaluate.rollout_positions(policy.load_policy(run_dir), jax.random.PRNGKey(0),
-                                             steps=8))
+    states = evaluate.rollout_states(policy.load_policy(run_dir), jax.random.PRNGKey(0), steps=8)
+    episode = len(states.reward)   # the states of the episode, its reset's first
     assert frames.shape[0] == episode and frames.shape[1:3] == (48, 64)
     assert frames.std() > 0   # something is drawn
 
