@@ -18,10 +18,12 @@ The DeepMind Control Suite comes from MuJoCo Playground (`dmc:<Task>`, e.g. `dmc
 ".[gymnax]"`) likewise (`GymnaxEnv`). Two tiny pure-JAX envs (`toy_reach`, `toy_bandit`) share the
 Brax `Env` interface for fast unit tests.
 
-The env is a value: besides these names, the trainer takes an env object (a Brax `Env`, a MuJoCo
-Playground `MjxEnv`, a gymnax environment or its `(env, params)` pair: `as_env`), a name given
-to a factory with `register_env`, or `module:factory`, a function that returns any of these.
-`make_env` resolves a name; `check_name` refuses one it cannot resolve before anything compiles.
+The env is a value: besides these names, the trainer takes an env object (a Brax `Env`, any
+object with Brax's interface (`UserEnv`), a MuJoCo Playground `MjxEnv`, a gymnax environment or its
+`(env, params)` pair: `as_env`), a name given to a factory with `register_env`, or
+`module:factory`, a function that returns any of these. `make_env` resolves a name; `check_name`
+refuses one it cannot resolve, and `check_env` an env of the user's that breaks the contract
+(docs/environments.md, "Your own env"), before anything compiles.
 """
 
 from __future__ import annotations
@@ -441,9 +443,9 @@ def time_limit(env) -> int:
 
 def with_time_limit(config, env):
     """`config` with the env's own episode limit (`time_limit`) as its `episode_length` when the
-    config keeps Config's default (1000): the default follows the env, a value set wins. For the
-    envs given as objects, registered or `module:factory`; the built-in names keep `Config`'s
-    meaning (`Config.for_env` gives them their limits)."""
+    config keeps Config's default (1000, which counts as not set): the default follows the env,
+    another value wins. For the envs given as objects, registered or `module:factory`; the
+    built-in names keep `Config`'s meaning (`Config.for_env` gives them their limits)."""
     limit = time_limit(env)
     default = next(f.default for f in dataclasses.fields(config) if f.name == "episode_length")
     if limit > 0 and config.episode_length == default and limit != default:

@@ -97,8 +97,10 @@ class Trainer:
     """Static parts of a run (config, env, networks) and the pure functions built from them.
 
     The env is `config.env` resolved by name (`envs.make_env`), or `env`, an env object passed
-    beside the config (anything `envs.as_env` takes: a Brax `Env`, a MuJoCo Playground `MjxEnv`,
-    a gymnax environment or its `(env, params)` pair), which `config.env` then only names.
+    beside the config (anything `envs.as_env` takes: a Brax `Env` or any object with Brax's
+    interface, a MuJoCo Playground `MjxEnv`, a gymnax environment or its `(env, params)` pair),
+    which `config.env` then only names. `self.config` is `config` with the env's own episode limit
+    when the env is the user's and the config leaves `episode_length` at its default.
 
     `on_evaluation(metrics)`, if given, is called on the host after every evaluation of `train`
     (and `run_chunk`) with the chunk's metrics (`eval_return`, `env_steps`, losses, ...: numpy
