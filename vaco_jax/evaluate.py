@@ -95,9 +95,12 @@ def returns(policy: Policy, key, *, episodes: int, stochastic: bool = False, env
     return np.asarray(jax.jit(run)(policy, reset_key))
 
 
-def rollout_states(policy: Policy, key, *, steps: int, stochastic: bool = False, env=None):
+def rollout_states(policy: Policy, key, *, steps: int, stochastic: bool = False, env=None,
+                   keep=None):
     """The env's states `[n, ...]` (one pytree, stacked) of one episode, its initial state first,
-    up to `steps` steps: the states up to and including the one that ended it."""
+    up to `steps` steps: the states up to and including the one that ended it; `keep(state)`, if
+    given, of each instead (e.g. `_positions`: an MJX state's joint positions only)."""
+    keep = keep if keep is not None else (lambda state: state)
     env = env if env is not None else make_env(policy.config.env, policy.config.mjx_solver)
 
     def step(carry, t):
@@ -105,12 +108,12 @@ def rollout_states(policy: Policy, key, *, steps: int, stochastic: bool = False,
         action = policy.act(state.obs, jax.random.fold_in(key, t) if stochastic else None)
         stepped = env.step(state, action)
         alive = alive & (stepped.done < 0.5)
-        return (stepped, alive), (stepped, alive)
+        return (stepped, alive), (keep(stepped), alive)
 
     def run(key):
         state = env.reset(key)
         _, (states, alive) = jax.lax.scan(step, (state, jnp.bool_(True)), jnp.arange(steps))
-        return state, states, alive
+        return keep(state), states, alive
 
     first, states, alive = jax.device_get(jax.jit(run)(key))
     # Keep the steps up to and including the one that ended the episode.
@@ -121,7 +124,8 @@ def rollout_states(policy: Policy, key, *, steps: int, stochastic: bool = False,
 def rollout_positions(policy: Policy, key, *, steps: int, stochastic: bool = False, env=None):
     """Joint positions `[n, nq]` of one episode (its initial state first), up to `steps` steps
     (a toy env: its whole state, e.g. toy_reach's point and target `[n, 4]`)."""
-    return _positions(rollout_states(policy, key, steps=steps, stochastic=stochastic, env=env))
+    return rollout_states(policy, key, steps=steps, stochastic=stochastic, env=env,
+                          keep=_positions)
 
 
 def _positions(state):
@@ -148,14 +152,14 @@ CAN_RENDER = ("an MJX env (Brax's, DM Control's), a gymnax env gymnax's Visualiz
 
 def renderer(env, name: str, video: str):
     """`draw(states, width, height) -> frames [n, height, width, 3]` uint8 of `env`'s stacked
-    states, or a `ConfigError` naming `video` and why `env` cannot be drawn (raised before any
-    episode runs)."""
+    states (an MJX env's: their joint positions, `rollout_positions`), or a `ConfigError` naming
+    `video` and why `env` cannot be drawn (raised before any episode runs)."""
     def refuse(why):
         return invalid("video", video, f"env {name!r} {why}; {CAN_RENDER}")
 
     if _mj_model(env) is not None:
-        return lambda states, width, height: render(env, _positions(states), width=width,
-                                                    height=height)
+        return lambda positions, width, height: render(env, positions, width=width,
+                                                       height=height)
     if isinstance(env, GymnaxEnv):
         gymnax_name = env.env.name
         if gymnax_name not in GYMNAX_DRAWN:
@@ -331,8 +335,11 @@ def main(argv: list[str] | None = None) -> int:
     io.write_json_atomic(out, result)
     if args.video or args.html:
         steps = args.max_steps or policy.config.episode_length
+        # An MJX env's episode is kept as its joint positions (what MuJoCo's renderer and Brax's
+        # viewer need), any other's as its states.
         states = rollout_states(policy, jax.random.PRNGKey(args.key), steps=steps,
-                                stochastic=args.stochastic, env=env)
+                                stochastic=args.stochastic, env=env,
+                                keep=_positions if _mj_model(env) is not None else None)
         n = len(jax.tree.leaves(states)[0])
     if args.video:
         dt = getattr(user_env(env), "dt", None)
@@ -341,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         write_video(args.video, frames, fps=args.fps)
         print(f"video: {len(frames)} frames ({n - 1} steps) -> {args.video}")
     if args.html:
-        write_html(args.html, env, _positions(states))
+        write_html(args.html, env, states)
         print(f"viewer: {n} states -> {args.html}")
     print(f"-> {out}")
     return 0
