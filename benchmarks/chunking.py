@@ -48,7 +48,7 @@ def main() -> None:
     program = build_program(config)
     whole = jax.jit(jax.vmap(Trainer(config).train)).lower(keys).compile()
     guard = trainer_module.guard_divergence
-    trainer_module.guard_divergence = lambda old, new, metrics: new  # traced without the guard
+    trainer_module.guard_divergence = lambda old, new, metrics, traj: new  # traced without it
     unguarded = jax.jit(jax.vmap(Trainer(config).train)).lower(keys).compile()
     trainer_module.guard_divergence = guard
     chunk, _ = program.compiled_chunk()

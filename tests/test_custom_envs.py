@@ -103,9 +103,10 @@ def test_an_env_that_cannot_be_resolved_is_refused_naming_env_and_what_is_allowe
 def test_a_factory_or_object_that_is_no_env_is_refused_naming_what_is_allowed():
     register_env("not_an_env", lambda: 3)
     with pytest.raises(ConfigError, match=r"`env` = 'not_an_env' is invalid: its factory returned "
-                                          r"a builtins.int; allowed are a Brax Env"):
+                                          r"a builtins.int: it has no `reset`, no `step`, .*; "
+                                          r"allowed are an env with Brax's interface"):
         make_train(dataclasses.replace(TINY, env="not_an_env"))
-    with pytest.raises(ConfigError, match="`env`: the env object .* allowed are a Brax Env"):
+    with pytest.raises(ConfigError, match="`env`: the env object .* allowed are an env with Brax's"):
         make_train(TINY, env=object())
     with pytest.raises(ConfigError, match="`env` = .* pass an env object beside the config"):
         make_train(dataclasses.replace(TINY, env=envs.ToyReach()))

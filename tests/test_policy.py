@@ -116,7 +116,8 @@ def test_evaluate_reports_returns_and_writes_them(run_dir, tmp_path, capsys):
     assert f"{result['mean']:.1f} ± {result['std']:.1f} over 6 episodes" in capsys.readouterr().out
     # The same key gives the same episodes; the default file is in the run directory.
     assert evaluate.main([str(run_dir), "--seed", "1", "--episodes", "6"]) == 0
-    again = json.loads((run_dir / "evaluation_seed1.json").read_text())
+    steps = load_policy(run_dir, 1).meta["env_steps"]
+    again = json.loads((run_dir / f"evaluation_seed1_step{steps}_episodes6_key0.json").read_text())
     assert again["returns"] == result["returns"]
     # Bad input is refused before anything is compiled.
     assert evaluate.main([str(run_dir), "--episodes", "0"]) == 2

@@ -18,10 +18,12 @@ The DeepMind Control Suite comes from MuJoCo Playground (`dmc:<Task>`, e.g. `dmc
 ".[gymnax]"`) likewise (`GymnaxEnv`). Two tiny pure-JAX envs (`toy_reach`, `toy_bandit`) share the
 Brax `Env` interface for fast unit tests.
 
-The env is a value: besides these names, the trainer takes an env object (a Brax `Env`, a MuJoCo
-Playground `MjxEnv`, a gymnax environment or its `(env, params)` pair: `as_env`), a name given
-to a factory with `register_env`, or `module:factory`, a function that returns any of these.
-`make_env` resolves a name; `check_name` refuses one it cannot resolve before anything compiles.
+The env is a value: besides these names, the trainer takes an env object (a Brax `Env`, any
+object with Brax's interface (`UserEnv`), a MuJoCo Playground `MjxEnv`, a gymnax environment or its
+`(env, params)` pair: `as_env`), a name given to a factory with `register_env`, or
+`module:factory`, a function that returns any of these. `make_env` resolves a name; `check_name`
+refuses one it cannot resolve, and `check_env` an env of the user's that breaks the contract
+(docs/environments.md, "Your own env"), before anything compiles.
 """
 
 from __future__ import annotations
@@ -183,9 +185,13 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 
 def defaults(name: str) -> dict[str, Any]:
     """The config fields env `name` runs with unless set: its `DEFAULTS` entry, the `defaults`
-    it was registered with, and for any gymnax env its own episode limit (`episode_length`)."""
-    if name in _REGISTRY:
-        return dict(_REGISTRY[name].defaults)
+    it was registered with, and for any gymnax env or env of the user's (registered or
+    `module:factory`, built to find it) its own episode limit (`episode_length`: `time_limit`)."""
+    if is_users(name):
+        found = dict(_REGISTRY[name].defaults if name in _REGISTRY else {})
+        if "episode_length" not in found and time_limit(make_env(name)) > 0:
+            found["episode_length"] = time_limit(make_env(name))
+        return found
     found = dict(DEFAULTS.get(name, {}))
     if name.startswith(GYMNAX_PREFIX) and "episode_length" not in found and gymnax_available():
         import gymnax
@@ -248,15 +254,28 @@ def make_env(name: str, mjx_solver: str = "default", **kwargs) -> Env:
 
 # --- envs as values: adapters, registered factories, `module:factory` ------------------------------
 
-ALLOWED_OBJECTS = ("a Brax Env (e.g. a PipelineEnv), a MuJoCo Playground MjxEnv, a gymnax "
-                   "environment, or a gymnax (env, params) pair as gymnax.make returns it")
+ALLOWED_OBJECTS = ("an env with Brax's interface (a Brax Env such as a PipelineEnv, or any object "
+                   "with reset, step, observation_size and action_size or action_space), a MuJoCo "
+                   "Playground MjxEnv, a gymnax environment, or a gymnax (env, params) pair as "
+                   "gymnax.make returns it")
+# What an env object needs to be run as one with Brax's interface (`UserEnv`): `action_size` or
+# `action_space`, and the others.
+REQUIRED = ("reset", "step", "observation_size")
+# Brax's training wrappers (`brax.envs.create`, `brax.envs.wrappers.training`): their episode limit
+# ends an episode as `done` (a termination: no bootstrap) and their auto-reset returns to a cached
+# first state; `VecEnv` does both itself, correctly.
+BRAX_TRAINING_WRAPPERS = ("EpisodeWrapper", "AutoResetWrapper", "VmapWrapper", "EvalWrapper",
+                          "DomainRandomizationVmapWrapper")
 
 
 def as_env(env) -> Env:
     """`env` behind the Brax `Env` interface that `VecEnv` steps: a Brax `Env` as it is, a MuJoCo
     Playground `MjxEnv` in `PlaygroundEnv`, a gymnax environment (with its default params) or a
-    gymnax `(env, params)` pair in `GymnaxEnv`. Anything else is refused, naming what is allowed."""
+    gymnax `(env, params)` pair in `GymnaxEnv`, any other object with Brax's interface in `UserEnv`.
+    A Brax env inside Brax's training wrappers is refused (with the way out), and so is anything
+    else, naming what it lacks and what is allowed."""
     if isinstance(env, Env):
+        _refuse_training_wrappers(env)
         return env
     gymnax_environment = _class_if_imported("gymnax.environments.environment", "Environment")
     if gymnax_environment is not None:
@@ -267,8 +286,171 @@ def as_env(env) -> Env:
     mjx_env = _class_if_imported("mujoco_playground._src.mjx_env", "MjxEnv")
     if mjx_env is not None and isinstance(env, mjx_env):
         return PlaygroundEnv(env)
-    raise ConfigError(f"config field `env`: the env object (a {_describe(env)}) is not one vaco_jax "
-                      f"can run: allowed are {ALLOWED_OBJECTS}")
+    missing = [name for name in REQUIRED if not hasattr(env, name)]
+    if not (hasattr(env, "action_size") or hasattr(env, "action_space")):
+        missing.append("action_size (or action_space)")
+    if missing or not (callable(env.reset) and callable(env.step)):
+        lacks = (f"it has no {', no '.join(f'`{name}`' for name in missing)}" if missing else
+                 "its `reset` and `step` must be methods")
+        raise ConfigError(f"config field `env`: the env object (a {_describe(env)}) is not one "
+                          f"vaco_jax can run: {lacks}; allowed are {ALLOWED_OBJECTS}")
+    return UserEnv(env)
+
+
+def _refuse_training_wrappers(env: Env) -> None:
+    """Refuse a Brax env wrapped in Brax's training wrappers, naming them and the way out."""
+    found, inner = [], env
+    while isinstance(inner, Wrapper):
+        if type(inner).__name__ in BRAX_TRAINING_WRAPPERS:
+            found.append(type(inner).__name__)
+        inner = inner.env
+    if found:
+        raise ConfigError(
+            f"config field `env`: the env object is wrapped in Brax's training wrappers "
+            f"({', '.join(found)}), whose episode limit ends episodes as terminations and whose "
+            f"auto-reset returns to a cached first state: bootstrapping would be silently wrong. "
+            f"Pass the bare env: brax.envs.get_environment(name), not brax.envs.create(name); "
+            f"vaco_jax sets the time limit (episode_length, with truncation) and resets itself")
+
+
+class UserEnv(Env):
+    """An object with Brax's interface that does not subclass Brax's `Env` (duck-typed: `reset`,
+    `step`, `observation_size`, and `action_size` or `action_space`), as a Brax `Env`. No `backend`
+    is needed. Its action space is its `action_space` (`spaces.Box` or `spaces.Discrete`), else
+    `Box(action_size)`; its episode limit (`time_limit`) is its own `time_limit`, if any."""
+
+    def __init__(self, env):
+        self.env = env
+
+    def reset(self, rng) -> State:
+        return self.env.reset(rng)
+
+    def step(self, state: State, action) -> State:
+        return self.env.step(state, action)
+
+    @property
+    def action_space(self):
+        return getattr(self.env, "action_space", None)
+
+    @property
+    def observation_size(self):
+        return self.env.observation_size
+
+    @property
+    def action_size(self) -> int:
+        space = self.action_space
+        if isinstance(space, spaces.Box):
+            return space.size
+        if isinstance(space, spaces.Discrete):
+            return space.n
+        return self.env.action_size
+
+    @property
+    def backend(self) -> str:
+        return getattr(self.env, "backend", "jax")
+
+    @property
+    def time_limit(self) -> int:
+        return int(getattr(self.env, "time_limit", 0) or 0)
+
+
+def user_env(env):
+    """The object the user gave behind `UserEnv`, else `env` itself."""
+    return env.env if isinstance(env, UserEnv) else env
+
+
+def check_env(env: Env, name: str) -> Env:
+    """Refuse (`ConfigError` naming `env`) an env of the user's that breaks the contract, before
+    anything compiles: its reset and one step are traced (`jax.eval_shape`: nothing runs) and
+    checked — `reset` returns a Brax `State`, its observation a vector of `observation_size`,
+    `reward` and `done` scalars, `step` a state of the same structure, shapes and dtypes as
+    `reset`'s, `action_space` (if any) a `spaces.Box` or `spaces.Discrete` that agrees with
+    `action_size`. The built-in and adapted envs (toy, gymnax, Playground) are correct by
+    construction and returned unchecked."""
+    if isinstance(env, (ToyReach, ToyBandit, GymnaxEnv, PlaygroundEnv)):
+        return env
+
+    def refuse(what):
+        return invalid("env", name, what)
+
+    declared = getattr(env, "action_space", None)
+    if declared is not None and not isinstance(declared, (spaces.Box, spaces.Discrete)):
+        raise refuse(f"its `action_space` is a {_describe(declared)}; it must be "
+                     f"vaco_jax.spaces.Box(size) or vaco_jax.spaces.Discrete(n)")
+    space = spaces.action_space(env)
+    given = getattr(user_env(env), "action_size", None)
+    expected = space.size if isinstance(space, spaces.Box) else space.n
+    if declared is not None and given is not None and given != expected:
+        raise refuse(f"its `action_size` = {given!r} disagrees with its `action_space` = {space} "
+                     f"(action_size is the number of continuous actions, or of discrete choices)")
+    try:
+        state = jax.eval_shape(env.reset, jax.random.PRNGKey(0))
+    except Exception as error:  # noqa: BLE001 -- any failure is the user's env's, to be named
+        raise refuse(f"its reset(rng) fails when traced ({type(error).__name__}: {error})") from error
+    missing = [field for field in ("obs", "reward", "done", "metrics", "info")
+               if not hasattr(state, field)]
+    if missing or not hasattr(state, "replace"):
+        raise refuse(f"reset(rng) must return a brax.envs.State (fields obs, reward, done, "
+                     f"pipeline_state, metrics, info); it returned a {_describe(state)} without "
+                     f"{', '.join(f'`{m}`' for m in missing) or '`replace`'}")
+    size = _observation_size(env)
+    if not isinstance(size, (int, np.integer)) or isinstance(size, bool):
+        raise refuse(f"its `observation_size` = {size!r} must be an integer (the length of the "
+                     f"observation vector)")
+    if not hasattr(state.obs, "shape") or tuple(state.obs.shape) != (size,):
+        shown = tuple(state.obs.shape) if hasattr(state.obs, "shape") else _describe(state.obs)
+        raise refuse(f"reset(rng) returns an observation of shape {shown}, but its "
+                     f"`observation_size` is {size}: the observation must be a vector of "
+                     f"shape ({size},)")
+    for field in ("reward", "done"):
+        if tuple(getattr(getattr(state, field), "shape", (None,))) != ():
+            raise refuse(f"reset(rng) returns `{field}` of shape "
+                         f"{getattr(getattr(state, field), 'shape', None)}; it must be a scalar")
+    action = (jax.ShapeDtypeStruct((space.size,), jnp.float32) if isinstance(space, spaces.Box)
+              else jax.ShapeDtypeStruct((), jnp.int32))
+    try:
+        stepped = jax.eval_shape(env.step, state, action)
+    except Exception as error:  # noqa: BLE001
+        raise refuse(f"its step(state, action) fails when traced with an action of shape "
+                     f"{action.shape} {action.dtype} ({type(error).__name__}: {error})") from error
+    before, after = (jax.tree_util.tree_flatten_with_path(s) for s in (state, stepped))
+    if before[1] != after[1]:
+        raise refuse(f"step(state, action) returns a state of another structure than reset(rng): "
+                     f"{after[1]} instead of {before[1]}")
+    for (path, a), (_, b) in zip(before[0], after[0]):
+        if (a.shape, a.dtype) != (b.shape, b.dtype):
+            raise refuse(f"step(state, action) returns {jax.tree_util.keystr(path)} as "
+                         f"{b.dtype}{list(b.shape)}, reset(rng) as {a.dtype}{list(a.shape)}: "
+                         f"they must match")
+    return env
+
+
+def _observation_size(env):
+    """`env.observation_size`, unless it is Brax's `PipelineEnv`'s own (which runs a reset to
+    find it: the traced reset's is the same by construction)."""
+    from brax.envs.base import PipelineEnv
+
+    if getattr(type(env), "observation_size", None) is PipelineEnv.observation_size:
+        return int(jax.eval_shape(env.reset, jax.random.PRNGKey(0)).obs.shape[-1])
+    return env.observation_size
+
+
+def time_limit(env) -> int:
+    """The env's own episode limit (a gymnax env's `params.max_steps_in_episode`; any env's
+    `time_limit` attribute), or 0 when it declares none."""
+    return int(getattr(env, "time_limit", 0) or 0)
+
+
+def with_time_limit(config, env):
+    """`config` with the env's own episode limit (`time_limit`) as its `episode_length` when the
+    config keeps Config's default (1000, which counts as not set): the default follows the env,
+    another value wins. For the envs given as objects, registered or `module:factory`; the
+    built-in names keep `Config`'s meaning (`Config.for_env` gives them their limits)."""
+    limit = time_limit(env)
+    default = next(f.default for f in dataclasses.fields(config) if f.name == "episode_length")
+    if limit > 0 and config.episode_length == default and limit != default:
+        return dataclasses.replace(config, episode_length=limit)
+    return config
 
 
 def _class_if_imported(module: str, name: str):
@@ -337,19 +519,50 @@ def _import_factory(name: str) -> Registration:
 
 
 def _from_factory(name: str, registration: Registration) -> Env:
-    made = registration.factory()
+    """The env of a registered name or `module:factory`: the factory's env through `as_env`,
+    checked (`check_env`). Built once per factory in a process (envs are values: every run of the
+    name shares it), so checking the name before compiling costs nothing later. A factory that
+    raises, returns no env or one that breaks the contract is refused, naming `env`."""
+    if registration.factory in _BUILT:
+        return _BUILT[registration.factory]
     try:
-        return as_env(made)
+        made = registration.factory()
+    except Exception as error:  # noqa: BLE001 -- any failure is the factory's, to be named
+        raise invalid("env", name, f"its factory {_name_of(registration.factory)} raised "
+                                   f"{type(error).__name__}: {error}") from error
+    try:
+        env = as_env(made)
     except ConfigError as error:
-        raise invalid("env", name, f"its factory returned a {_describe(made)}; allowed are "
-                                   f"{ALLOWED_OBJECTS}") from error
+        why = str(error)
+        why = why.split("can run: ", 1)[1] if "can run: " in why else why.split(": ", 1)[1]
+        raise invalid("env", name, f"its factory returned a {_describe(made)}: {why}") from error
+    _BUILT[registration.factory] = check_env(env, name)
+    return env
+
+
+# Envs built from factories, by factory (`_from_factory`).
+_BUILT: dict[Callable, Env] = {}
+
+
+def _name_of(factory) -> str:
+    return getattr(factory, "__qualname__", None) or _describe(factory)
+
+
+def is_users(name: str) -> bool:
+    """Does `name` name an env of the user's (registered, or `module:factory`)?"""
+    return name in _REGISTRY or (":" in name and not name.startswith((DMC_PREFIX, GYMNAX_PREFIX)))
 
 
 def check_name(name: str) -> None:
     """Refuse (`ConfigError` naming `env`, the value and what is allowed) a name `make_env` cannot
     resolve: unknown, an extra's env without the extra, or a `module:factory` that does not import
-    or names no function. Cheap: imports what the name needs and builds no env."""
-    if name in ENV_NAMES and name not in DMC_ENVS or name in _REGISTRY:
+    or names no function, and an env of the user's (registered or `module:factory`) whose factory
+    raises or whose env breaks the contract (`check_env`: it is built and traced, once per
+    process). A built-in name costs an import at most: no env is built."""
+    if name in ENV_NAMES and name not in DMC_ENVS:
+        return
+    if name in _REGISTRY:
+        _from_factory(name, _REGISTRY[name])
         return
     if name.startswith(DMC_PREFIX):
         if name not in DMC_ENVS:
@@ -367,7 +580,7 @@ def check_name(name: str) -> None:
                                        f"{[GYMNAX_PREFIX + e for e in gymnax.registered_envs]}")
         return
     if ":" in name:
-        _import_factory(name)
+        _from_factory(name, _import_factory(name))
         return
     raise invalid("env", name, f"allowed values are {sorted(MJX_ENVS + TOY_ENVS)}, "
                                f"'{DMC_PREFIX}<Task>' (Task in {list(DMC_TASKS)}), "

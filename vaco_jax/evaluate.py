@@ -8,19 +8,30 @@
 Loads the run's `policy.npz` (`vaco_jax.policy`; a finished run, or the newest checkpoint of one
 in progress), runs `--episodes` episodes of the run's env with the deterministic policy (the
 Gaussian mean; `--stochastic` samples) under the run's time limit, prints the returns and writes
-them as JSON (`RUN/evaluation_seed<i>.json` unless `--json` says otherwise). Episodes follow the
-same rule as training-time evaluation (`vaco_jax.evaluation.episode_returns`).
+them as JSON: `RUN/evaluation_seed<i>_step<policy's env steps>_episodes<n>_key<k>.json`
+(`_stochastic` added when sampling), so an evaluation with other settings, or of a later policy,
+never replaces an earlier one (the same settings give the same returns); `--json` names another
+file. Episodes follow the same rule as training-time evaluation
+(`vaco_jax.evaluation.episode_returns`).
 
-`--video` renders the first episode headless on the CPU with MuJoCo's own renderer (OpenGL through
-EGL; `vaco_jax` selects it when no display is set and `MUJOCO_GL` is unset; `MUJOCO_GL=osmesa`
-also works where Mesa's OSMesa is installed), from the model's tracking camera when it has one,
-and writes it with imageio: `.gif` needs only Pillow, `.mp4` the `video` extra
-(`pip install -e ".[video]"`, which brings an ffmpeg binary).
+`--video` renders the first episode and writes it with imageio (`.gif` needs only Pillow, `.mp4`
+the `video` extra, `pip install -e ".[video]"`, which brings an ffmpeg binary). Every env renders
+or is refused before any episode runs (`renderer`):
+  * an MJX env (Brax's, DM Control's): MuJoCo's own renderer, headless on the CPU (OpenGL through
+    EGL; `vaco_jax` selects it when no display is set and `MUJOCO_GL` is unset; `MUJOCO_GL=osmesa`
+    also works where Mesa's OSMesa is installed), from the model's tracking camera when it has one;
+  * a gymnax env that gymnax's `Visualizer` draws (classic control, which also needs pygame;
+    Catch, MinAtar, Pong, PointRobot, MetaMaze, FourRooms): its figure, frame by frame;
+  * an env of your own with a `render(states, *, width, height)` method: the frames it returns
+    (`[n, height, width, 3]` uint8, one per state; `states` is the episode's list of `State`s,
+    the reset's first).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import os
 import sys
 import time
 import warnings
@@ -32,7 +43,8 @@ import numpy as np
 import tyro
 
 from vaco_jax import evaluation, io, runtime
-from vaco_jax.envs import DMC_ENVS, TOY_ENVS, PlaygroundEnv, make_env
+from vaco_jax.envs import (TOY_ENVS, GymnaxEnv, PlaygroundEnv, ToyBandit, ToyReach, make_env,
+                           user_env)
 from vaco_jax.errors import CheckpointError, ConfigError, invalid
 from vaco_jax.policy import Policy, load_policy
 
@@ -53,7 +65,8 @@ class Args:
     """Sample actions from the policy's distribution (Gaussian or categorical) instead of acting
     with its mode (the Gaussian's mean, the likeliest discrete action)."""
     json: str = ""
-    """Where to write the returns (default RUN/evaluation_seed<i>.json)."""
+    """Where to write the returns (default RUN/evaluation_seed<i>_step<s>_episodes<n>_key<k>.json,
+    named by what produced them)."""
     video: str = ""
     """Render the first episode to this .gif or .mp4 file."""
     html: str = ""
@@ -83,9 +96,12 @@ def returns(policy: Policy, key, *, episodes: int, stochastic: bool = False, env
     return np.asarray(jax.jit(run)(policy, reset_key))
 
 
-def rollout_positions(policy: Policy, key, *, steps: int, stochastic: bool = False, env=None):
-    """Joint positions `[n, nq]` of one episode (its initial state first), up to `steps` steps
-    (a toy env: its whole state, e.g. toy_reach's point and target `[n, 4]`)."""
+def rollout_states(policy: Policy, key, *, steps: int, stochastic: bool = False, env=None,
+                   keep=None):
+    """The env's states `[n, ...]` (one pytree, stacked) of one episode, its initial state first,
+    up to `steps` steps: the states up to and including the one that ended it; `keep(state)`, if
+    given, of each instead (e.g. `_positions`: an MJX state's joint positions only)."""
+    keep = keep if keep is not None else (lambda state: state)
     env = env if env is not None else make_env(policy.config.env, policy.config.mjx_solver)
 
     def step(carry, t):
@@ -93,28 +109,122 @@ def rollout_positions(policy: Policy, key, *, steps: int, stochastic: bool = Fal
         action = policy.act(state.obs, jax.random.fold_in(key, t) if stochastic else None)
         stepped = env.step(state, action)
         alive = alive & (stepped.done < 0.5)
-        return (stepped, alive), (_positions(stepped), alive)
+        return (stepped, alive), (keep(stepped), alive)
 
     def run(key):
         state = env.reset(key)
-        _, (qpos, alive) = jax.lax.scan(step, (state, jnp.bool_(True)), jnp.arange(steps))
-        return _positions(state), qpos, alive
+        _, (states, alive) = jax.lax.scan(step, (state, jnp.bool_(True)), jnp.arange(steps))
+        return keep(state), states, alive
 
-    first, qpos, alive = jax.device_get(jax.jit(run)(key))
+    first, states, alive = jax.device_get(jax.jit(run)(key))
     # Keep the steps up to and including the one that ended the episode.
     length = int(np.argmin(alive)) + 1 if not alive.all() else steps
-    return np.concatenate([first[None], qpos[:length]])
+    return jax.tree.map(lambda a, b: np.concatenate([a[None], b[:length]]), first, states)
+
+
+def rollout_positions(policy: Policy, key, *, steps: int, stochastic: bool = False, env=None):
+    """Joint positions `[n, nq]` of one episode (its initial state first), up to `steps` steps
+    (a toy env: its whole state, e.g. toy_reach's point and target `[n, 4]`)."""
+    return rollout_states(policy, key, steps=steps, stochastic=stochastic, env=env,
+                          keep=_positions)
 
 
 def _positions(state):
     return getattr(state.pipeline_state, "qpos", state.pipeline_state)
 
 
+def unstack(states) -> list:
+    """A stacked pytree `[n, ...]` as the list of its `n` members."""
+    n = len(jax.tree.leaves(states)[0])
+    return [jax.tree.map(lambda x: x[i], states) for i in range(n)]
+
+
+# The gymnax envs gymnax 1.0.1's `Visualizer` draws (`gymnax.visualize`); the classic-control ones
+# through gymnasium's renderer, which needs pygame.
+GYMNAX_CLASSIC = ("Acrobot-v1", "CartPole-v1", "Pendulum-v1", "MountainCar-v0",
+                  "MountainCarContinuous-v0")
+GYMNAX_DRAWN = GYMNAX_CLASSIC + (
+    "Catch-bsuite", "Asterix-MinAtar", "Breakout-MinAtar", "Freeway-MinAtar", "Seaquest-MinAtar",
+    "SpaceInvaders-MinAtar", "Pong-misc", "PointRobot-misc", "MetaMaze-misc", "FourRooms-misc")
+CAN_RENDER = ("an MJX env (Brax's, DM Control's), a gymnax env gymnax's Visualizer draws "
+              f"({', '.join(GYMNAX_DRAWN)}), or an env with a render(states, *, width, height) "
+              "method can")
+
+
+def renderer(env, name: str, video: str):
+    """`draw(states, width, height) -> frames [n, height, width, 3]` uint8 of `env`'s stacked
+    states (an MJX env's: their joint positions, `rollout_positions`), or a `ConfigError` naming
+    `video` and why `env` cannot be drawn (raised before any episode runs)."""
+    def refuse(why):
+        return invalid("video", video, f"env {name!r} {why}; {CAN_RENDER}")
+
+    if _mj_model(env) is not None:
+        return lambda positions, width, height: render(env, positions, width=width,
+                                                       height=height)
+    if isinstance(env, GymnaxEnv):
+        gymnax_name = env.env.name
+        if gymnax_name not in GYMNAX_DRAWN:
+            raise refuse(f"(gymnax's {gymnax_name}) has no renderer in gymnax")
+        if gymnax_name in GYMNAX_CLASSIC and importlib.util.find_spec("pygame") is None:
+            raise invalid("video", video, f"gymnax draws {gymnax_name} with gymnasium's "
+                                          f"classic-control renderer, which needs pygame: "
+                                          f"pip install pygame")
+        return lambda states, width, height: render_gymnax(env, states, width=width, height=height)
+    own = getattr(user_env(env), "render", None)
+    if callable(own) and not isinstance(env, (ToyReach, ToyBandit)):
+        def draw(states, width, height):
+            frames = np.asarray(own(unstack(states), width=width, height=height))
+            n = len(jax.tree.leaves(states)[0])
+            if frames.shape != (n, height, width, 3) or frames.dtype != np.uint8:
+                raise RuntimeError(f"env {name!r}: render(states, width={width}, height={height}) "
+                                   f"must return uint8 frames of shape {(n, height, width, 3)}, "
+                                   f"one per state; it returned {frames.dtype}{list(frames.shape)}")
+            return frames
+        return draw
+    if name in TOY_ENVS:
+        raise refuse("is a pure-JAX test env with no model to render")
+    raise refuse("cannot draw itself (it has no render method)")
+
+
+def _mj_model(env):
+    """The MuJoCo model of an MJX env (Brax's or Playground's), or None."""
+    if isinstance(env, PlaygroundEnv):
+        return env.mj_model
+    return getattr(getattr(env, "sys", None), "mj_model", None)
+
+
+def render_gymnax(env: GymnaxEnv, states, *, width: int = 480, height: int = 360):
+    """RGB frames `[n, height, width, 3]` uint8 of a gymnax env's stacked states, drawn by gymnax's
+    `Visualizer` (its matplotlib figure, titled with the return so far)."""
+    import matplotlib.pyplot as plt
+    from gymnax.visualize import Visualizer
+
+    # gymnasium's classic-control renderer starts pygame, whose audio start-up complains on stderr
+    # on a machine without a sound card; it draws only.
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+
+    inner = unstack(states.pipeline_state["state"])
+    returns = np.cumsum(np.asarray(states.reward))
+    visualizer = Visualizer(env.env, env.params, inner, returns)
+    dpi = visualizer.fig.get_dpi()
+    visualizer.fig.set_size_inches(width / dpi, height / dpi)
+    frames = []
+    try:
+        visualizer.init()
+        for i in range(len(inner)):
+            visualizer.update(i)
+            visualizer.fig.canvas.draw()
+            frames.append(np.asarray(visualizer.fig.canvas.buffer_rgba())[..., :3].copy())
+    finally:
+        plt.close(visualizer.fig)
+    return np.stack(frames)
+
+
 def render(env, positions, *, width: int = 480, height: int = 360):
     """RGB frames `[n, height, width, 3]` uint8 of an MJX env at the given joint positions."""
     import mujoco
 
-    model = env.mj_model if isinstance(env, PlaygroundEnv) else env.sys.mj_model
+    model = _mj_model(env)
     data = mujoco.MjData(model)
     camera = "track" if any(model.camera(i).name == "track" for i in range(model.ncam)) else -1
     try:
@@ -179,29 +289,33 @@ def check(args: Args) -> None:
         raise invalid("max_steps", args.max_steps, "must be >= 0 (0 = the run's time limit)")
 
 
+def default_json(args: Args, env_steps: int) -> Path:
+    """Where an evaluation is written unless `--json` says: named by what produced it (seed,
+    the policy's env steps, episodes, key, sampling), so none replaces another's result."""
+    return Path(args.run) / (f"evaluation_seed{args.seed}_step{env_steps}_episodes{args.episodes}"
+                             f"_key{args.key}{'_stochastic' if args.stochastic else ''}.json")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = tyro.cli(Args, args=argv, description=__doc__.split("\n\n")[0],
                     prog="python -m vaco_jax.evaluate")
     try:
         check(args)
         policy = load_policy(args.run, args.seed)
-        for field in ("video", "html"):
-            if getattr(args, field) and policy.env in TOY_ENVS:
-                raise invalid(field, getattr(args, field), f"{policy.env} is a pure-JAX test env "
-                                                           f"with no model to render; an MJX env is")
-        if args.html and policy.env in DMC_ENVS:
-            raise invalid("html", args.html, "Brax's viewer shows Brax envs only; for a DM Control "
-                                             "task write a --video")
         if args.video and not args.video.endswith(".gif"):
-            import importlib.util
             if importlib.util.find_spec("imageio_ffmpeg") is None:
                 raise invalid("video", args.video, 'writing .mp4 needs the video extra: '
                               'pip install -e ".[video]" (or write a .gif)')
+        env = make_env(policy.config.env, policy.config.mjx_solver)
+        # Every env renders or is refused here, before any episode runs.
+        draw = renderer(env, policy.env, args.video) if args.video else None
+        if args.html and not hasattr(env, "pipeline_init"):
+            raise invalid("html", args.html, f"Brax's viewer shows Brax envs only, not "
+                                             f"{policy.env!r}; write a --video")
     except (ConfigError, CheckpointError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     runtime.configure_logging()
-    env = make_env(policy.config.env, policy.config.mjx_solver)
     start = time.perf_counter()
     values = returns(policy, jax.random.PRNGKey(args.key), episodes=args.episodes,
                      stochastic=args.stochastic, env=env)
@@ -218,20 +332,25 @@ def main(argv: list[str] | None = None) -> int:
           f"(after {meta['env_steps']:,} steps): return {result['mean']:.1f} ± "
           f"{result['std']:.1f} over {args.episodes} episodes (min {result['min']:.1f}, "
           f"max {result['max']:.1f})")
-    out = Path(args.json) if args.json else Path(args.run) / f"evaluation_seed{args.seed}.json"
+    out = Path(args.json) if args.json else default_json(args, meta["env_steps"])
     io.write_json_atomic(out, result)
     if args.video or args.html:
         steps = args.max_steps or policy.config.episode_length
-        positions = rollout_positions(policy, jax.random.PRNGKey(args.key), steps=steps,
-                                      stochastic=args.stochastic, env=env)
+        # An MJX env's episode is kept as its joint positions (what MuJoCo's renderer and Brax's
+        # viewer need), any other's as its states.
+        states = rollout_states(policy, jax.random.PRNGKey(args.key), steps=steps,
+                                stochastic=args.stochastic, env=env,
+                                keep=_positions if _mj_model(env) is not None else None)
+        n = len(jax.tree.leaves(states)[0])
     if args.video:
-        stride = max(1, round(1.0 / (float(env.dt) * args.fps)))
-        frames = render(env, positions[::stride], width=args.width, height=args.height)
+        dt = getattr(user_env(env), "dt", None)
+        stride = max(1, round(1.0 / (float(dt) * args.fps))) if dt is not None else 1
+        frames = draw(jax.tree.map(lambda x: x[::stride], states), args.width, args.height)
         write_video(args.video, frames, fps=args.fps)
-        print(f"video: {len(frames)} frames ({len(positions) - 1} steps) -> {args.video}")
+        print(f"video: {len(frames)} frames ({n - 1} steps) -> {args.video}")
     if args.html:
-        write_html(args.html, env, positions)
-        print(f"viewer: {len(positions)} states -> {args.html}")
+        write_html(args.html, env, states)
+        print(f"viewer: {n} states -> {args.html}")
     print(f"-> {out}")
     return 0
 

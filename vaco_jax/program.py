@@ -284,8 +284,8 @@ class TrainProgram:
         shared.update(capacity=1, max_capacity=config.slots)
         placed = layout(num_runs, num_envs=config.num_envs, log=log)
         config = dataclasses.replace(config, **shared)
-        trainer = Trainer(config, env)
-        return _build(config, placed, donate,
+        trainer = Trainer(config, env)   # its config: with the env's own episode limit
+        return _build(trainer.config, placed, donate,
                       cache.ProgramStore.default() if store is True else store or None,
                       _Traced(traced_from(trainer), trainer))
 

@@ -37,13 +37,13 @@ import jax
 import numpy as np
 import tyro
 
-from vaco_jax import algorithms, cache, checkpoint, io, loggers, policy, runtime
+from vaco_jax import algorithms, cache, checkpoint, envs, io, loggers, policy, runtime
 from vaco_jax import program as program_lib
 from vaco_jax.config import Config, read_config_file, to_json_dict, validate
 from vaco_jax.errors import CheckpointError, ConfigError, DivergenceError
 from vaco_jax.options import Options, duration_seconds, validate_options
 from vaco_jax.runtime import Cluster
-from vaco_jax.trainer import nonfinite_names, stack_hparams
+from vaco_jax.trainer import ENV_NONFINITE, nonfinite_names, stack_hparams
 
 __all__ = ["Command", "DivergenceError", "Options", "run", "dry_run", "main"]
 
@@ -80,6 +80,15 @@ def compile_status(config: Config, *, live: bool) -> runtime.StatusLine:
                              log=program_lib.log_to_stderr if primary else lambda line: None)
 
 
+def as_run(config: Config) -> Config:
+    """`config` as it runs (and is recorded): an env of the user's (registered or
+    `module:factory`) brings its own episode limit unless the config sets one
+    (`envs.with_time_limit`, as `Trainer` does)."""
+    if not envs.is_users(config.env):
+        return config
+    return envs.with_time_limit(config, envs.make_env(config.env))
+
+
 def init_state(program: program_lib.TrainProgram, config: Config):
     """The initial state of `config`'s seeds in `program`."""
     return program.init_state(seed_keys(config),
@@ -94,6 +103,7 @@ def run(config: Config, options: Options = Options(), *, stop_after: int | None 
     is complete). On a multi-process run every process calls this with the same arguments.
     """
     validate(config)
+    config = as_run(config)
     validate_options(options)
     if options.dry_run:
         return dry_run(config)
@@ -110,6 +120,7 @@ def run(config: Config, options: Options = Options(), *, stop_after: int | None 
 def dry_run(config: Config) -> dict:
     """Compile the run's program ahead of time and report its placement and per-device memory."""
     validate(config)
+    config = as_run(config)
     with compile_status(config, live=True) as status:
         program = build_program(config)
         reused, xla_cache_hits = program.compiled is not None, cache.xla_cache_hits()
@@ -376,10 +387,21 @@ def _save_policy(out: Path, config: Config, layout: program_lib.Layout, state, c
 def _describe_divergence(config: Config, health, index: int) -> str:
     what = nonfinite_names(health["nonfinite"][index])
     iteration = int(health["iteration"][index])
+    seed = f"seed {config.seed + index} (index {index} of {config.num_seeds})"
+    from_env = [name for name in what if name in ENV_NONFINITE]
+    if from_env:   # the env's, not the learner's: it reaches the loss too
+        return (f"{seed}: the env produced a non-finite {' and '.join(from_env)} in the middle "
+                f"of an episode, at one of env steps {iteration * config.batch_size + 1:,} to "
+                f"{(iteration + 1) * config.batch_size:,} (the rollout of learner iteration "
+                f"{iteration + 1} of {config.num_iterations})")
     what = ", ".join(what[:-1]) + " and " + what[-1] if len(what) > 1 else what[0]
-    return (f"seed {config.seed + index} (index {index} of {config.num_seeds}) produced a non-finite "
-            f"{what} in learner iteration {iteration + 1} of {config.num_iterations} "
-            f"(after {iteration * config.batch_size:,} env steps)")
+    return (f"{seed} produced a non-finite {what} in learner iteration {iteration + 1} of "
+            f"{config.num_iterations} (after {iteration * config.batch_size:,} env steps)")
+
+
+def _env_made(health, seeds) -> bool:
+    """Did the env produce the non-finite values of any of `seeds`?"""
+    return any(set(nonfinite_names(health["nonfinite"][i])) & set(ENV_NONFINITE) for i in seeds)
 
 
 def _handle_divergence(config: Config, options: Options, before, after, out: Path,
@@ -401,8 +423,11 @@ def _handle_divergence(config: Config, options: Options, before, after, out: Pat
             if last is not None else "no checkpoint was written before it")
     advice = ("every seed has diverged" if all_diverged else
               f"to continue the other seeds from there, run --resume {out} --on-nan skip-seed")
+    remedy = ("Check the env's reset and step: a NaN or infinite reward or observation comes "
+              "from the env, not from learning" if _env_made(after, new) else
+              "Lower --learning-rate or check the config")
     raise DivergenceError(f"training diverged: {diverged}. The run stopped; {kept}; {advice}. "
-                          f"Lower --learning-rate or check the config.")
+                          f"{remedy}.")
 
 
 def _diverged_seeds(config: Config, health) -> list[dict]:
@@ -534,8 +559,8 @@ def with_stored_config(command: Command, argv: list[str]) -> Command:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    command = parse(argv)
     try:
+        command = parse(argv)   # the env's defaults: a user's env is built and checked here
         runtime.start(command.cluster, compile_cache=command.options.compile_cache,
                       verbose=command.options.verbose)
         command = with_stored_config(command, argv)

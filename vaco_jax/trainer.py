@@ -22,20 +22,25 @@ import numpy as np
 import optax
 from flax import struct
 
-from vaco_jax import (algorithms, diagnostics, evaluation, networks, objectives, ring_buffer,
+from vaco_jax import (algorithms, diagnostics, envs, evaluation, networks, objectives, ring_buffer,
                       rollout, spaces)
 from vaco_jax.config import Config, HParams, validate
 from vaco_jax.envs import EnvState, TracedOnce, VecEnv, as_env, make_env
 
 
-# Bits of `Health.nonfinite`: which quantities an iteration produced non-finite.
+# Bits of `Health.nonfinite`: which quantities an iteration produced non-finite. The last two are
+# the env's: a reward or observation of its rollout that was not finite mid-episode (at an episode's
+# end one is zeroed and counted instead, `envs.zero_nonfinite_ends`).
 NONFINITE_LOSS, NONFINITE_GRADIENT, NONFINITE_PARAMS = 1, 2, 4
+NONFINITE_REWARD, NONFINITE_OBSERVATION = 8, 16
+ENV_NONFINITE = ("reward", "observation")
 
 
 def nonfinite_names(flags: int) -> list[str]:
     """The quantities named by a `Health.nonfinite` bit mask, e.g. `["loss", "gradient"]`."""
     return [name for bit, name in ((NONFINITE_LOSS, "loss"), (NONFINITE_GRADIENT, "gradient"),
-                                   (NONFINITE_PARAMS, "parameters")) if int(flags) & bit]
+                                   (NONFINITE_PARAMS, "parameters"), (NONFINITE_REWARD, "reward"),
+                                   (NONFINITE_OBSERVATION, "observation")) if int(flags) & bit]
 
 
 @struct.dataclass
@@ -95,8 +100,10 @@ class Trainer:
     """Static parts of a run (config, env, networks) and the pure functions built from them.
 
     The env is `config.env` resolved by name (`envs.make_env`), or `env`, an env object passed
-    beside the config (anything `envs.as_env` takes: a Brax `Env`, a MuJoCo Playground `MjxEnv`,
-    a gymnax environment or its `(env, params)` pair), which `config.env` then only names.
+    beside the config (anything `envs.as_env` takes: a Brax `Env` or any object with Brax's
+    interface, a MuJoCo Playground `MjxEnv`, a gymnax environment or its `(env, params)` pair),
+    which `config.env` then only names. `self.config` is `config` with the env's own episode limit
+    when the env is the user's and the config leaves `episode_length` at its default.
 
     `on_evaluation(metrics)`, if given, is called on the host after every evaluation of `train`
     (and `run_chunk`) with the chunk's metrics (`eval_return`, `env_steps`, losses, ...: numpy
@@ -105,11 +112,18 @@ class Trainer:
 
     def __init__(self, config: Config, env=None, *, on_evaluation=None):
         validate(config, env_given=env is not None)
+        # An env of the user's is checked before anything compiles (`envs.check_env`); its own
+        # episode limit is the default `episode_length` (`envs.with_time_limit`).
+        if env is not None or envs.is_users(config.env):
+            env = (make_env(config.env) if env is None
+                   else envs.check_env(as_env(env), config.env))
+            config = envs.with_time_limit(config, env)
+        else:
+            env = make_env(config.env, config.mjx_solver)
         self.config = config
         self.on_evaluation = on_evaluation
         self.algorithm = algorithms.parse(config.algo)
-        self.env = TracedOnce(make_env(config.env, config.mjx_solver) if env is None
-                              else as_env(env))
+        self.env = TracedOnce(env)
         self.vec_env = VecEnv(self.env, config.num_envs, config.episode_length)
         self.actor, self.critic = networks.make_networks(config, self.vec_env.action_space)
         self.head = self.actor.head   # the policy's distribution (Gaussian or categorical)
@@ -196,7 +210,7 @@ class Trainer:
             params=params, opt_state=opt_state, normalizer=normalizer, env_state=env_state,
             buffer=buffer, key=key, iteration=state.iteration + 1,
             env_steps=state.env_steps + config.batch_size, kl_coef=kl_coef)
-        return guard_divergence(state, new_state, update_metrics), metrics
+        return guard_divergence(state, new_state, update_metrics, traj), metrics
 
     def realign(self, params, normalizer, traj: rollout.Transition, hp: HParams):
         """Normalise, evaluate π_T and V_φT on the batch, and fix advantages/targets for the iteration."""
@@ -354,8 +368,10 @@ class Trainer:
                             length=self.config.num_evals)
 
 
-def guard_divergence(old: TrainState, new: TrainState, update_metrics) -> TrainState:
-    """Detect a non-finite loss, gradient or parameter inside the compiled program.
+def guard_divergence(old: TrainState, new: TrainState, update_metrics,
+                     traj: rollout.Transition) -> TrainState:
+    """Detect a non-finite loss, gradient or parameter, or a non-finite reward or observation
+    from the env in the iteration's rollout `traj`, inside the compiled program.
 
     A seed whose iteration produced one keeps its last good state (frozen: every later iteration is
     discarded) and records what went wrong and when in `health`; other seeds of a vmapped run are
@@ -364,7 +380,11 @@ def guard_divergence(old: TrainState, new: TrainState, update_metrics) -> TrainS
     params_finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(new.params)]))
     nonfinite = (jnp.where(jnp.isfinite(update_metrics["loss"]), 0, NONFINITE_LOSS)
                  | jnp.where(jnp.isfinite(update_metrics["grad_norm"]), 0, NONFINITE_GRADIENT)
-                 | jnp.where(params_finite, 0, NONFINITE_PARAMS)).astype(jnp.int32)
+                 | jnp.where(params_finite, 0, NONFINITE_PARAMS)
+                 | jnp.where(jnp.all(jnp.isfinite(traj.reward)), 0, NONFINITE_REWARD)
+                 | jnp.where(jnp.all(jnp.isfinite(traj.obs)) & jnp.all(jnp.isfinite(traj.next_obs)),
+                             0, NONFINITE_OBSERVATION)
+                 ).astype(jnp.int32)
     already = old.health.nonfinite != 0
     # One flag for every leaf below, reduced from a vector so that XLA computes it once: as a chain
     # of scalar ops XLA would copy it into the select of each state leaf (hundreds of copies; a
