@@ -26,7 +26,7 @@ normaliser works on those vectors; the actor and critic reshape them to the env'
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from typing import Callable, Sequence
 
 import distrax
 import flax.linen as nn
@@ -55,6 +55,27 @@ class MLP(nn.Module):
         return nn.Dense(self.out_dim, kernel_init=nn.initializers.orthogonal(self.out_scale))(x)
 
 
+class PatchConv(nn.Module):
+    """`nn.Conv(features, (k, k), padding="VALID")` (stride 1; the same parameters and numbers),
+    computed as one matrix product over the image's k×k patches. Under `vmap` over parameters
+    (seeds, and the actor groups' snapshots) XLA makes a convolution a grouped one, which is slow
+    on a CPU: a MinAtar learner iteration of 2 seeds took 19 s with `nn.Conv`, 2.3 s with this."""
+
+    features: int
+    kernel_size: int = 3
+    kernel_init: Callable = nn.initializers.lecun_normal()
+
+    @nn.compact
+    def __call__(self, x):
+        k, channels = self.kernel_size, x.shape[-1]
+        kernel = self.param("kernel", self.kernel_init, (k, k, channels, self.features))
+        bias = self.param("bias", nn.initializers.zeros_init(), (self.features,))
+        height, width = x.shape[-3] - k + 1, x.shape[-2] - k + 1
+        patches = jnp.concatenate([x[..., i:i + height, j:j + width, :]
+                                   for i in range(k) for j in range(k)], axis=-1)
+        return patches @ kernel.reshape(k * k * channels, self.features) + bias
+
+
 class CNN(nn.Module):
     """A small convolutional torso for image observations, as the MinAtar paper's network (Young
     & Tian 2019: one 3×3 convolution of 16 channels, stride 1, no padding, then a dense layer):
@@ -70,8 +91,7 @@ class CNN(nn.Module):
         act = ACTIVATIONS[self.activation]
         init = nn.initializers.orthogonal(np.sqrt(2))
         for features in self.channels:
-            x = act(nn.Conv(features, (self.kernel_size,) * 2, padding="VALID",
-                            kernel_init=init)(x))
+            x = act(PatchConv(features, self.kernel_size, kernel_init=init)(x))
         x = x.reshape(x.shape[:-3] + (-1,))
         for width in self.hidden:
             x = act(nn.Dense(width, kernel_init=init)(x))
