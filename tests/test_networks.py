@@ -121,7 +121,7 @@ def test_the_cnn_sees_images():
     cnn = networks.CNN(hidden=(32,))
     images = jax.random.bernoulli(jax.random.PRNGKey(0), 0.2, (3, 5, 10, 10, 4)).astype(jnp.float32)
     params = cnn.init(jax.random.PRNGKey(1), images[0, :1])["params"]
-    assert params["Conv_0"]["kernel"].shape == (3, 3, 4, 16)
+    assert params["PatchConv_0"]["kernel"].shape == (3, 3, 4, 16)
     assert params["Dense_0"]["kernel"].shape == (8 * 8 * 16, 32)
     assert cnn.apply({"params": params}, images).shape == (3, 5, 32)
 
@@ -133,6 +133,15 @@ def test_the_cnn_sees_images():
     features = networks.CNN((8,), "relu").apply({"params": both["actor"]["torso"]}, images)
     head = both["actor"]["head"]
     np.testing.assert_allclose(logits, features @ head["kernel"] + head["bias"], rtol=1e-5, atol=1e-6)
+
+
+def test_the_patch_convolution_is_flaxs_valid_convolution():
+    images = jax.random.normal(jax.random.PRNGKey(0), (2, 3, 10, 10, 4))
+    conv = networks.PatchConv(16, 3)
+    params = conv.init(jax.random.PRNGKey(1), images)
+    reference = nn.Conv(16, (3, 3), padding="VALID").apply(params, images)
+    assert reference.shape == (2, 3, 8, 8, 16)
+    np.testing.assert_allclose(conv.apply(params, images), reference, rtol=1e-5, atol=1e-5)
 
 
 @needs_gymnax
