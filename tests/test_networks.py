@@ -96,7 +96,8 @@ def test_networks_other_than_flax_modules_are_refused():
 
 def test_the_program_key_tells_users_modules_apart():
     """What a program is traced from covers the networks: equal modules share it, another width
-    or the built-in MLP does not, and a module defined in a test file can be stored."""
+    or the built-in MLP does not; a module defined in a file can be stored, one defined in a
+    notebook cannot."""
     def traced(torsos):
         return program.traced_from(Trainer(TINY, networks=torsos))
 
@@ -104,6 +105,9 @@ def test_the_program_key_tells_users_modules_apart():
     assert same == also_same and same.storable
     assert traced((OneHidden(16), OneHidden(8))).digest != same.digest
     assert program.traced_from(Trainer(TINY)).digest != same.digest
+    # A class whose code cannot be hashed (as one defined in a notebook) is never stored.
+    notebook = type("NotebookTorso", (OneHidden,), {"__module__": "__main__"})
+    assert not traced((notebook(8), None)).storable
 
 
 def test_cnn_on_flat_observations_is_refused_before_compiling(tmp_path, capsys):

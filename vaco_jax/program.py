@@ -386,13 +386,15 @@ def traced_from(trainer: Trainer) -> fingerprint_lib.Fingerprint:
     code of the trainer and of everything it calls as loaded now (module constants such as
     `objectives.MAX_LOG_RATIO` and `envs.FAST_SOLVER` included), its algorithm's functions, its
     actor and critic (Flax modules: their classes' code and their attributes, a user's torso
-    modules included), and its env: the envs it wraps, their constructor arguments and other
+    modules included, with their package's code), and its env: the envs it wraps, their constructor arguments and other
     attributes, their MJX models (from which their XML files are compiled) and their package's
     code. A user can register another env or algorithm under a known name, edit a reward
     function or pass other networks, without any name or version changing."""
+    torsos = [getattr(net, "torso", None) for net in (trainer.actor, trainer.critic)]
+    packages = env_packages(trainer.env) | {fingerprint_lib.top_level_package(torso)
+                                            for torso in torsos if torso is not None}
     return fingerprint_lib.fingerprint(type(trainer), trainer.algorithm, trainer.env,
-                                       trainer.actor, trainer.critic,
-                                       packages=env_packages(trainer.env))
+                                       trainer.actor, trainer.critic, packages=packages)
 
 
 def env_packages(env) -> set[str]:
