@@ -27,9 +27,11 @@ def load_run(run_dir) -> pd.DataFrame:
     run_dir = Path(run_dir)
     config = json.loads((run_dir / "config.json").read_text())["config"]
     rows = []
+    network = config.get("network", "mlp")   # named when not the default
+    method = config["algo"] if network == "mlp" else f"{config['algo']} ({network})"
     for row in io.read_jsonl(run_dir / "metrics.jsonl"):
         for i, value in enumerate(row["eval_return"]):
-            rows.append({"env": config["env"], "algo": config["algo"], "method": config["algo"],
+            rows.append({"env": config["env"], "algo": config["algo"], "method": method,
                          "capacity": config["capacity"], "seed": config["seed"] + i,
                          "step": row["step"], "eval_return": value})
     if not rows:
@@ -38,9 +40,11 @@ def load_run(run_dir) -> pd.DataFrame:
 
 
 def final_table(results: pd.DataFrame) -> pd.DataFrame:
-    """Per (env, algo, capacity): the last evaluation's step, per-seed returns, mean and range."""
-    last = results[results["step"] == results.groupby(["env", "algo", "capacity"])["step"].transform("max")]
-    return (last.groupby(["env", "algo", "capacity"])
+    """Per (env, algo, method, capacity): the last evaluation's step, per-seed returns, mean and
+    range (the method is the algorithm, and the network when not the default MLP)."""
+    keys = ["env", "algo", "method", "capacity"]
+    last = results[results["step"] == results.groupby(keys)["step"].transform("max")]
+    return (last.groupby(keys)
             .agg(step=("step", "max"), seeds=("seed", "count"), mean=("eval_return", "mean"),
                  min=("eval_return", "min"), max=("eval_return", "max"),
                  per_seed=("eval_return", lambda v: [round(float(x), 1) for x in v]))
@@ -65,7 +69,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
 
     results = pd.concat([load_run(run) for run in args.runs], ignore_index=True)
     table = final_table(results)
-    seeds = results.groupby("algo")["seed"].nunique().min()
+    seeds = results.groupby("method")["seed"].nunique().min()
     title = args.title or (f"{', '.join(sorted(results['env'].unique()))}: eval return, IQM over "
                            f"{seeds} seeds, 95% CIs")
     fig = plotting.training_curves(results, title=title)

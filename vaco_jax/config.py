@@ -28,6 +28,7 @@ TVReference = Literal["behavior", "learner"]
 KLReference = Literal["behavior", "learner"]
 FilterMode = Literal["batch", "per_sample"]
 MjxSolver = Literal["default", "fast"]
+Network = Literal["mlp", "cnn"]   # `vaco_jax.networks.NETWORKS`
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,6 +89,11 @@ class Config:
     """Time limit: episodes are truncated (not terminated) after this many steps."""
 
     # --- networks (static) ------------------------------------------------------------------
+    network: Network = "mlp"
+    """The actor's and critic's networks: `mlp` (layers of actor_hidden / critic_hidden) or `cnn`
+    (for image observations [height, width, channels], e.g. gymnax's MinAtar envs: a 3×3
+    convolution of 16 channels, then dense layers of actor_hidden / critic_hidden). From Python,
+    any Flax modules (`Trainer(config, networks=(actor_torso, critic_torso))`)."""
     actor_hidden: tuple[int, ...] = (64, 64)
     """Hidden layer widths of the policy network."""
     critic_hidden: tuple[int, ...] = (64, 64)

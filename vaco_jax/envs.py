@@ -633,6 +633,13 @@ class PlaygroundEnv(Env):
         return int(jax.eval_shape(self.reset, jax.random.PRNGKey(0)).obs.shape[-1])
 
     @property
+    def observation_shape(self) -> tuple[int, ...]:
+        """The shape of gymnax's observations before they are flattened (e.g. MinAtar's
+        `(10, 10, channels)` images); a dict observation's is its flattened size."""
+        obs = jax.eval_shape(self.env.reset_env, jax.random.PRNGKey(0), self.params)[0]
+        return (self.observation_size,) if isinstance(obs, dict) else tuple(obs.shape)
+
+    @property
     def action_size(self) -> int:
         return int(self.env.action_size)
 
@@ -722,6 +729,13 @@ class GymnaxEnv(Env):
         return int(jax.eval_shape(self.reset, jax.random.PRNGKey(0)).obs.shape[-1])
 
     @property
+    def observation_shape(self) -> tuple[int, ...]:
+        """The shape of gymnax's observations before they are flattened (e.g. MinAtar's
+        `(10, 10, channels)` images); a dict observation's is its flattened size."""
+        obs = jax.eval_shape(self.env.reset_env, jax.random.PRNGKey(0), self.params)[0]
+        return (self.observation_size,) if isinstance(obs, dict) else tuple(obs.shape)
+
+    @property
     def action_size(self) -> int:
         """The actor's output width: the number of continuous actions, or of discrete choices."""
         space = self.action_space
@@ -730,6 +744,14 @@ class GymnaxEnv(Env):
     @property
     def backend(self) -> str:
         return "jax"
+
+
+def observation_shape(env) -> tuple[int, ...] | None:
+    """The shape of `env`'s observations before they were flattened to the vectors it returns
+    (its `observation_shape`, e.g. `GymnaxEnv`'s), or None when it declares none (they are flat).
+    Wrappers pass it on."""
+    shape = getattr(env, "observation_shape", None)
+    return None if shape is None else tuple(int(n) for n in shape)
 
 
 class TracedOnce(Wrapper):

@@ -16,6 +16,11 @@ only a real mismatch (a missing, unexpected or reshaped array).
     action = policy.act(obs)                 # deterministic: the Gaussian mean, clipped to [-1, 1]
     action = policy.act(obs, key)            # a sample, clipped
     # (a discrete policy: the likeliest choice, or a sampled one, as an integer)
+
+The actor is rebuilt from the saved config: its `network` (a `cnn` with the observation shape
+saved beside it, `observation_shape`). A policy trained with your own networks
+(`Trainer(config, networks=...)`) needs its actor module back: pass `actor=trainer.actor` (of a
+`Trainer` made with the same config, env and networks) to `load_policy` or `Policy.from_state`.
 """
 
 from __future__ import annotations
@@ -31,9 +36,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from vaco_jax import io, networks, spaces
+from vaco_jax import envs, io, networks, spaces
 from vaco_jax.config import Config, from_json_dict, to_json_dict
-from vaco_jax.errors import CheckpointError, invalid
+from vaco_jax.errors import CheckpointError, ConfigError, invalid
 from vaco_jax.trainer import nonfinite_names
 
 FILE_NAME = "policy.npz"
@@ -48,17 +53,20 @@ def flatten(tree) -> dict[str, Any]:
 
 def save_policy(run_dir, config: Config, actor_params, normalizer, *, env_steps: int,
                 evaluations: int, diverged_seeds: list[dict] = (),
-                provenance: dict | None = None) -> Path:
+                provenance: dict | None = None,
+                observation_shape: tuple[int, ...] | None = None) -> Path:
     """Write `run_dir/policy.npz` atomically from per-seed `[num_seeds, ...]` host arrays.
     `diverged_seeds`: the run's diverged seeds, `{seed, index, iteration, nonfinite}` each
     (`iteration`: the 1-based learner iteration that failed); `provenance`: the run's
-    `io.provenance()` (computed here when not given)."""
+    `io.provenance()` (computed here when not given); `observation_shape`: the env's
+    (`Trainer.observation_shape`), which a `cnn` actor is rebuilt with."""
     arrays = {f"actor/{k}": np.asarray(v) for k, v in flatten(actor_params).items()}
     arrays.update({f"normalizer/{k}": np.asarray(v) for k, v in flatten(normalizer).items()})
     meta = {"format": FORMAT, "config": to_json_dict(config), "env": config.env,
             "num_seeds": config.num_seeds, "seeds": [config.seed + i for i in range(config.num_seeds)],
             "env_steps": env_steps, "evaluations": evaluations,
             "evaluations_planned": config.num_evals, "diverged_seeds": list(diverged_seeds),
+            **({} if observation_shape is None else {"observation_shape": list(observation_shape)}),
             **(provenance if provenance is not None else io.provenance())}
     buffer = _io.BytesIO()
     np.savez(buffer, **arrays, **{_META: np.array(json.dumps(io.to_jsonable(meta)))})
@@ -80,11 +88,13 @@ class Policy:
     index: int = struct.field(pytree_node=False, default=0)   # which of the run's seeds
 
     @classmethod
-    def from_state(cls, config: Config, state, seed: int = 0) -> "Policy":
+    def from_state(cls, config: Config, state, seed: int = 0, *, actor=None) -> "Policy":
         """The policy of a train state in memory (no file): `state` is `make_train(config)`'s or
         `Trainer.init`/`run_chunk`'s, of one run or of several vmapped over their first axis
         (`seed`: which of them, 0-based). A seed that diverged is marked (`diverged`) as in a
-        loaded policy."""
+        loaded policy. `actor`: the trainer's actor module (`Trainer.actor`), needed for your own
+        networks, and for a `cnn` on an env that `config.env` does not name (an env object);
+        otherwise it is rebuilt from the config."""
         runs = int(np.size(state.iteration))
         batched = np.ndim(state.iteration) > 0
         if not 0 <= seed < runs:
@@ -99,7 +109,8 @@ class Policy:
         meta = {"format": FORMAT, "config": to_json_dict(config), "env": config.env,
                 "num_seeds": runs, "seeds": [config.seed + i for i in range(runs)],
                 "env_steps": int(np.asarray(take(state.env_steps))), "diverged_seeds": diverged}
-        actor, _ = networks.make_networks(config, networks.action_space_of(params))
+        if actor is None:
+            actor = _actor(config, networks.action_space_of(params), _env_observation_shape(config))
         return cls(params, normalizer, actor, config, json.dumps(io.to_jsonable(meta)), seed)
 
     @property
@@ -133,9 +144,11 @@ class Policy:
         return self.action_space.clip(action)
 
 
-def load_policy(run_dir, seed: int = 0) -> Policy:
+def load_policy(run_dir, seed: int = 0, *, actor=None) -> Policy:
     """The policy of the run's `seed`-th seed (0-based: seed `config.seed + seed`) from
     `run_dir/policy.npz` — of a finished run, or the newest checkpoint of one in progress.
+    `actor`: the actor module it was trained with, for your own networks (`Trainer.actor`);
+    otherwise rebuilt from the saved config.
 
     A seed that diverged loads with a warning (and `Policy.diverged` says when): its parameters
     are finite — the last good ones, from before the iteration that failed — so it acts, but it
@@ -166,7 +179,10 @@ def load_policy(run_dir, seed: int = 0) -> Policy:
     obs_size = int(arrays["normalizer/mean"].shape[-1])
     actor_arrays = {name[len("actor/"):]: value for name, value in arrays.items()
                     if name.startswith("actor/")}
-    actor, _ = networks.make_networks(config, networks.action_space_of(_nested(actor_arrays)))
+    if actor is None:
+        shape = meta.get("observation_shape")
+        actor = _actor(config, networks.action_space_of(_nested(actor_arrays)),
+                       _env_observation_shape(config) if shape is None else tuple(shape))
     template = {
         "actor": actor.init(jax.random.PRNGKey(0), jnp.zeros((1, obs_size)))["params"],
         "normalizer": networks.init_normalizer(obs_size),
@@ -175,7 +191,9 @@ def load_policy(run_dir, seed: int = 0) -> Policy:
     missing, unexpected = sorted(set(expected) - set(arrays)), sorted(set(arrays) - set(expected))
     if missing or unexpected:
         raise CheckpointError(f"{path} does not match the policy of its config: missing arrays "
-                              f"{missing}, unexpected arrays {unexpected}")
+                              f"{missing}, unexpected arrays {unexpected} (a policy of your own "
+                              f"networks loads with their actor: load_policy(run_dir, "
+                              f"actor=trainer.actor))")
     leaves = []
     for name, leaf in expected.items():
         value = arrays[name][seed]
@@ -188,6 +206,24 @@ def load_policy(run_dir, seed: int = 0) -> Policy:
     if loaded.diverged is not None:
         warnings.warn(_divergence_warning(path, config, loaded.diverged), stacklevel=2)
     return loaded
+
+
+def _actor(config: Config, action_space: spaces.ActionSpace, observation_shape):
+    return networks.make_networks(config, action_space, observation_shape)[0]
+
+
+def _env_observation_shape(config: Config) -> tuple[int, ...] | None:
+    """The observation shape a `cnn` actor of `config` sees, from the env `config.env` names
+    (None for networks that see flat observations)."""
+    if config.network != "cnn":
+        return None
+    try:
+        envs.check_name(config.env)
+    except ConfigError:
+        raise ConfigError(f"the policy's `cnn` actor needs the observation shape of env "
+                          f"{config.env!r}, which is not a name vaco_jax knows (an env object?): "
+                          f"pass the trainer's actor (actor=trainer.actor)") from None
+    return envs.observation_shape(envs.make_env(config.env, config.mjx_solver))
 
 
 def _nested(flat: dict[str, Any]) -> dict:

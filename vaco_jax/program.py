@@ -269,10 +269,11 @@ class TrainProgram:
     _reported: bool = False
 
     @classmethod
-    def build(cls, config: Config, num_runs: int, *, env=None, donate: bool = False,
+    def build(cls, config: Config, num_runs: int, *, env=None, networks=None, donate: bool = False,
               store: "bool | cache.ProgramStore" = True, log=None) -> "TrainProgram":
         """The program of `num_runs` runs of `config`'s static fields, on `config.env` or on `env`,
-        an env object passed beside it (`Trainer`). `donate`: the chunk reuses
+        an env object passed beside it, with `config.network`'s networks or `networks`, your own
+        Flax modules (`Trainer`). `donate`: the chunk reuses
         the input state's memory (the caller must not keep the state it passes in). `store`: where
         compiled programs are loaded from and kept: True for `ProgramStore.default()` (beside JAX's
         compilation cache, when that is on), False for nowhere (always compile, e.g. to measure
@@ -284,7 +285,7 @@ class TrainProgram:
         shared.update(capacity=1, max_capacity=config.slots)
         placed = layout(num_runs, num_envs=config.num_envs, log=log)
         config = dataclasses.replace(config, **shared)
-        trainer = Trainer(config, env)   # its config: with the env's own episode limit
+        trainer = Trainer(config, env, networks=networks)   # its config: with the env's own episode limit
         return _build(trainer.config, placed, donate,
                       cache.ProgramStore.default() if store is True else store or None,
                       _Traced(traced_from(trainer), trainer))
@@ -383,17 +384,21 @@ def _build(config: Config, placed: Layout, donate: bool, store: cache.ProgramSto
 def traced_from(trainer: Trainer) -> fingerprint_lib.Fingerprint:
     """What `trainer`'s programs are traced from, besides its config (`vaco_jax.fingerprint`): the
     code of the trainer and of everything it calls as loaded now (module constants such as
-    `objectives.MAX_LOG_RATIO` and `envs.FAST_SOLVER` included), its algorithm's functions, and
-    its env: the envs it wraps, their constructor arguments and other attributes, their MJX models
-    (from which their XML files are compiled) and their package's code. A user can register
-    another env or algorithm under a known name, or edit a reward function, without any name or
+    `objectives.MAX_LOG_RATIO` and `envs.FAST_SOLVER` included), its algorithm's functions, its
+    actor and critic (Flax modules: their classes' code and their attributes, a user's torso
+    modules included, with their package's code), and its env: the envs it wraps, their
+    constructor arguments and other attributes, their MJX models (from which their XML files are
+    compiled) and their package's code. A user can register another env or algorithm under a known
+    name, edit a reward function, edit their objective or pass other networks, without any name or
     version changing. A user's objective's package is hashed by value too, even if installed."""
     objective = trainer.algorithm.objective
-    packages = env_packages(trainer.env)
+    torsos = [getattr(net, "torso", None) for net in (trainer.actor, trainer.critic)]
+    packages = env_packages(trainer.env) | {fingerprint_lib.top_level_package(torso)
+                                            for torso in torsos if torso is not None}
     if not algorithms.is_builtin(objective):
         packages.add(fingerprint_lib.top_level_package(objective.fn))
     return fingerprint_lib.fingerprint(type(trainer), trainer.algorithm, trainer.env,
-                                       packages=packages)
+                                       trainer.actor, trainer.critic, packages=packages)
 
 
 def env_packages(env) -> set[str]:

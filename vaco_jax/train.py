@@ -233,7 +233,8 @@ def _train(config: Config, options: Options, out: Path, checkpoints: checkpoint.
                 last_save_seconds = last_save_end - save_start
                 saved.append(completed)
             if due or completed == end:   # the policy goes with every checkpoint and the end
-                _save_policy(out, config, layout, state, completed, health, record)
+                _save_policy(out, config, layout, state, completed, health, record,
+                             program.trainer.observation_shape)
             # A row follows its chunk's checkpoint (when one was due): resuming never goes behind it.
             row = _row(config, history, chunk_index, checkpoint.source_at(sources, chunk_index))
             if runtime.is_primary():
@@ -372,14 +373,15 @@ def _finished_summary(out: Path) -> dict | None:
 
 
 def _save_policy(out: Path, config: Config, layout: program_lib.Layout, state, completed: int,
-                 health: dict, record: dict):
+                 health: dict, record: dict, observation_shape: tuple[int, ...] | None):
     """`out/policy.npz`: every seed's actor and normaliser after `completed` chunks, and which
     seeds diverged."""
     actor, normalizer = layout.unpad((state.params["actor"], state.normalizer))  # every process
     if runtime.is_primary():
         policy.save_policy(out, config, actor, normalizer, evaluations=completed,
                            env_steps=completed * config.iterations_per_eval * config.batch_size,
-                           diverged_seeds=_diverged_seeds(config, health), provenance=record)
+                           diverged_seeds=_diverged_seeds(config, health), provenance=record,
+                           observation_shape=observation_shape)
 
 
 # --- divergence ---------------------------------------------------------------------------------------

@@ -25,7 +25,8 @@ from flax import struct
 from vaco_jax import (algorithms, diagnostics, envs, evaluation, networks, objectives, ring_buffer,
                       rollout, spaces)
 from vaco_jax.config import Config, HParams, validate
-from vaco_jax.envs import EnvState, TracedOnce, VecEnv, as_env, make_env
+from vaco_jax.envs import EnvState, TracedOnce, VecEnv, as_env, make_env, observation_shape
+from vaco_jax.networks import make_networks
 
 
 # Bits of `Health.nonfinite`: which quantities an iteration produced non-finite. The last two are
@@ -105,12 +106,18 @@ class Trainer:
     which `config.env` then only names. `self.config` is `config` with the env's own episode limit
     when the env is the user's and the config leaves `episode_length` at its default.
 
+    The actor and critic are `config.network`'s, or your own: `networks`, an `(actor_torso,
+    critic_torso)` pair of Flax modules, each mapping observations in the env's shape
+    `[..., *observation_shape]` to features `[..., F]` (None in a place: the config's network
+    there); the heads (the action distribution's parameters, V) are put on them
+    (`networks.make_networks`). Nothing else depends on which networks they are.
+
     `on_evaluation(metrics)`, if given, is called on the host after every evaluation of `train`
     (and `run_chunk`) with the chunk's metrics (`eval_return`, `env_steps`, losses, ...: numpy
     arrays, `[runs]` under a `vmap` over runs), so a notebook can draw the curve while the run
     learns. Without it nothing is added to the program."""
 
-    def __init__(self, config: Config, env=None, *, on_evaluation=None):
+    def __init__(self, config: Config, env=None, *, networks=None, on_evaluation=None):
         validate(config, env_given=env is not None)
         # An env of the user's is checked before anything compiles (`envs.check_env`); its own
         # episode limit is the default `episode_length` (`envs.with_time_limit`).
@@ -125,7 +132,9 @@ class Trainer:
         self.algorithm = algorithms.parse(config.algo)
         self.env = TracedOnce(env)
         self.vec_env = VecEnv(self.env, config.num_envs, config.episode_length)
-        self.actor, self.critic = networks.make_networks(config, self.vec_env.action_space)
+        self.observation_shape = observation_shape(self.env)   # before the env flattened it
+        self.actor, self.critic = make_networks(config, self.vec_env.action_space,
+                                                self.observation_shape, networks)
         self.head = self.actor.head   # the policy's distribution (Gaussian or categorical)
 
     # --- state ---------------------------------------------------------------------------------
@@ -138,8 +147,7 @@ class Trainer:
         # would trace another reset, of the unwrapped env).
         env_state = self.vec_env.unstarted(key)
         observation_size = env_state.obs.shape[-1]
-        params = networks.init_params(params_key, config, observation_size,
-                                      self.vec_env.action_space)
+        params = networks.init_networks(params_key, self.actor, self.critic, observation_size)
         normalizer = networks.init_normalizer(observation_size)
         capacity = jnp.clip(hparams.capacity, 1, config.slots)
         buffer = ring_buffer.init(self.snapshot(params, normalizer), config.slots, capacity)
@@ -399,11 +407,12 @@ def guard_divergence(old: TrainState, new: TrainState, update_metrics,
     return state.replace(health=health)
 
 
-def make_train(config: Config, env=None, *, on_evaluation=None):
+def make_train(config: Config, env=None, *, networks=None, on_evaluation=None):
     """`train(key, hparams=None) -> (final_state, metrics)` for `config` (validated now), on
-    `config.env` or on `env`, an env object passed beside it; `on_evaluation(metrics)` is called
-    after every evaluation (see `Trainer`)."""
-    return Trainer(config, env, on_evaluation=on_evaluation).train
+    `config.env` or on `env`, an env object passed beside it, with `config.network`'s networks or
+    `networks`, your own `(actor_torso, critic_torso)` Flax modules; `on_evaluation(metrics)` is
+    called after every evaluation (see `Trainer`)."""
+    return Trainer(config, env, networks=networks, on_evaluation=on_evaluation).train
 
 
 def to_host(callback, tree) -> None:

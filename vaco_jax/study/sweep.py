@@ -163,7 +163,7 @@ def _split(runs, per_call: int):
 
 # Config fields added after results were committed: left out of a cell's fingerprint while they
 # hold their default, so the cells of those results keep their fingerprints (and resume).
-LATER_FIELDS = ("objective_hparams", "kl_reference", "kl_coef_min", "kl_coef_max")
+LATER_FIELDS = ("objective_hparams", "kl_reference", "kl_coef_min", "kl_coef_max", "network")
 
 
 def _config_dict(config: Config) -> dict:

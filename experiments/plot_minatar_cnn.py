@@ -1,0 +1,49 @@
+"""The MinAtar CNN-vs-MLP figure (docs/minatar_cnn_vs_mlp.png) from results/minatar-cnn.
+
+    python -m experiments.plot_minatar_cnn
+
+One panel per observation setting (normalised, the default; raw); in each, the mean evaluation
+return over seeds of the MLP and the CNN run, with every seed as a thin line.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from experiments.plot_runs import load_run  # noqa: E402
+
+RESULTS = Path("results/minatar-cnn")
+PANELS = {"normalized": "observations normalised (default)", "raw": "raw observations"}
+COLORS = {"mlp": "tab:blue", "cnn": "tab:orange"}
+
+
+def main(out: str = "docs/minatar_cnn_vs_mlp.png") -> None:
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(10, 3.8), sharey=True)
+    for ax, (setting, title) in zip(axes, PANELS.items()):
+        for network, color in COLORS.items():
+            runs = load_run(RESULTS / setting / network)
+            wide = runs.pivot(index="step", columns="seed", values="eval_return")
+            for seed in wide:
+                ax.plot(wide.index, wide[seed], color=color, alpha=0.3, linewidth=0.8)
+            ax.plot(wide.index, wide.mean(axis=1), color=color, linewidth=2,
+                    label=f"{network} (mean of {wide.shape[1]} seeds)")
+        ax.set_title(title)
+        ax.set_xlabel("env steps per seed")
+        ax.xaxis.set_major_formatter(lambda x, _: f"{x / 1000:.0f}k")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("eval return")
+    axes[0].legend(loc="lower right")
+    fig.suptitle("gymnax:Breakout-MinAtar, VACO (synchronous): CNN vs flattened MLP")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
