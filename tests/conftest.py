@@ -8,6 +8,10 @@ import tempfile
 
 import jax
 
+# First, before any test module imports brax or mujoco: vaco_jax chooses MuJoCo's headless GL
+# backend (MUJOCO_GL) at import, which MuJoCo reads when it is first imported.
+import vaco_jax  # noqa: F401
+
 CACHE_DIR = os.environ.get("VACO_JAX_TEST_CACHE",
                            str(pathlib.Path(__file__).resolve().parent.parent / ".jax_cache"))
 jax.config.update("jax_compilation_cache_dir", CACHE_DIR)
