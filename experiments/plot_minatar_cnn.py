@@ -23,7 +23,7 @@ PANELS = {"normalized": "observations normalised (default)", "raw": "raw observa
 COLORS = {"mlp": "tab:blue", "cnn": "tab:orange"}
 
 
-def main(out: str = "docs/minatar_cnn_vs_mlp.png") -> None:
+def draw(out: str = "docs/minatar_cnn_vs_mlp.png") -> None:
     fig, axes = plt.subplots(1, len(PANELS), figsize=(10, 3.8), sharey=True)
     for ax, (setting, title) in zip(axes, PANELS.items()):
         for network, color in COLORS.items():
@@ -45,5 +45,15 @@ def main(out: str = "docs/minatar_cnn_vs_mlp.png") -> None:
     print(f"wrote {out}")
 
 
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m experiments.plot_minatar_cnn",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default="docs/minatar_cnn_vs_mlp.png", help="the figure's path")
+    draw(parser.parse_args(argv).out)
+    return 0
+
+
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    sys.exit(main())
