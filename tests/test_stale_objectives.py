@@ -58,17 +58,23 @@ def per_sample(loss_terms, grad_terms):
 
 
 # --- hand computations ----------------------------------------------------------------------------
-def test_icepop_by_hand():
-    losses, grads, masked = [], [], 0
-    for b, t, p, a in zip(BEHAVIOR, PROXIMAL, LEARNER, ADVANTAGES):
-        w = t / b
-        weight = w if 0.5 <= w <= 2.0 else 0.0       # zeroed outside the bounds, not capped
-        masked += weight == 0.0
+def weighted_ppo_by_hand(weights):
+    """Per-sample loss and gradient of PPO's clipped surrogate around π_T (r = π_θ/π_T), each
+    sample scaled by its behavioural weight: decoupled PPO's form, shared by IcePop and M2PO."""
+    losses, grads = [], []
+    for weight, t, p, a in zip(weights, PROXIMAL, LEARNER, ADVANTAGES):
         r = p / t
         term, unclipped = ppo_term(r, a, 1 - EPS, 1 + EPS)
         losses.append(-weight * term)
         grads.append(-weight * r * a if unclipped else 0.0)
-    expected_loss, expected_grad = per_sample(losses, grads)
+    return per_sample(losses, grads)
+
+
+def test_icepop_by_hand():
+    # zeroed outside the bounds, not capped
+    weights = [t / b if 0.5 <= t / b <= 2.0 else 0.0 for b, t in zip(BEHAVIOR, PROXIMAL)]
+    masked = sum(w == 0.0 for w in weights)
+    expected_loss, expected_grad = weighted_ppo_by_hand(weights)
     loss, grad, metrics = value_and_grad(
         objectives.icepop, log_behavior=LOG_B, advantages=ADVANTAGES, log_proximal=LOG_T,
         clip_eps=EPS, low=0.5, high=2.0)
@@ -158,14 +164,8 @@ def test_m2po_by_hand():
     for tau, removed in ((0.3, [0, 4]), (0.04, [0, 2, 4]), (10.0, []), (0.0, [0, 2, 3, 4])):
         keep = m2_keep_by_loop(LOG_T, LOG_B, tau)
         assert np.flatnonzero(~keep).tolist() == removed
-        losses, grads = [], []
-        for k, b, t, p, a in zip(keep, BEHAVIOR, PROXIMAL, LEARNER, ADVANTAGES):
-            weight = min(t / b, 2.0) if k else 0.0
-            r = p / t
-            term, unclipped = ppo_term(r, a, 1 - EPS, 1 + EPS)
-            losses.append(-weight * term)
-            grads.append(-weight * r * a if unclipped else 0.0)
-        expected_loss, expected_grad = per_sample(losses, grads)
+        weights = [min(t / b, 2.0) if k else 0.0 for k, b, t in zip(keep, BEHAVIOR, PROXIMAL)]
+        expected_loss, expected_grad = weighted_ppo_by_hand(weights)
         loss, grad, metrics = value_and_grad(
             objectives.m2po, log_behavior=LOG_B, advantages=ADVANTAGES, log_proximal=LOG_T,
             clip_eps=EPS, is_max=2.0, tau=tau)
