@@ -25,7 +25,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from vaco_jax import io
+from vaco_jax import algorithms, io
 from vaco_jax.config import Config, validate
 from vaco_jax.errors import ConfigError
 from vaco_jax.study import sweep
@@ -203,26 +203,6 @@ def code_difference(ours: dict[str, str], theirs: dict[str, str]) -> list[str]:
     return sorted(name for name in set(ours) | set(theirs) if ours.get(name) != theirs.get(name))
 
 
-def user_sources(algo: str) -> dict[str, str]:
-    """The source files outside the package that the method's code comes from (a user's
-    objective module), by module name → hash of its source."""
-    import importlib
-    import sys
-
-    out = {}
-    for part in algo.split("+"):
-        module, colon, _ = part.partition(":")
-        if not colon:
-            continue
-        try:
-            path = getattr(sys.modules.get(module) or importlib.import_module(module), "__file__", None)
-        except ImportError:
-            continue
-        if path:
-            out[module] = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]
-    return out
-
-
 # --- running -------------------------------------------------------------------------------------
 def record(out: Path, method: Method, proto: Protocol) -> dict:
     """`<out>/bench.json`: what `out` holds and the code that made it. A directory holds one
@@ -233,7 +213,9 @@ def record(out: Path, method: Method, proto: Protocol) -> dict:
             "protocol": proto.name, "protocol_version": proto.version,
             "protocol_definition": proto.describe(),
             "result_code": result_code(sources), "result_sources": sources,
-            "user_sources": user_sources(method.algo), **io.provenance()}
+            "objective": algorithms.objective_record(algorithms.parse(method.algo).objective,
+                                                     dict(method.overrides).get("objective_hparams", ())),
+            **io.provenance()}
     path = out / BENCH_FILE
     if path.exists():
         old = json.loads(path.read_text())
