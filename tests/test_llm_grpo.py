@@ -326,7 +326,7 @@ def test_each_evaluation_tells_optimisation_from_generalisation(tmp_path):
 
 # --- the sweep driver (no compilation: training is replaced by a stub) ---------------------------
 def fake_rows(config, n, objectives, params, train_set, test_set, log=print,
-              compiler_options=None):
+              compiler_options=None, program=None):
     rows = []
     for o in objectives:
         for seed in range(config.grpo.num_seeds):

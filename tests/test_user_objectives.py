@@ -290,3 +290,127 @@ def test_resuming_on_an_edited_objective_is_refused_unless_allowed(tmp_path, cap
     sources = json.loads((out / "config.json").read_text())["sources"]
     assert [(s["from_chunk"], s["objective_code"]["source"]) for s in sources] == [
         (0, before), (1, sha16(edited))]
+
+
+# --- the same objective in the LLM's GRPO ----------------------------------------------------------
+
+def llm_token_batch():
+    """Token log-probabilities of 6 answers of 7 tokens, some padded, away from the behaviour's."""
+    from vaco_jax.llm import grpo
+    keys = jax.random.split(jax.random.PRNGKey(11), 4)
+    log_behavior = -3.0 * jax.random.uniform(keys[0], (6, 7))
+    log_prob = log_behavior + 0.3 * jax.random.normal(keys[1], (6, 7))
+    mask = (jnp.arange(7)[None] < jax.random.randint(keys[2], (6, 1), 2, 8)).astype(jnp.float32)
+    advantages = jnp.repeat(jax.random.normal(keys[3], (6, 1)), 7, 1) * mask
+    return log_prob, grpo.Batch(None, None, mask, advantages, log_behavior, log_behavior)
+
+
+def ppo_clip_masked(x, p):
+    """`ppo_clip_again` over the tokens of `x.mask` alone (padding is not a sample)."""
+    ratio = jnp.exp(objectives_lib.log_ratio(x.log_prob, x.log_behavior))
+    surrogate = jnp.minimum(ratio * x.advantages,
+                            jnp.clip(ratio, 1.0 - p.eps, 1.0 + p.eps) * x.advantages)
+    clipped = (jnp.abs(jax.lax.stop_gradient(ratio) - 1.0) > p.eps).astype(ratio.dtype)
+    return (-objectives_lib.masked_mean(surrogate, x.mask),
+            {"clip_fraction": objectives_lib.masked_mean(clipped, x.mask)})
+
+
+def test_a_user_objective_runs_in_grpo_exactly_as_the_built_in_it_reimplements():
+    from vaco_jax.llm import config as llm_config, grpo
+    vaco_jax.register_objective("ppo_clip_again", ppo_clip_masked, hparams={"eps": 0.2})
+    base = llm_config.preset("tiny").grpo
+    program = llm_config.program_objectives(("ppo_clip", "ppo_clip_again", "vaco"))
+    # The built-ins keep their indices; a user objective comes after them.
+    assert program == llm_config.OBJECTIVES + ("ppo_clip_again",)
+    mine = llm_config.hparams(dataclasses.replace(base, objective="ppo_clip_again"), program)
+    theirs = llm_config.hparams(dataclasses.replace(base, objective="ppo_clip"), program)
+    assert int(mine.objective) == len(llm_config.OBJECTIVES) and "eps" in mine.objective_hparams
+    log_prob, batch = llm_token_batch()
+
+    def loss(hp):
+        return jax.value_and_grad(grpo.policy_loss, has_aux=True)(
+            log_prob, batch, hp, "behavior", program)
+
+    (mine_loss, mine_metrics), mine_grad = jax.jit(loss)(mine)
+    (their_loss, their_metrics), their_grad = jax.jit(loss)(theirs)
+    assert float(their_metrics["clip_fraction"]) > 0.1   # the clip is active on this batch
+    chex.assert_trees_all_close((mine_loss, mine_grad), (their_loss, their_grad), rtol=1e-6)
+    chex.assert_trees_all_close(mine_metrics["intervened_fraction"],
+                                their_metrics["intervened_fraction"])
+    # A GRPO trainer configured with it builds the program that can run it.
+    config = llm_config.replace(llm_config.preset("tiny"), grpo=dict(objective="ppo_clip_again"))
+    assert llm_config.validate(config) is config
+
+
+def reads_the_kl(x, p):
+    return jnp.mean(x.kl), {}
+
+
+@pytest.mark.parametrize("objective,expected", [
+    ("gae+ppo_clip", "one of ('ppo_clip', 'vaco'"),
+    ("no_such_objective", "registered with vaco_jax.register_objective"),
+    ("no_such_module_xyz:fn", "module 'no_such_module_xyz' does not import"),
+    ("vector_loss", "its loss must be a scalar float"),
+    ("reads_the_kl", "reads the analytic KL (needs_kl=True), which the LLM does not compute"),
+    ("clashing_name", "its hyper-parameter 'mis_high' is also declared by 'icepop'"),
+])
+def test_grpo_refuses_a_user_objective_it_cannot_run_naming_grpo_objective(objective, expected):
+    from vaco_jax.llm import config as llm_config
+    vaco_jax.register_objective("vector_loss", vector_loss)
+    vaco_jax.register_objective("reads_the_kl", reads_the_kl, needs_kl=True)
+    vaco_jax.register_objective("clashing_name", ppo_clip_again,
+                                hparams={"eps": 0.2, "mis_high": 3.0})
+    config = llm_config.replace(llm_config.preset("tiny"), grpo=dict(objective=objective))
+    with pytest.raises(ConfigError, match="grpo.objective") as refused:
+        llm_config.validate(config)
+    assert expected in str(refused.value)
+
+
+def test_the_llm_sweep_takes_a_module_objective_records_it_and_refuses_its_edited_code(
+        tmp_path, monkeypatch):
+    from vaco_jax import io
+    from vaco_jax.llm import config as llm_config, experiment, model
+    tiny = llm_config.preset("tiny")
+    path = write_module(tmp_path, "llm_objectives", MODULE)
+    calls = []
+
+    def fake_train_one_n(config, n, objectives, params, train_set, test_set, log=print,
+                         compiler_options=None, program=None):
+        calls.append((n, tuple(objectives), program))
+        return [{"n": n, "objective": o, "seed": s, "eval_iterations": [4], "eval_accuracy": [0.5],
+                 "eval_sampled_accuracy": [0.4], "train_greedy_accuracy": [0.6],
+                 "final_accuracy": 0.5, "final_sampled_accuracy": 0.4,
+                 "final_train_greedy_accuracy": 0.6, "reward": [0.4],
+                 "clip_fraction_mean": [0.01], "filtered_fraction_mean": [0.0],
+                 "tv_estimate_mean": [0.001], "tv_estimate_max": [0.002], "approx_kl_mean": [0.0]}
+                for o in objectives for s in range(config.grpo.num_seeds)]
+
+    monkeypatch.setattr(experiment, "train_one_n", fake_train_one_n)
+    monkeypatch.setattr(experiment.sft, "warm_start",
+                        lambda *a, **k: (model.init_params(tiny.model, jax.random.PRNGKey(0)),
+                                         {"base_accuracy": 0.45, "final_loss": 1.0,
+                                          "seconds": 0.0, "cached": True, "key": "x"}))
+    mine = "llm_objectives:my_loss"
+    sweep = experiment.Experiment(
+        llm_config.replace(tiny, grpo=dict(objective_hparams=("tau=0.5", "mis_high=3"))),
+        ns=(1,), objectives=("vaco", mine), out=str(tmp_path / "out"), throughput=False,
+        plot=False)
+    summary = experiment.run(sweep, log=lambda _: None)
+    assert calls == [(1, ("vaco", mine), llm_config.OBJECTIVES + (mine,))]
+    assert set(summary["by_objective"]) == {"vaco", mine}
+    recorded = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert recorded["user_objectives"] == {mine: {
+        "name": mine, "hparams": {"tau": 0.5, "scale": 1.0}, "needs_kl": False,
+        "code": {"function": "my_loss", "module": "llm_objectives", "file": str(path.resolve()),
+                 "source": sha16(path)}}}
+    rows = io.read_jsonl(tmp_path / "out" / "results.jsonl")
+    assert {r["objective"]: r.get("objective_code") for r in rows} == {"vaco": None,
+                                                                       mine: sha16(path)}
+    # The same code resumes (nothing to run); edited code is refused before anything runs.
+    calls.clear()
+    experiment.run(sweep, log=lambda _: None)
+    assert calls == []
+    write_module(tmp_path, "llm_objectives", MODULE + "# tuned\n")
+    with pytest.raises(ConfigError, match="made by other code") as refused:
+        experiment.run(sweep, log=lambda _: None)
+    assert "objectives" in str(refused.value) and calls == []

@@ -64,13 +64,15 @@ class SFTConfig:
 
 @dataclasses.dataclass(frozen=True)
 class GRPOConfig:
-    objective: ObjectiveName = "vaco"
+    objective: str = "vaco"
     """The algorithm whose policy objective is used (names as in `vaco_jax.algorithms`): `ppo_clip`
     (token-ratio clipping), `vaco` (the TV filter on token ratios), `pg` (`−E[wÂ]`, no constraint),
     `decoupled_ppo` (clipping around π_T, tokens weighted by min(π_T/β, C); PPO-clip on-policy),
     `spo`, `impala` (its objective), or the stale-data objectives of other systems `icepop`,
     `cispo`, `dppo_tv`, `m2po`, `topr`, `geppo` (docs/SPEC.md). Advantages are always GRPO's
-    group-normalised rewards (there is no critic to realign)."""
+    group-normalised rewards (there is no critic to realign). Or your own objective, as for the
+    MuJoCo trainer (docs/objectives.md): a `register_objective` name or `module:function`; it
+    receives token-level `PolicyInputs` with a `mask` and no `kl`."""
     num_prompts: int = 8
     """Prompts per generated batch."""
     group_size: int = 8
@@ -98,7 +100,7 @@ class GRPOConfig:
     makes it differ from 1); as `vaco_jax.config.Config.decoupled_is_max`."""
     objective_hparams: tuple[str, ...] = ()
     """The objectives' own hyper-parameters, as name=value (e.g. `mis_high=5 tv_delta=0.1`): any
-    that an objective of `OBJECTIVES` declares (`vaco_jax.algorithms.Objective.hparams`; the
+    that an objective of `OBJECTIVES` (or a user objective of the run) declares (`vaco_jax.algorithms.Objective.hparams`; the
     names are distinct across objectives, so one setting serves every objective of a sweep).
     Unset ones keep their defaults."""
     tv_reference: Literal["behavior", "learner"] = "behavior"
@@ -142,7 +144,7 @@ class LLMConfig:
 class GRPOHParams:
     """GRPO hyper-parameters that do not change shapes: pytree leaves (vmappable)."""
 
-    objective: jnp.ndarray      # int32 index into OBJECTIVES
+    objective: jnp.ndarray      # int32 index into the program's objectives (`program_objectives`)
     learning_rate: jnp.ndarray
     clip_eps: jnp.ndarray
     delta: jnp.ndarray
@@ -153,14 +155,49 @@ class GRPOHParams:
     """Every objective's own hyper-parameters by name (`objective_hparams`), float32 leaves."""
 
 
-def objective_hparams(config: GRPOConfig) -> dict[str, float]:
-    """The own hyper-parameters of all objectives in `OBJECTIVES` (their names are distinct): the
-    defaults, overridden by `config.objective_hparams` ("name=value"). Raises `ConfigError`
-    naming `grpo.objective_hparams` for an undeclared name or a value that is not a finite
-    number."""
-    values = {}
-    for name in OBJECTIVES:
-        values.update(algorithms.parse(name).objective.defaults)
+def program_objectives(names=()) -> tuple[str, ...]:
+    """The objectives one compiled GRPO program can run, in `GRPOHParams.objective`'s order: the
+    built-in `OBJECTIVES`, then each user objective of `names` (`register_objective` names or
+    `module:function`) in first-seen order."""
+    return OBJECTIVES + tuple(dict.fromkeys(n for n in names if n not in OBJECTIVES))
+
+
+def resolve(name: str, *, field: str = "grpo.objective",
+            tv_reference: str = "behavior") -> algorithms.Objective:
+    """The objective of `name`: a built-in algorithm's (`OBJECTIVES`), else a user objective
+    (`vaco_jax.algorithms.resolve_objective`), traced once on token-shaped inputs with a mask and
+    refused before anything compiles if it cannot run here. Raises `ConfigError` naming `field`."""
+    if name in OBJECTIVES:
+        return algorithms.REGISTRY[name].objective
+    if ":" not in name and name not in algorithms.registered_objectives():
+        _bad(field, name, f"one of {OBJECTIVES}, an objective registered with "
+                          f"vaco_jax.register_objective (now: "
+                          f"{sorted(algorithms.registered_objectives())}), or module:function")
+    objective = algorithms.resolve_objective(name, field=field, value=name)
+    if objective.needs_kl:
+        _bad(field, name, f"objective {objective.name!r} reads the analytic KL (needs_kl=True), "
+                          "which the LLM does not compute (token ratios only); built-in: "
+                          f"{OBJECTIVES}")
+    algorithms.check_objective(objective, tv_reference=tv_reference, kl=False, field=field,
+                               value=name)
+    return objective
+
+
+def objective_hparams(config: GRPOConfig, objectives=None) -> dict[str, float]:
+    """The own hyper-parameters of every objective of the program (`program_objectives`; their
+    names must be distinct): the defaults, overridden by `config.objective_hparams`
+    ("name=value"). Raises `ConfigError` naming `grpo.objective_hparams` for an undeclared name or
+    a value that is not a finite number, and naming `grpo.objective` for a user objective that
+    declares a name another objective of the program already declares."""
+    objectives = program_objectives((config.objective,)) if objectives is None else objectives
+    values, owner = {}, {}
+    for name in objectives:
+        for key, default in resolve(name, tv_reference=config.tv_reference).defaults.items():
+            if key in owner:
+                _bad("grpo.objective", name,
+                     f"its hyper-parameter {key!r} is also declared by {owner[key]!r}, and one "
+                     "GRPO program holds every objective's hyper-parameters by name: rename it")
+            values[key], owner[key] = default, name
     for item in config.objective_hparams:
         name, eq, value = str(item).partition("=")
         name = name.strip()
@@ -177,13 +214,16 @@ def objective_hparams(config: GRPOConfig) -> dict[str, float]:
     return values
 
 
-def hparams(config: GRPOConfig) -> GRPOHParams:
+def hparams(config: GRPOConfig, objectives=None) -> GRPOHParams:
+    """The leaves of `config` for a program that runs `objectives` (default:
+    `program_objectives((config.objective,))`); `config.objective` must be one of them."""
+    objectives = program_objectives((config.objective,)) if objectives is None else objectives
     f = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
-    return GRPOHParams(jnp.asarray(OBJECTIVES.index(config.objective), jnp.int32),
+    return GRPOHParams(jnp.asarray(objectives.index(config.objective), jnp.int32),
                        f(config.learning_rate), f(config.clip_eps), f(config.delta),
                        f(config.temperature), jnp.asarray(config.capacity, jnp.int32),
                        f(config.decoupled_is_max),
-                       {k: f(v) for k, v in objective_hparams(config).items()})
+                       {k: f(v) for k, v in objective_hparams(config, objectives).items()})
 
 
 def stack_hparams(items: list[GRPOHParams]) -> GRPOHParams:
@@ -195,8 +235,10 @@ def _bad(field, value, why):
     raise invalid(field, value, why)
 
 
-def validate(config: LLMConfig) -> LLMConfig:
-    """Raise `ConfigError` naming the first bad field (before anything compiles)."""
+def validate(config: LLMConfig, objectives=()) -> LLMConfig:
+    """Raise `ConfigError` naming the first bad field (before anything compiles). `objectives`:
+    the others the config's program also runs (a sweep's), whose hyper-parameters
+    `grpo.objective_hparams` may set."""
     try:
         config.model.validate("model")
         config.task.difficulty.validate("task.difficulty")
@@ -219,8 +261,9 @@ def validate(config: LLMConfig) -> LLMConfig:
     for field in ("steps", "batch_size"):
         if getattr(s, field) < 0 or (field == "batch_size" and s.batch_size < 1):
             _bad(f"sft.{field}", getattr(s, field), "must be positive")
-    if g.objective not in OBJECTIVES:
-        _bad("grpo.objective", g.objective, f"one of {OBJECTIVES}")
+    if g.tv_reference not in ("behavior", "learner"):
+        _bad("grpo.tv_reference", g.tv_reference, "one of ('behavior', 'learner')")
+    resolve(g.objective, tv_reference=g.tv_reference)
     if g.group_size < 2:
         _bad("grpo.group_size", g.group_size, "must be >= 2 (advantages are relative to the group)")
     if g.train_eval_size < 0:
@@ -250,9 +293,7 @@ def validate(config: LLMConfig) -> LLMConfig:
         _bad("grpo.snapshot_sampling", g.snapshot_sampling, "one of ('uniform', 'oldest', 'newest')")
     if g.optimizer not in ("adam", "sgd"):
         _bad("grpo.optimizer", g.optimizer, "one of ('adam', 'sgd')")
-    if g.tv_reference not in ("behavior", "learner"):
-        _bad("grpo.tv_reference", g.tv_reference, "one of ('behavior', 'learner')")
-    objective_hparams(g)   # names and values
+    objective_hparams(g, program_objectives((g.objective, *objectives)))   # names and values
     return config
 
 

@@ -22,11 +22,12 @@ import jax
 import numpy as np
 import tyro
 
-from vaco_jax import io, loggers, program as program_lib, runtime
+from vaco_jax import algorithms, io, loggers, program as program_lib, runtime
 from vaco_jax.errors import invalid
 from vaco_jax.options import LoggerOptions, validate_logging
 from vaco_jax.llm import benchmark, dataset, problems, sft
-from vaco_jax.llm.config import OBJECTIVES, LLMConfig, hparams, replace, stack_hparams, validate
+from vaco_jax.llm.config import (OBJECTIVES, LLMConfig, hparams, program_objectives, replace,
+                                 resolve, stack_hparams, validate)
 from vaco_jax.llm.grpo import GRPO
 from vaco_jax.llm.model import num_params
 
@@ -38,7 +39,8 @@ class Experiment:
     """Minibatch updates per generated batch (forward lag)."""
     objectives: tuple[str, ...] = ("ppo_clip", "vaco")
     """Objectives to compare (any of `vaco_jax.llm.config.OBJECTIVES`: ppo_clip, vaco, pg,
-    decoupled_ppo, spo, impala, icepop, cispo, dppo_tv, m2po, topr, geppo)."""
+    decoupled_ppo, spo, impala, icepop, cispo, dppo_tv, m2po, topr, geppo; or your own:
+    `module:function` or a `register_objective` name, docs/objectives.md)."""
     out: str = "runs/llm/cpu"
     """Results directory: config.json, results.jsonl (one row per N, objective, seed), summary.json."""
     plot: bool = True
@@ -93,25 +95,29 @@ def load_problems(config: LLMConfig):
             dataset.encode(test, t.prompt_len, t.answer_len))
 
 
-def sweep_keys(config: LLMConfig, objectives):
-    """Keys and stacked hyper-parameters for every (objective, seed) pair, objective-major.
+def sweep_keys(config: LLMConfig, objectives, program=None):
+    """Keys and stacked hyper-parameters for every (objective, seed) pair, objective-major, for a
+    GRPO program that runs `program` (default: `program_objectives(objectives)`).
 
     Seed s uses `PRNGKey(grpo.seed + s)` for every objective (common random numbers: the first
     batch of every objective is the same draw)."""
     g = config.grpo
     pairs = [(o, s) for o in objectives for s in range(g.num_seeds)]
     keys = program_lib.seed_keys([g.seed + s for _, s in pairs])
-    hps = stack_hparams([hparams(dataclasses.replace(g, objective=o)) for o, _ in pairs])
+    program = program_objectives(objectives) if program is None else program
+    hps = stack_hparams([hparams(dataclasses.replace(g, objective=o), program) for o, _ in pairs])
     return pairs, keys, hps
 
 
 def train_one_n(config: LLMConfig, n: int, objectives, params, train_set, test_set, log=print,
-                compiler_options=None):
-    """Train every (objective, seed) pair at N = n in one compiled program; rows to save."""
+                compiler_options=None, program=None):
+    """Train every (objective, seed) pair at N = n in one compiled program (one that can run every
+    objective of `program`, default `program_objectives(objectives)`); rows to save."""
     cfg = replace(config, grpo=dict(num_minibatches=n))
-    validate(cfg)
-    pairs, keys, hps = sweep_keys(cfg, objectives)
-    trainer = GRPO(cfg, train_set, test_set)
+    program = program_objectives(objectives) if program is None else tuple(program)
+    validate(cfg, program)
+    pairs, keys, hps = sweep_keys(cfg, objectives, program)
+    trainer = GRPO(cfg, train_set, test_set, objectives=program)
     # Every (objective, seed) pair is a run: spread over every device (vaco_jax.program).
     placed = program_lib.layout(len(pairs))
     train = program_lib.jit_runs(trainer.train, placed, in_run_axes=(True, False, True, False))
@@ -313,12 +319,19 @@ def run(experiment: Experiment, log=print) -> dict:
 
     Resumes: (N, objective) pairs already in `out/results.jsonl` (from the same configuration)
     are not run again, so objectives or N values can also be added to a finished sweep."""
-    config = validate(experiment.config)
-    for n in experiment.ns:
-        validate(replace(config, grpo=dict(num_minibatches=n)))
+    config = experiment.config
+    codes, user = {}, {}   # a user objective's code: recorded in config.json and rows, checked
     for o in experiment.objectives:
+        objective = resolve(o, field="objectives", tv_reference=config.grpo.tv_reference)
         if o not in OBJECTIVES:
-            raise invalid("objectives", o, f"one of {OBJECTIVES}")
+            mine = [item for item in config.grpo.objective_hparams
+                    if str(item).partition("=")[0].strip() in objective.defaults]
+            user[o] = algorithms.objective_record(objective, mine)
+            codes[o] = (user[o].get("code") or {}).get("source")   # SHA-256 of its file
+    program = program_objectives(experiment.objectives)
+    config = validate(config, experiment.objectives)
+    for n in experiment.ns:
+        validate(replace(config, grpo=dict(num_minibatches=n)), experiment.objectives)
     validate_logging(experiment.logging)
     out = Path(experiment.out)
     results_path = out / "results.jsonl"
@@ -329,11 +342,18 @@ def run(experiment: Experiment, log=print) -> dict:
             raise invalid("out", str(out), "it holds results of another configuration; choose "
                                            "another directory or --overwrite")
     rows = [] if experiment.overwrite or not results_path.exists() else io.read_jsonl(results_path)
+    for row in rows:
+        if row["objective"] in codes and row.get("objective_code") != codes[row["objective"]]:
+            raise invalid("objectives", row["objective"],
+                          f"{results_path} holds results of {row['objective']!r} made by other "
+                          f"code ({row.get('objective_code')}; now {codes[row['objective']]}): "
+                          "choose another --out, or --overwrite to start afresh")
     runtime.barrier("llm results read")
     if primary:
         if experiment.overwrite:
             results_path.unlink(missing_ok=True)
-        io.write_json_atomic(out / "config.json", {"config": spec, **io.provenance()})
+        io.write_json_atomic(out / "config.json", {"config": spec, **io.provenance(),
+                                                   **({"user_objectives": user} if user else {})})
     wall_start = time.perf_counter()
 
     train_set, test_set = load_problems(config)
@@ -349,9 +369,12 @@ def run(experiment: Experiment, log=print) -> dict:
         if not todo:
             log(f"N={n:>2}: already in {results_path}, skipped")
             continue
-        new_rows = train_one_n(config, n, todo, params, train_set, test_set, log, options)
+        new_rows = train_one_n(config, n, todo, params, train_set, test_set, log, options,
+                               program=program)
         for row in new_rows:   # the code that made it: a resumed sweep may mix versions
             row["source"] = io.source_hash()
+            if row["objective"] in codes:
+                row["objective_code"] = codes[row["objective"]]
         if primary:
             io.append_jsonl(results_path, new_rows)
             if experiment.logging.logger:

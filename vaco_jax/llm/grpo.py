@@ -44,7 +44,8 @@ from flax import struct
 from vaco_jax import algorithms, diagnostics, objectives, ring_buffer
 from vaco_jax.objectives import sg
 from vaco_jax.llm import sampling, verifier
-from vaco_jax.llm.config import OBJECTIVES, GRPOHParams, LLMConfig, hparams as make_hparams
+from vaco_jax.llm.config import (OBJECTIVES, GRPOHParams, LLMConfig, hparams as make_hparams,
+                                 program_objectives, resolve)
 from vaco_jax.llm.dataset import ProblemSet
 from vaco_jax.llm.evaluation import greedy_accuracy, sampled_accuracy
 from vaco_jax.llm.model import Transformer, answer_mask, sequence_log_probs
@@ -100,13 +101,15 @@ class GRPOState:
     hparams: GRPOHParams
 
 
-def policy_loss(log_prob, batch: Batch, hp: GRPOHParams, tv_reference: str = "behavior"):
-    """The objective of algorithm `hp.objective` (an index into `OBJECTIVES`) on token ratios.
+def policy_loss(log_prob, batch: Batch, hp: GRPOHParams, tv_reference: str = "behavior",
+                program: tuple[str, ...] = OBJECTIVES):
+    """The objective `program[hp.objective]` on token ratios (`program`, static: the
+    built-in `OBJECTIVES` and any user objectives, `vaco_jax.llm.config.program_objectives`).
 
     The objectives are the shared ones of `vaco_jax.algorithms` (`vaco` → `tv_filter`, `ppo_clip`
     → `ppo_clip`, `pg` → `pg`, `impala` → `impala_pg`, and the others by their own name; π_T is
     the proximal policy), called with the shared signature and each with its own hyper-parameters
-    (`hp.objective_hparams`). The choice is a traced leaf, taken by `lax.switch`, so one compiled
+    (`hp.objective_hparams`); a user objective likewise. The choice is a traced leaf, taken by `lax.switch`, so one compiled
     program can run all of them side by side under `vmap`. Every objective logs the same
     diagnostics of `w = π_θ/β` (`tv_estimate`, `clip_fraction = mean(|w − 1| > ε)`, `approx_kl`,
     `max_ratio`), the fractions of `OBJECTIVE_FRACTIONS` it reports (0 for the others),
@@ -130,7 +133,7 @@ def policy_loss(log_prob, batch: Batch, hp: GRPOHParams, tv_reference: str = "be
         return run
 
     loss, fractions = jax.lax.switch(
-        hp.objective, [branch(algorithms.REGISTRY[name].objective) for name in OBJECTIVES])
+        hp.objective, [branch(resolve(name, tv_reference=tv_reference)) for name in program])
     ratio_metrics = objectives.ratio_diagnostics(log_prob, batch.log_behavior,
                                                  clip_eps=hp.clip_eps, mask=batch.mask)
     return loss, {**ratio_metrics, **fractions, "policy_loss": loss,
@@ -140,11 +143,16 @@ def policy_loss(log_prob, batch: Batch, hp: GRPOHParams, tv_reference: str = "be
 
 class GRPO:
     """`reward_fn(answers [B, A], targets [B]) -> [B]` scores sampled answers; the default is the
-    verifiable reward (`verifier.reward_tokens`: 1 for a correct final answer)."""
+    verifiable reward (`verifier.reward_tokens`: 1 for a correct final answer). `objectives`: the
+    objectives the program can run (`hparams.objective` indexes them; default
+    `program_objectives((config.grpo.objective,))`: the built-ins, and the configured one if it is
+    a user objective)."""
 
     def __init__(self, config: LLMConfig, train_set: ProblemSet, test_set: ProblemSet,
-                 reward_fn=verifier.reward_tokens):
+                 reward_fn=verifier.reward_tokens, objectives: tuple[str, ...] | None = None):
         self.config, self.data, self.reward_fn = config, Data(train_set, test_set), reward_fn
+        self.objectives = (program_objectives((config.grpo.objective,)) if objectives is None
+                           else tuple(objectives))
         self.apply = Transformer(config.model).apply
         g = config.grpo
         direction = optax.scale_by_adam(eps=g.adam_eps) if g.optimizer == "adam" else optax.identity()
@@ -152,7 +160,7 @@ class GRPO:
 
     # --- state ----------------------------------------------------------------------------
     def init(self, key, params, hparams: GRPOHParams | None = None) -> GRPOState:
-        hp = hparams if hparams is not None else make_hparams(self.config.grpo)
+        hp = hparams if hparams is not None else make_hparams(self.config.grpo, self.objectives)
         slots = self.config.grpo.slots
         buffer = ring_buffer.init(params, slots, hp.capacity) if slots > 1 else None
         return GRPOState(params, self.optimizer.init(params), buffer, key, jnp.int32(0), hp)
@@ -201,7 +209,7 @@ class GRPO:
         def loss_fn(p):
             log_prob = sequence_log_probs(self.apply, p, batch.prompts, batch.answers,
                                           hp.temperature)
-            return policy_loss(log_prob, batch, hp, g.tv_reference)
+            return policy_loss(log_prob, batch, hp, g.tv_reference, self.objectives)
 
         grads, metrics = jax.grad(loss_fn, has_aux=True)(params)
         updates, opt_state = self.optimizer.update(grads, opt_state, params)
