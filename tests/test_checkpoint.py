@@ -188,6 +188,30 @@ def test_resuming_on_other_code_is_refused_unless_allowed(uninterrupted, tmp_pat
     assert without_source(rows) == without_source(io.read_jsonl(uninterrupted / "metrics.jsonl"))
 
 
+def test_a_checkpoint_of_code_before_a_config_field_existed_resumes_as_its_default(
+        partial_run, uninterrupted, capsys):
+    # What code of before `network` and `kl_reference` wrote: neither field, another source.
+    meta_file = partial_run / "checkpoints" / "3" / "meta" / "metadata"
+    meta = json.loads(meta_file.read_text())
+    for name in ("network", "kl_reference"):
+        del meta["config"][name]
+    meta["source"] = "0123456789abcdef"
+    del meta["sources"]
+    meta_file.write_text(json.dumps(meta))
+    # An absent field compares as its default: only the code differs, which is allowed here.
+    with pytest.warns(UserWarning, match="other vaco_jax code"):
+        summary = run(BASE, options(resume=str(partial_run), allow_code_change=True))
+    assert summary["finished"] and summary["resumed_from_chunk"] == 3
+    without_source = lambda rows: [{k: v for k, v in r.items() if k != "source"} for r in rows]  # noqa: E731
+    assert without_source(io.read_jsonl(partial_run / "metrics.jsonl")) == without_source(
+        io.read_jsonl(uninterrupted / "metrics.jsonl"))
+    # A value other than the default is still a different config, named as such.
+    with pytest.raises(CheckpointError, match=r"`network` = 'cnn' here but 'mlp' in the checkpoint "
+                                              r"\(absent: its default\)"):
+        check_compatible(meta, dataclasses.replace(BASE, network="cnn"), "checkpoints/3",
+                         allow_code_change=True, warn=False)
+
+
 def test_a_run_resumed_on_code_that_logs_more_metrics_records_them_from_there(
         partial_run, uninterrupted):
     # The checkpoint of code that did not log `tv_forward` (written again without it).
@@ -209,13 +233,25 @@ def test_a_run_resumed_on_code_that_logs_more_metrics_records_them_from_there(
     assert np.isnan(final_state(partial_run).history["tv_forward"][:3]).all()
 
 
-def test_mujoco_playground_is_a_checked_library(uninterrupted):
+def test_a_resume_checks_the_libraries_its_run_computes_with_and_no_others(uninterrupted):
     checkpoints = RunCheckpoints(uninterrupted, create=False)
     meta = checkpoints.read_meta(checkpoints.latest_chunk())
     checkpoints.close()
-    meta["versions"]["playground"] = "0.0.1"
-    with pytest.raises(CheckpointError, match=r"different library versions \(playground 0\.0\.1 in "
-                                              r"the checkpoint"):
+    # An extra installed (or upgraded) since: the toy env's run uses none of these libraries.
+    for name in ("playground", "gymnax", "mujoco", "mujoco-mjx"):
+        meta["versions"][name] = "0.0.1"
+    check_compatible(meta, BASE, "checkpoints/6")
+    # A DM Control task's run computes with MuJoCo Playground and MJX: those are checked.
+    dmc = dataclasses.replace(BASE, env="dmc:CartpoleBalance")
+    with pytest.raises(CheckpointError, match=r"different library versions \(playground 0\.0\.1 "
+                                              r"in the checkpoint.*; mujoco 0\.0\.1 .*; mujoco-mjx "
+                                              r"0\.0\.1 in the checkpoint"):
+        check_compatible(meta, dmc, "checkpoints/6")
+    with pytest.raises(CheckpointError, match=r"\(gymnax 0\.0\.1 in the checkpoint, "):
+        check_compatible(meta, dataclasses.replace(BASE, env="gymnax:CartPole-v1"), "checkpoints/6")
+    # jax is checked for every run.
+    meta["versions"]["jax"] = "0.0.1"
+    with pytest.raises(CheckpointError, match=r"\(jax 0\.0\.1 in the checkpoint"):
         check_compatible(meta, BASE, "checkpoints/6")
 
 
@@ -252,16 +288,37 @@ def test_a_checkpoint_of_the_previous_format_still_resumes(partial_run, tmp_path
     assert all(np.array_equal(again.history[k], v, equal_nan=True) for k, v in restored.history.items())
 
 
-def test_corrupt_checkpoint_is_refused(partial_run):
-    # Orbax's OCDBT array data files live in `ocdbt.process_<i>/d/` (the top-level `d/` holds the
-    # B-tree of leaf names): one flipped byte in the middle of each of them.
-    data_files = [p for p in (partial_run / "checkpoints" / "3" / "arrays").glob("ocdbt.process_*/d/*")
-                  if p.is_file()]
+def corrupt(checkpoint_dir):
+    """Flip one byte in the middle of each of a checkpoint's array data files (Orbax's OCDBT data
+    files live in `ocdbt.process_<i>/d/`; the top-level `d/` holds the B-tree of leaf names)."""
+    data_files = [p for p in (checkpoint_dir / "arrays").glob("ocdbt.process_*/d/*") if p.is_file()]
     assert data_files
     for data in data_files:
         raw = bytearray(data.read_bytes())
         raw[len(raw) // 2] ^= 0xFF
         data.write_bytes(bytes(raw))
+    return data_files
+
+
+def test_a_corrupt_newest_checkpoint_is_set_aside_and_the_one_before_resumes(partial_run,
+                                                                              uninterrupted):
+    corrupt(partial_run / "checkpoints" / "3")
+    newest = snapshot_files(partial_run / "checkpoints" / "3")
+    with pytest.warns(UserWarning, match=r"checkpoints/3' (is corrupt|cannot be read).*moved it to "
+                                         r".*corrupt_checkpoints/3' and resuming from checkpoint 2"):
+        summary = run(BASE, options(resume=str(partial_run)))
+    # Found before anything was built, so the run went on from chunk 2, exactly as if uninterrupted.
+    assert summary["finished"] and summary["resumed_from_chunk"] == 2
+    assert io.read_jsonl(partial_run / "metrics.jsonl") == io.read_jsonl(uninterrupted / "metrics.jsonl")
+    assert final_state(partial_run).meta["sha256"] == final_state(uninterrupted).meta["sha256"]
+    # Nothing written is lost: the corrupt checkpoint is kept, byte for byte, beside the run.
+    aside = partial_run / "corrupt_checkpoints" / "3"
+    assert {p.relative_to(aside): b for p, b in snapshot_files(aside).items()} == {
+        p.relative_to(partial_run / "checkpoints" / "3"): b for p, b in newest.items()}
+
+
+def test_a_run_whose_every_checkpoint_is_corrupt_is_refused_and_left_as_it_is(partial_run):
+    data_files = corrupt(partial_run / "checkpoints" / "3") + corrupt(partial_run / "checkpoints" / "2")
     before = snapshot_files(partial_run)
     with pytest.raises(CheckpointError, match=r"checkpoints/3' (is corrupt|cannot be read).*"
                                               r"other checkpoints: \[2\]"):

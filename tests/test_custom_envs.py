@@ -223,3 +223,52 @@ def test_the_documented_table_of_defaults_is_the_applied_one():
             else:
                 shown = f"{value:,}" if isinstance(value, int) else str(value)
             assert f"`{field}` {shown}" in row, (name, field, row)
+
+
+REGISTERING_MODULE = '''
+import vaco_jax
+from vaco_jax.envs import ToyReach
+
+
+def make_reach():
+    return ToyReach()
+
+
+vaco_jax.register_env("reach_from_module", make_reach)
+'''
+
+
+def forget(monkeypatch, module_name):
+    """What a fresh process knows: no registered env, the module not imported."""
+    monkeypatch.setattr(envs, "_REGISTRY", {})
+    monkeypatch.delitem(sys.modules, module_name, raising=False)
+
+
+def test_a_run_of_a_registered_env_resumes_and_evaluates_from_the_command_line(
+        tmp_path, monkeypatch, capsys):
+    import importlib
+    import json
+
+    from vaco_jax import Options, evaluate, train
+
+    (tmp_path / "reach_envs.py").write_text(REGISTERING_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.import_module("reach_envs")
+    config = dataclasses.replace(TINY, env="reach_from_module", total_steps=8 * 8 * 2, num_evals=2)
+    out = tmp_path / "run"
+    train.run(config, Options(out=str(out), progress=False, checkpoint_budget=1.0), stop_after=1)
+    record = json.loads((out / "config.json").read_text())["env_registration"]
+    assert record == {"name": "reach_from_module", "module": "reach_envs",
+                      "factory": "make_reach", "file": str(tmp_path / "reach_envs.py")}
+    # A new process knows nothing of the name: the run's record imports the module that registers it.
+    forget(monkeypatch, "reach_envs")
+    assert train.main(["--resume", str(out), "--no-progress"]) == 0, capsys.readouterr().err
+    assert json.loads((out / "summary.json").read_text())["finished"]
+    forget(monkeypatch, "reach_envs")
+    assert evaluate.main([str(out), "--episodes", "2", "--json", str(tmp_path / "e.json")]) == 0
+    assert json.loads((tmp_path / "e.json").read_text())["env"] == "reach_from_module"
+    # A factory of a script cannot be imported by another process: refused, saying how to go on.
+    with pytest.raises(ConfigError, match=r"`env` = 'reach_from_script' is invalid: the run's env "
+                                          r"was registered with vaco_jax.register_env from a "
+                                          r"script .*register it again in this process"):
+        envs.restore_registration("reach_from_script", {**record, "module": "__main__"})

@@ -35,7 +35,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from vaco_jax import algorithms, io
+from vaco_jax import algorithms, envs, io
 from vaco_jax.config import LEGACY_OPTION_FIELDS, Config, from_json_dict, to_json_dict
 from vaco_jax.errors import CheckpointError, ConfigError
 from vaco_jax.options import RESUME_MAY_CHANGE
@@ -43,10 +43,17 @@ from vaco_jax.runtime import primary_decision, to_host
 
 FORMAT = 2
 READABLE_FORMATS = (1, 2)   # 1: leaves keyed by their index in the flattened state
-# A different version of any of these can change results, so resuming across them is refused.
-# (vaco_jax's own code is checked by its source hash, which any edit changes, not its version.)
-CHECKED_LIBRARIES = ("jax", "jaxlib", "flax", "optax", "distrax", "brax", "mujoco", "mujoco-mjx",
-                     "playground", "numpy", "orbax-checkpoint")
+# A different version of any of these can change results, so resuming across them is refused:
+# those every run computes with, and those of the run's env (`envs.libraries`). A checkpoint
+# records the versions of all of them. (vaco_jax's own code is checked by its source hash, which
+# any edit changes, not its version.)
+CORE_LIBRARIES = ("jax", "jaxlib", "flax", "optax", "distrax", "brax", "numpy", "orbax-checkpoint")
+CHECKED_LIBRARIES = CORE_LIBRARIES + ("mujoco", "mujoco-mjx", "playground", "gymnax")
+
+
+def checked_libraries(config: Config) -> tuple[str, ...]:
+    """The libraries a resume of `config`'s run checks: the core ones and its env's."""
+    return CORE_LIBRARIES + envs.libraries(config.env)
 
 
 @dataclasses.dataclass
@@ -97,6 +104,7 @@ class RunCheckpoints:
             "chunk": chunk,
             "num_chunks": config.num_evals,
             "config": to_json_dict(config),
+            **registration_entry(config),
             "versions": self._versions,
             "leaves": [[p, list(np.shape(x)), str(np.asarray(x).dtype)]
                        for p, x in zip(paths, host_leaves)],
@@ -191,10 +199,7 @@ class RunCheckpoints:
                   for i, (path, x) in enumerate(zip(paths, abstract_leaves))]
         history = {name: np.asarray(v) for name, v in arrays["history"].items()}
         if _digest(to_host(leaves), history) != meta["sha256"]:
-            raise CheckpointError(
-                f"checkpoint {str(self.path(chunk))!r} is corrupt: its bytes do not match the SHA-256 "
-                f"recorded when it was saved. Delete it to resume from an older checkpoint "
-                f"({self._others(chunk)}), or start a new run")
+            raise self._corrupt(chunk)
         return Restored(jax.tree.unflatten(treedef, leaves), history, chunk, meta)
 
     def check_latest(self, config: Config, *, allow_version_change: bool = False,
@@ -212,6 +217,63 @@ class RunCheckpoints:
                                                   allow_code_change=allow_code_change, warn=False))
         return chunk
 
+    def usable_latest(self, config: Config, *, allow_version_change: bool = False,
+                      allow_code_change: bool = False) -> int:
+        """`check_latest`, after making sure the newest checkpoint is whole, before anything is
+        built: in a single-process run its bytes are read and checked against the SHA-256
+        recorded when it was saved. A newest checkpoint that cannot be read or is corrupt is moved
+        to `<run>/corrupt_checkpoints/<chunk>` (kept, not deleted), with a warning, and the next
+        older one is used; if none is whole, nothing is moved and the newest one's error is
+        raised. (A multi-process run checks the bytes when it restores, and refuses there.)"""
+        allowed = dict(allow_version_change=allow_version_change,
+                       allow_code_change=allow_code_change)
+        chunk = self.check_latest(config, **allowed)
+        if jax.process_count() > 1:
+            return chunk
+        newest_error, corrupt = None, []
+        for candidate in sorted(self.manager.all_steps(), reverse=True):
+            try:
+                self._check_bytes(candidate)
+            except CheckpointError as error:
+                newest_error = newest_error or error
+                corrupt.append((candidate, error))
+                continue
+            break
+        else:
+            raise newest_error
+        for bad, error in corrupt:
+            aside = self.directory.parent / "corrupt_checkpoints" / str(bad)
+            aside.parent.mkdir(exist_ok=True)
+            if aside.exists():
+                aside = aside.with_name(f"{bad}-{time.strftime('%Y%m%d-%H%M%S')}")
+            self.path(bad).rename(aside)
+            why = str(error).split(". Delete it")[0]
+            warnings.warn(f"{why}; moved it to {str(aside)!r} and resuming from checkpoint "
+                          f"{candidate}", stacklevel=2)
+        self.manager.reload()
+        return self.check_latest(config, **allowed)
+
+    def _check_bytes(self, chunk: int) -> None:
+        """Read checkpoint `chunk` whole (as host arrays, no train state needed) and compare it
+        with its recorded SHA-256; raise `CheckpointError` if it cannot be read or differs."""
+        meta = self.read_meta(chunk)
+        fmt = meta["format"]
+        try:
+            arrays = self.manager.restore(
+                chunk, args=ocp.args.Composite(arrays=ocp.args.StandardRestore())).arrays
+        except Exception as error:  # noqa: BLE001
+            raise self._unreadable(chunk, error) from error
+        try:
+            stored = dict(zip(*_flatten(arrays["state"])[:2]))
+            leaves = [np.asarray(stored[_storage_name(i, path, fmt)]) if np.prod(shape) else
+                      np.zeros(shape, dtype) for i, (path, shape, dtype) in enumerate(meta["leaves"])]
+            history = {name: np.asarray(arrays["history"][name]).astype(dtype)
+                       for name, dtype in _history_dtypes(meta).items()}
+        except (KeyError, TypeError, ValueError) as error:
+            raise self._unreadable(chunk, error) from error
+        if _digest(leaves, history) != meta["sha256"]:
+            raise self._corrupt(chunk)
+
     def restore_latest(self, abstract_state, config: Config, *, allow_version_change: bool = False,
                        allow_code_change: bool = False) -> Restored:
         allowed = dict(allow_version_change=allow_version_change, allow_code_change=allow_code_change)
@@ -221,6 +283,12 @@ class RunCheckpoints:
     def _others(self, chunk: int) -> str:
         others = [c for c in self.manager.all_steps() if c != chunk]
         return f"other checkpoints: {sorted(others)}" if others else "there is no other checkpoint"
+
+    def _corrupt(self, chunk: int) -> CheckpointError:
+        return CheckpointError(
+            f"checkpoint {str(self.path(chunk))!r} is corrupt: its bytes do not match the SHA-256 "
+            f"recorded when it was saved. Delete it to resume from an older checkpoint "
+            f"({self._others(chunk)}), or start a new run")
 
     def _unreadable(self, chunk: int, error: Exception) -> CheckpointError:
         reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
@@ -239,10 +307,12 @@ def stored_config(run_dir) -> Config:
                               f"no complete checkpoint; start a new run with --out")
     meta = checkpoints.read_meta(chunk)
     try:
-        return from_json_dict(meta["config"])
+        config = from_json_dict(meta["config"])
     except (ConfigError, TypeError) as error:
         raise CheckpointError(f"checkpoint {str(checkpoints.path(chunk))!r} was written by another "
                               f"version of vaco_jax: {error}") from error
+    envs.restore_registration(config.env, meta.get("env_registration"))   # a registered env's
+    return config
 
 
 def check_compatible(meta: dict, config: Config, where, *, allow_version_change: bool = False,
@@ -269,7 +339,8 @@ def check_compatible(meta: dict, config: Config, where, *, allow_version_change:
     ours = _versions()
     theirs = meta.get("versions", {})
     changed = [f"{name} {theirs.get(name, 'not recorded')} in the checkpoint, {ours[name]} here"
-               for name in CHECKED_LIBRARIES if theirs.get(name, "not recorded") != ours[name]]
+               for name in checked_libraries(config)
+               if theirs.get(name, "not recorded") != ours[name]]
     if changed and not allow_version_change:
         raise CheckpointError(
             f"checkpoint {str(where)!r} was written with different library versions "
@@ -280,11 +351,14 @@ def check_compatible(meta: dict, config: Config, where, *, allow_version_change:
         warnings.warn(f"resuming checkpoint {str(where)!r} written with other library versions "
                       f"({'; '.join(changed)}): the continuation may differ from an uninterrupted "
                       f"run", stacklevel=2)
-    stored = meta["config"]
-    ours_config = to_json_dict(config)
-    differences = [f"`{name}` = {ours_config[name]!r} here but {stored.get(name, '(absent)')!r} in the "
-                   f"checkpoint" for name in ours_config
-                   if stored.get(name) != ours_config[name]]
+    # A field the checkpoint lacks was added to `Config` after it was written: the run ran as
+    # that field's default does.
+    ours_config, default = to_json_dict(config), to_json_dict(Config())
+    stored = {**{name: default[name] for name in ours_config if name not in meta["config"]},
+              **meta["config"]}
+    differences = [f"`{name}` = {ours_config[name]!r} here but {stored[name]!r} in the checkpoint"
+                   + (" (absent: its default)" if name not in meta["config"] else "")
+                   for name in ours_config if stored[name] != ours_config[name]]
     differences += [f"`{name}` is in the checkpoint but unknown here" for name in stored
                     if name not in ours_config and name not in LEGACY_OPTION_FIELDS]
     if differences:
@@ -405,6 +479,13 @@ def _digest(leaves, history: dict) -> str:
 
 def _history_dtypes(meta: dict) -> dict:
     return {name: np.dtype(dtype) for name, dtype in meta["history"].items()}
+
+
+def registration_entry(config: Config) -> dict:
+    """`{"env_registration": ...}` for a run of a registered env (`envs.registration_record`), as
+    checkpoints, `config.json` and `policy.npz` record it; else `{}`."""
+    record = envs.registration_record(config.env)
+    return {} if record is None else {"env_registration": record}
 
 
 def _versions() -> dict:

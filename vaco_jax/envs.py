@@ -32,6 +32,7 @@ import contextlib
 import dataclasses
 import importlib
 import importlib.util
+import inspect
 import io
 import logging
 import sys
@@ -216,6 +217,39 @@ FAST_SOLVER: dict[str, dict] = {
     "halfcheetah": {"ls_iterations": 4},
     "inverted_pendulum": {"ls_iterations": 4},
 }
+
+
+# The libraries whose version can change what an env computes, beyond those every run uses
+# (`vaco_jax.checkpoint.CORE_LIBRARIES`): a resume checks these of the run's env alone.
+_MJX_LIBRARIES = ("mujoco", "mujoco-mjx")
+
+
+def libraries(name: str) -> tuple[str, ...]:
+    """The libraries env `name` computes with, beyond the core ones: MuJoCo and MJX for Brax's
+    envs, also MuJoCo Playground for `dmc:` tasks, gymnax for `gymnax:` envs, none for the toy
+    envs. An env of the user's (registered or `module:factory`) is built to see what it is: a
+    Playground, gymnax or Brax `PipelineEnv` env as above; any other object of the user's checks
+    no library of its own (its code is the user's), and neither does one that cannot be built in
+    this process (building it, later, says why)."""
+    if name in TOY_ENVS:
+        return ()
+    if name in MJX_ENVS:
+        return _MJX_LIBRARIES
+    if name.startswith(DMC_PREFIX):
+        return ("playground", *_MJX_LIBRARIES)
+    if name.startswith(GYMNAX_PREFIX):
+        return ("gymnax",)
+    try:
+        env = make_env(name)
+    except ConfigError:
+        return ()
+    if isinstance(env, PlaygroundEnv):
+        return ("playground", *_MJX_LIBRARIES)
+    if isinstance(env, GymnaxEnv):
+        return ("gymnax",)
+    from brax.envs.base import PipelineEnv
+
+    return _MJX_LIBRARIES if isinstance(env, PipelineEnv) else ()
 
 
 def make_env(name: str, mjx_solver: str = "default", **kwargs) -> Env:
@@ -499,6 +533,56 @@ def register_env(name: str, factory: Callable[[], Any], *, defaults: dict | None
 def registered_envs() -> dict[str, Registration]:
     """The names given to `register_env` in this process, and what they run."""
     return dict(_REGISTRY)
+
+
+def registration_record(name: str) -> dict | None:
+    """Where the factory of registered env `name` lives (its module, qualified name and source
+    file), as a run records it so that another process can register it again
+    (`restore_registration`); None for any other env."""
+    if name not in _REGISTRY:
+        return None
+    factory = _REGISTRY[name].factory
+    try:
+        file = inspect.getsourcefile(factory)
+    except TypeError:
+        file = None
+    return {"name": name, "module": getattr(factory, "__module__", None),
+            "factory": _name_of(factory), "file": file}
+
+
+def restore_registration(name: str, record: dict | None) -> None:
+    """Make a run's registered env `name` known in this process, as the run recorded it
+    (`registration_record`): import the module of its factory (which registers it, if that is
+    where `register_env` is called), else register that module's factory under `name`. Nothing to
+    do for a name already registered or any other env. Raises `ConfigError` naming `env`, and
+    how to go on, when it cannot: a factory defined in a script (`__main__`) or inside a function,
+    or a module that does not import."""
+    if name in _REGISTRY or name in ENV_NAMES or ":" in name or not record:
+        return
+    module_name, qualname = record.get("module"), record.get("factory", "")
+    where = f"{qualname} of {record.get('file') or module_name}"
+    how = (f"register it again in this process before resuming or evaluating "
+           f"(vaco_jax.register_env({name!r}, factory), then vaco_jax.run(config, "
+           f"Options(resume=...)) or load_policy), or define the factory in an importable module")
+    if not module_name or module_name == "__main__":
+        raise invalid("env", name, f"the run's env was registered with vaco_jax.register_env "
+                                   f"from a script ({where}), which this process cannot import: "
+                                   f"{how}")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as error:  # noqa: BLE001 -- any failure to import is the user's to see
+        raise invalid("env", name, f"the run's env was registered from module {module_name!r}, "
+                                   f"which does not import here ({type(error).__name__}: {error}); "
+                                   f"{how}") from error
+    if name in _REGISTRY:
+        return
+    factory = module
+    for part in qualname.split("."):
+        factory = getattr(factory, part, None)
+    if "<locals>" in qualname or not callable(factory):
+        raise invalid("env", name, f"importing module {module_name!r} does not register it and "
+                                   f"its factory {qualname!r} cannot be found there: {how}")
+    register_env(name, factory)
 
 
 def _import_factory(name: str) -> Registration:

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 LIBRARIES = ("vaco_jax", "jax", "jaxlib", "flax", "optax", "chex", "distrax", "rlax", "rliable",
-             "brax", "mujoco", "mujoco-mjx", "playground", "orbax-checkpoint", "numpy")
+             "brax", "mujoco", "mujoco-mjx", "playground", "gymnax", "orbax-checkpoint", "numpy")
 
 
 def library_versions() -> dict[str, str]:

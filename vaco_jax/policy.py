@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from vaco_jax import envs, io, networks, spaces
+from vaco_jax import checkpoint, envs, io, networks, spaces
 from vaco_jax.config import Config, from_json_dict, to_json_dict
 from vaco_jax.errors import CheckpointError, ConfigError, invalid
 from vaco_jax.trainer import nonfinite_names
@@ -63,6 +63,7 @@ def save_policy(run_dir, config: Config, actor_params, normalizer, *, env_steps:
     arrays = {f"actor/{k}": np.asarray(v) for k, v in flatten(actor_params).items()}
     arrays.update({f"normalizer/{k}": np.asarray(v) for k, v in flatten(normalizer).items()})
     meta = {"format": FORMAT, "config": to_json_dict(config), "env": config.env,
+            **checkpoint.registration_entry(config),
             "num_seeds": config.num_seeds, "seeds": [config.seed + i for i in range(config.num_seeds)],
             "env_steps": env_steps, "evaluations": evaluations,
             "evaluations_planned": config.num_evals, "diverged_seeds": list(diverged_seeds),
@@ -107,6 +108,7 @@ class Policy:
             "seed": config.seed + seed, "index": seed, "iteration": health.iteration + 1,
             "nonfinite": nonfinite_names(health.nonfinite)}]
         meta = {"format": FORMAT, "config": to_json_dict(config), "env": config.env,
+                **checkpoint.registration_entry(config),
                 "num_seeds": runs, "seeds": [config.seed + i for i in range(runs)],
                 "env_steps": int(np.asarray(take(state.env_steps))), "diverged_seeds": diverged}
         if actor is None:
@@ -165,12 +167,14 @@ def load_policy(run_dir, seed: int = 0, *, actor=None) -> Policy:
         raise CheckpointError(f"{path} has policy format {meta.get('format')}; this version reads "
                               f"format {FORMAT}")
     config = from_json_dict(meta["config"])
+    envs.restore_registration(config.env, meta.get("env_registration"))
     if not 0 <= seed < meta["num_seeds"]:
         raise invalid("seed", seed, f"must be in 0..{meta['num_seeds'] - 1}: the run has "
                                     f"{meta['num_seeds']} seeds ({meta['seeds']})")
     current = io.library_versions()
+    used = checkpoint.checked_libraries(config)   # the policy's and its env's libraries
     changed = {k: (v, current.get(k)) for k, v in meta.get("versions", {}).items()
-               if current.get(k) != v}
+               if k in used and current.get(k) != v}
     if changed:
         warnings.warn(f"{path} was written with other library versions "
                       f"({', '.join(f'{k} {a} -> {b}' for k, (a, b) in sorted(changed.items()))}); "

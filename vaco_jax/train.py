@@ -140,7 +140,7 @@ def _train(config: Config, options: Options, out: Path, checkpoints: checkpoint.
     allowed = dict(allow_version_change=options.allow_version_change,
                    allow_code_change=options.allow_code_change)
     if options.resume:  # refuse a mismatched checkpoint before building anything
-        latest = checkpoints.check_latest(config, **allowed)
+        latest = checkpoints.usable_latest(config, **allowed)   # a corrupt newest one: set aside
         finished = runtime.primary_decision(
             lambda: _finished_summary(out) if latest == config.num_evals else None)
         if finished is not None:
@@ -179,6 +179,7 @@ def _train(config: Config, options: Options, out: Path, checkpoints: checkpoint.
                                                        "options": options,
                                                        "devices": layout.describe(), **record,
                                                        "objective": objective,
+                                                       **checkpoint.registration_entry(config),
                                                        "sources": sources})
             (out / "metrics.jsonl").unlink(missing_ok=True)
         history, done = None, 0
