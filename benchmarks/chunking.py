@@ -2,12 +2,14 @@
 
     python -m benchmarks.chunking --env toy_reach --num-seeds 1 --repeats 5
 
-Six ways to run the same training (the default config but for `--env`/`--num-seeds`; `num_evals`
+Seven ways to run the same training (the default config but for `--env`/`--num-seeds`; `num_evals`
 chunks of `iterations_per_eval` iterations), all compiled before timing and timed alternately:
   whole       `jax.jit(jax.vmap(Trainer.train))`: one program, no host round trip;
   chunked     the compiled chunk called `num_evals` times, each dispatched before the previous one's
               metrics are fetched (the CLI's loop without its writes);
   cli         `vaco_jax.train.run` without checkpoints (adds metrics.jsonl rows, divergence checks);
+  cli+log     `cli` with `--log-every 1`: a row of the training updates' metrics per iteration
+              (updates.jsonl), the most it writes;
   cli+ckpt    `vaco_jax.train.run` with the default checkpointing (every chunk, within a 5% budget);
   ckpt-every  `vaco_jax.train.run` saving after every chunk whatever it costs (`checkpoint_budget=1`);
   unguarded   `whole` with the in-program divergence guard removed (what the guard costs).
@@ -70,17 +72,18 @@ def main() -> None:
             jax.device_get(metrics)
         return time.perf_counter() - start, time.process_time() - cpu_start
 
-    def time_cli(checkpoint_every, checkpoint_budget=0.05):
+    def time_cli(checkpoint_every, checkpoint_budget=0.05, log_every=0):
         out = scratch / f"run{checkpoint_every}"
         shutil.rmtree(out, ignore_errors=True)
         summary = run(config, Options(out=str(out), progress=False, overwrite=True,
                                       checkpoint_every=checkpoint_every,
-                                      checkpoint_budget=checkpoint_budget))
+                                      checkpoint_budget=checkpoint_budget, log_every=log_every))
         saves[(checkpoint_every, checkpoint_budget)] = len(summary["checkpoints_saved"])
         return summary["train_seconds"], summary["train_cpu_seconds"]
 
     saves = {}
     ways = {"whole": time_whole, "chunked": time_chunked, "cli": lambda: time_cli(0),
+            "cli+log": lambda: time_cli(0, log_every=1),
             "cli+ckpt": lambda: time_cli(1), "ckpt-every": lambda: time_cli(1, 1.0),
             "unguarded": lambda: time_whole(unguarded)}
     for way in ways.values():  # warm-up: first calls, file system, thread pools

@@ -38,8 +38,8 @@ HEAVY_FIRST = [
     "test_sweep.py", "test_stale_objectives.py", "test_lag_bench.py", "test_user_objectives.py",
     "test_shards.py", "test_baselines.py",
     "test_learning.py::test_vaco_learns_gymnax_tasks_through_the_adapter",
-    "test_benchmarks.py", "test_cli.py", "test_custom_envs.py", "test_dmc.py", "test_policy.py",
-    "test_discrete.py", "test_checkpoint.py", "test_llm_grpo.py", "test_envs.py",
+    "test_benchmarks.py", "test_cli.py", "test_update_log.py", "test_custom_envs.py", "test_dmc.py",
+    "test_policy.py", "test_discrete.py", "test_checkpoint.py", "test_llm_grpo.py", "test_envs.py",
     "test_llm_model.py",
 ]
 

@@ -87,6 +87,12 @@ class Options:
     logging: Annotated[LoggerOptions, tyro.conf.OmitArgPrefixes,
                        tyro.conf.arg(prefix_name=False)] = LoggerOptions()
     """Where every evaluation's metrics also go (`--logger`, `--wandb-*`)."""
+    log_every: int = 0
+    """Also write the training updates' metrics every this many learner iterations (0 = off): a row
+    of `updates.jsonl`, also sent to every `--logger` (as `updates/<metric>/...`), with the losses,
+    entropy, approx_kl, clip and filtered fractions, TV estimates and gradient norm, each per seed
+    and averaged over those iterations, and the learner's steps/s. Written after each evaluation
+    chunk; must divide the iterations per evaluation. Never changes a result."""
     compile_cache: str = "default"
     """JAX's persistent compilation cache: `default` (JAX_COMPILATION_CACHE_DIR if set, else the
     per-user cache, `vaco_jax.cache`), `off`, or a directory. A repeated run skips compiling."""
@@ -100,7 +106,8 @@ class Options:
 # Options that a resumed run may set anew (the others name the run or are implied by resuming).
 RESUME_MAY_CHANGE = ("progress", "allow_version_change", "allow_code_change", "checkpoint_every",
                      "checkpoint_budget", "checkpoint_max_age", "keep_checkpoints", "on_nan",
-                     "compile_cache", "verbose", *(f.name for f in dataclasses.fields(LoggerOptions)))
+                     "compile_cache", "verbose", "log_every",
+                     *(f.name for f in dataclasses.fields(LoggerOptions)))
 
 _UNITS = {"": 1.0, "s": 1.0, "min": 60.0, "h": 3600.0}
 
@@ -170,3 +177,18 @@ def validate_options(options: Options) -> None:
     if options.checkpoint_every < 0:
         raise invalid_option("checkpoint_every", options.checkpoint_every,
                       "must be an integer >= 0 (evaluation chunks between checkpoints; 0 = never)")
+    if options.log_every < 0:
+        raise invalid_option("log_every", options.log_every,
+                             "must be an integer >= 0 (learner iterations per row of "
+                             "updates.jsonl; 0 = off)")
+
+
+def validate_log_every(log_every: int, iterations_per_eval: int) -> None:
+    """Raise `ConfigError` unless `--log-every` divides the run's iterations per evaluation, so
+    that every row's iterations lie in one chunk (rows are written after it)."""
+    if log_every and iterations_per_eval % log_every:
+        divisors = [n for n in range(1, iterations_per_eval + 1) if iterations_per_eval % n == 0]
+        raise invalid_option("log_every", log_every,
+                             f"must divide the run's {iterations_per_eval} learner iterations per "
+                             f"evaluation (total_steps // (num_envs * unroll_length) // num_evals): "
+                             f"one of {', '.join(map(str, divisors))} (0 = off)")

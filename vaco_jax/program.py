@@ -214,9 +214,17 @@ class CompiledChunk:
     evaluate: Any
 
     def __call__(self, state):
-        state, metrics = self.learn(state)
+        state, metrics, _ = self.run(state)
+        return state, metrics
+
+    def run(self, state):
+        """`(state, metrics, per_iteration)`: as a call, and every iteration's metrics
+        (`[runs, iterations_per_eval]` per leaf) when the program keeps them
+        (`TrainProgram.build(..., per_iteration=True)`), else None."""
+        state, metrics, *kept = self.learn(state)
         eval_return, key = self.evaluate(state.params["actor"], state.normalizer, state.key)
-        return state.replace(key=key), {**metrics, "eval_return": eval_return}
+        return (state.replace(key=key), {**metrics, "eval_return": eval_return},
+                kept[0] if kept else None)
 
 
 class ChunkTimer:
@@ -230,17 +238,20 @@ class ChunkTimer:
         self._last = time.perf_counter()
         self._waiter = concurrent.futures.ThreadPoolExecutor(max_workers=1)
 
-    def track(self, metrics) -> None:
-        """`metrics`: a chunk's outputs as `CompiledChunk` returns them (not waited for here)."""
-        self._waiter.submit(self._wait, metrics["iteration"], metrics["eval_return"])
+    def track(self, metrics) -> concurrent.futures.Future:
+        """`metrics`: a chunk's outputs as `CompiledChunk` returns them (not waited for here).
+        Returns the future `(learn seconds, evaluation seconds)` of this chunk."""
+        return self._waiter.submit(self._wait, metrics["iteration"], metrics["eval_return"])
 
-    def _wait(self, learned, evaluated) -> None:
+    def _wait(self, learned, evaluated) -> tuple[float, float]:
         jax.block_until_ready(learned)
         now = time.perf_counter()
-        self._learn, self._last = self._learn + now - self._last, now
+        learn, self._last = now - self._last, now
         jax.block_until_ready(evaluated)
         now = time.perf_counter()
-        self._evaluate, self._last = self._evaluate + now - self._last, now
+        evaluate, self._last = now - self._last, now
+        self._learn, self._evaluate = self._learn + learn, self._evaluate + evaluate
+        return learn, evaluate
 
     def seconds(self) -> dict:
         """`{"learn_seconds", "eval_seconds", "eval_fraction"}` of every chunk tracked."""
@@ -270,14 +281,16 @@ class TrainProgram:
 
     @classmethod
     def build(cls, config: Config, num_runs: int, *, env=None, networks=None, donate: bool = False,
-              store: "bool | cache.ProgramStore" = True, log=None) -> "TrainProgram":
+              store: "bool | cache.ProgramStore" = True, per_iteration: bool = False,
+              log=None) -> "TrainProgram":
         """The program of `num_runs` runs of `config`'s static fields, on `config.env` or on `env`,
         an env object passed beside it, with `config.network`'s networks or `networks`, your own
         Flax modules (`Trainer`). `donate`: the chunk reuses
         the input state's memory (the caller must not keep the state it passes in). `store`: where
         compiled programs are loaded from and kept: True for `ProgramStore.default()` (beside JAX's
         compilation cache, when that is on), False for nowhere (always compile, e.g. to measure
-        compilation), or a `ProgramStore`."""
+        compilation), or a `ProgramStore`. `per_iteration`: the learner program also returns
+        every iteration's metrics (`CompiledChunk.run`); the state and metrics are the same."""
         # The program depends on neither the seed nor the hyper-parameters (arguments of `init`,
         # then state leaves): normalise them so configs that differ only there share one program.
         shared = {f.name: f.default for f in dataclasses.fields(Config)
@@ -288,7 +301,7 @@ class TrainProgram:
         trainer = Trainer(config, env, networks=networks)   # its config: with the env's own episode limit
         return _build(trainer.config, placed, donate,
                       cache.ProgramStore.default() if store is True else store or None,
-                      _Traced(traced_from(trainer), trainer))
+                      _Traced(traced_from(trainer), trainer), per_iteration)
 
     def init_state(self, keys, hparams: HParams):
         """The initial state of the runs: `keys` `[num_runs, 2]`, `hparams` stacked `[num_runs]`."""
@@ -345,17 +358,17 @@ class _Traced:
 
 @functools.lru_cache(maxsize=8)
 def _build(config: Config, placed: Layout, donate: bool, store: cache.ProgramStore | None,
-           traced: _Traced) -> TrainProgram:
-    """Built once per (static config, layout, what the trainer's programs are traced from), so
-    repeated runs in one process reuse the traced and compiled program; loaded from `store` when
-    a process before built the same."""
+           traced: _Traced, per_iteration: bool) -> TrainProgram:
+    """Built once per (static config, layout, what the trainer's programs are traced from, whether
+    the learner returns every iteration's metrics), so repeated runs in one process reuse the
+    traced and compiled program; loaded from `store` when a process before built the same."""
     trainer = traced.trainer
     if not traced.fingerprint.storable:   # e.g. an env class defined in a notebook
         store = None
     if store is not None:
         devices = [(d.platform, d.device_kind, d.id) for d in placed.mesh.devices.flat]
         key = cache.program_key(config, placed.axis, placed.padded_runs, placed.num_envs, devices,
-                                donate, traced.fingerprint.digest)
+                                donate, per_iteration, traced.fingerprint.digest)
         loaded = _load(trainer, placed, store, key)
         if loaded is not None:
             return loaded
@@ -368,8 +381,12 @@ def _build(config: Config, placed: Layout, donate: bool, store: cache.ProgramSto
     state_shardings = placed.shardings(abstract, env_state=lambda state: state.env_state)
     init = jax.jit(batched_init, in_shardings=(placed.runs(), placed.runs()),
                    out_shardings=state_shardings)
-    learn = jax.jit(jax.vmap(trainer.learn_chunk), in_shardings=(state_shardings,),
-                    out_shardings=(state_shardings, placed.runs()),
+    learn_chunk, metrics_shardings = trainer.learn_chunk, (placed.runs(),)
+    if per_iteration:   # a third output; without it, the program as it always was
+        learn_chunk = functools.partial(trainer.learn_chunk, per_iteration=True)
+        metrics_shardings += (placed.runs(),)
+    learn = jax.jit(jax.vmap(learn_chunk), in_shardings=(state_shardings,),
+                    out_shardings=(state_shardings, *metrics_shardings),
                     donate_argnums=(0,) if donate else ())
     policy = (state_shardings.params["actor"], state_shardings.normalizer, state_shardings.key)
     evaluate = jax.jit(jax.vmap(trainer.evaluate), in_shardings=policy,

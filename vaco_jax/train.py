@@ -18,8 +18,10 @@ run, `--on-nan skip-seed` reports it and continues the others.
 Writes `config.json` (with library versions, device and the code's source hash; `sources` lists
 the code of every stretch of a run resumed on other code, `--allow-code-change`), `metrics.jsonl`
 (one row per evaluation, per-seed lists, and the source hash of the code that made it),
-`checkpoints/`, `policy.npz` (every seed's policy, `vaco_jax.policy`) and, when finished,
-`summary.json` to `--out` (process 0 of a multi-process run writes them; `vaco_jax.runtime`).
+`checkpoints/`, `policy.npz` (every seed's policy, `vaco_jax.policy`), with `--log-every N`
+`updates.jsonl` (the training updates' metrics every N learner iterations, `vaco_jax.update_log`)
+and, when finished, `summary.json` to `--out` (process 0 of a multi-process run writes them;
+`vaco_jax.runtime`).
 `--dry-run` compiles the program and prints its per-device memory without training. `--help`
 lists every config field and option with its default.
 """
@@ -37,11 +39,11 @@ import jax
 import numpy as np
 import tyro
 
-from vaco_jax import algorithms, cache, checkpoint, envs, io, loggers, policy, runtime
+from vaco_jax import algorithms, cache, checkpoint, envs, io, loggers, policy, runtime, update_log
 from vaco_jax import program as program_lib
 from vaco_jax.config import Config, read_config_file, to_json_dict, validate
 from vaco_jax.errors import CheckpointError, ConfigError, DivergenceError
-from vaco_jax.options import Options, duration_seconds, validate_options
+from vaco_jax.options import Options, duration_seconds, validate_log_every, validate_options
 from vaco_jax.runtime import Cluster
 from vaco_jax.trainer import ENV_NONFINITE, nonfinite_names, stack_hparams
 
@@ -64,10 +66,12 @@ def default_out(config: Config) -> Path:
     return Path("runs") / f"{config.env}_{config.algo.replace('+', '-')}_C{config.capacity}_{stamp}"
 
 
-def build_program(config: Config, log=program_lib.log_to_stderr) -> program_lib.TrainProgram:
+def build_program(config: Config, log=program_lib.log_to_stderr, *,
+                  per_iteration: bool = False) -> program_lib.TrainProgram:
     """The CLI's program: `config.num_seeds` runs, not donating (the state is saved while the
-    next chunk computes)."""
-    return program_lib.TrainProgram.build(config, config.num_seeds, log=log)
+    next chunk computes); with `per_iteration`, keeping every iteration's metrics (`--log-every`)."""
+    return program_lib.TrainProgram.build(config, config.num_seeds, log=log,
+                                          per_iteration=per_iteration)
 
 
 def compile_status(config: Config, *, live: bool) -> runtime.StatusLine:
@@ -105,8 +109,9 @@ def run(config: Config, options: Options = Options(), *, stop_after: int | None 
     validate(config)
     config = as_run(config)
     validate_options(options)
+    validate_log_every(options.log_every, config.iterations_per_eval)
     if options.dry_run:
-        return dry_run(config)
+        return dry_run(config, per_iteration=options.log_every > 0)
     out = _output_dir(options, config)
     checkpoints = checkpoint.RunCheckpoints(out, keep=options.keep_checkpoints,
                                             create=not options.resume)
@@ -117,12 +122,13 @@ def run(config: Config, options: Options = Options(), *, stop_after: int | None 
         checkpoints.close()
 
 
-def dry_run(config: Config) -> dict:
-    """Compile the run's program ahead of time and report its placement and per-device memory."""
+def dry_run(config: Config, *, per_iteration: bool = False) -> dict:
+    """Compile the run's program ahead of time (with `per_iteration`, as `--log-every` builds it)
+    and report its placement and per-device memory."""
     validate(config)
     config = as_run(config)
     with compile_status(config, live=True) as status:
-        program = build_program(config)
+        program = build_program(config, per_iteration=per_iteration)
         reused, xla_cache_hits = program.compiled is not None, cache.xla_cache_hits()
         report = {"programs": 1, "runs_per_program": config.num_seeds, **program.dry_run(),
                   "device_memory": program_lib.device_memory_bytes()}
@@ -148,7 +154,7 @@ def _train(config: Config, options: Options, out: Path, checkpoints: checkpoint.
                 print(f"{out} holds a finished run: nothing to resume", file=sys.stderr)
             return finished
     with compile_status(config, live=options.progress) as status:
-        program = build_program(config)
+        program = build_program(config, per_iteration=options.log_every > 0)
         reused, xla_cache_hits = program.compiled is not None, cache.xla_cache_hits()
         compiled_chunk, compile_seconds = program.compiled_chunk()
         status.outcome = runtime.compile_outcome(program, reused=reused,
@@ -162,9 +168,10 @@ def _train(config: Config, options: Options, out: Path, checkpoints: checkpoint.
         restored = checkpoints.restore_latest(program.abstract_state, config, **allowed)
         state, history, done = restored.state, restored.history, restored.chunk
         sources = checkpoint.continued_sources(checkpoint.sources_of(restored.meta), done, config)
-        # Rows written after that checkpoint belong to lost chunks: rewrite the file from it.
+        # Rows written after that checkpoint belong to lost chunks: rewrite the files from it.
         if runtime.is_primary():
             _rewrite_metrics(out, config, history, done, sources)
+            update_log.keep_until(out, done * config.iterations_per_eval)
             _record_sources(out, sources)
             print(f"resuming {out} from checkpoint {done} of {num_evals} "
                   f"({done * config.iterations_per_eval * config.batch_size:,} steps/seed)",
@@ -182,6 +189,7 @@ def _train(config: Config, options: Options, out: Path, checkpoints: checkpoint.
                                                        **checkpoint.registration_entry(config),
                                                        "sources": sources})
             (out / "metrics.jsonl").unlink(missing_ok=True)
+            (out / update_log.FILE).unlink(missing_ok=True)
         history, done = None, 0
 
     runtime.barrier("programs compiled")   # then the chunks' collectives start together
@@ -202,13 +210,13 @@ def _train(config: Config, options: Options, out: Path, checkpoints: checkpoint.
     last_save_seconds, saved = 0.0, []
     timer = program_lib.ChunkTimer()
     try:
-        pending = compiled_chunk(state) if done < end else None
+        pending = compiled_chunk.run(state) if done < end else None
         for chunk_index in range(done, end):
-            state, metrics = pending
-            timer.track(metrics)
+            state, metrics, per_iteration = pending
+            chunk_seconds = timer.track(metrics)
             if chunk_index + 1 < end:
                 # Dispatch the next chunk now: it computes while this one is checked and written.
-                pending = compiled_chunk(state)
+                pending = compiled_chunk.run(state)
             metrics, new_health = layout.unpad(metrics), _health(layout, state)
             if history is None:
                 history = _empty_history(metrics, num_evals)
@@ -237,13 +245,25 @@ def _train(config: Config, options: Options, out: Path, checkpoints: checkpoint.
                 _save_policy(out, config, layout, state, completed, health, record,
                              program.trainer.observation_shape)
             # A row follows its chunk's checkpoint (when one was due): resuming never goes behind it.
-            row = _row(config, history, chunk_index, checkpoint.source_at(sources, chunk_index))
+            source = checkpoint.source_at(sources, chunk_index)
+            row = _row(config, history, chunk_index, source)
+            updates = ([] if per_iteration is None else
+                       _update_rows(config, options, layout.unpad(per_iteration), health,
+                                    chunk_index, source, chunk_seconds.result()[0]))
             if runtime.is_primary():
+                if updates:
+                    io.append_jsonl(out / update_log.FILE, updates)
                 io.append_jsonl(out / "metrics.jsonl", [row])
             sps = _steps_per_second(config, completed - done, time.perf_counter() - loop_start)
             step = completed * steps_per_chunk
             if logger is not None:
-                logger.log(step, {**loggers.scalars(row, seeds), "perf/steps_per_second": sps})
+                # One call per step (W&B drops a second one): the chunk's last update row, at
+                # the evaluation's step, goes with the evaluation.
+                logged = {update["step"]: update_log.scalars(update, seeds) for update in updates}
+                logged[step] = {**logged.get(step, {}), **loggers.scalars(row, seeds),
+                                "perf/steps_per_second": sps}
+                for at, scalars in logged.items():
+                    logger.log(at, scalars)
             finite = metrics["eval_return"][np.isfinite(metrics["eval_return"])]
             eval_return = finite.mean() if finite.size else np.nan
             if progress is not None:
@@ -468,6 +488,18 @@ def _last_row(history, chunks_done: int) -> dict:
     if history is None or chunks_done == 0:
         return {}
     return {k: v[chunks_done - 1] for k, v in history.items()}
+
+
+def _update_rows(config: Config, options: Options, per_iteration: dict, health: dict,
+                 chunk_index: int, source: str, learn_seconds: float) -> list[dict]:
+    """The `updates.jsonl` rows of chunk `chunk_index`, its steps/s those of its learner program
+    (every seed's env steps over the seconds it took, measured on the host)."""
+    steps = config.iterations_per_eval * config.batch_size * config.num_seeds
+    return update_log.rows(
+        per_iteration, log_every=options.log_every,
+        first_iteration=chunk_index * config.iterations_per_eval, batch_size=config.batch_size,
+        diverged_at=np.where(health["nonfinite"] != 0, health["iteration"], -1), source=source,
+        steps_per_second=steps / learn_seconds if learn_seconds > 0 else 0.0)
 
 
 def _rewrite_metrics(out: Path, config: Config, history: dict, done: int,

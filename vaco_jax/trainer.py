@@ -341,22 +341,26 @@ class Trainer:
             to_host(self.on_evaluation, metrics)
         return state.replace(key=key), metrics
 
-    def learn_chunk(self, state: TrainState) -> tuple[TrainState, dict]:
+    def learn_chunk(self, state: TrainState, *, per_iteration: bool = False):
         """`iterations_per_eval` iterations; their mean metrics (`train_return`: the mean return
         of the training episodes that ended in them; `nonfinite_episodes`: how many of those
-        ended in a non-finite reward or observation, e.g. a physics blow-up)."""
-        state, per_iteration = jax.lax.scan(lambda s, _: self.iteration(s), state, None,
-                                            length=self.config.iterations_per_eval)
-        metrics = jax.tree.map(jnp.mean, per_iteration)
-        episodes = jnp.sum(per_iteration.pop("episodes"))
-        returns = jnp.sum(per_iteration.pop("episode_return_sum"))
+        ended in a non-finite reward or observation, e.g. a physics blow-up).
+
+        With `per_iteration` (static), also every iteration's own metrics, `[iterations_per_eval]`
+        per leaf, as a third output: what the scan computes anyway, kept instead of only averaged
+        (`--log-every`). Without it the program is the same as before it existed."""
+        state, iterations = jax.lax.scan(lambda s, _: self.iteration(s), state, None,
+                                         length=self.config.iterations_per_eval)
+        metrics = jax.tree.map(jnp.mean, iterations)
+        episodes = jnp.sum(iterations["episodes"])
+        returns = jnp.sum(iterations["episode_return_sum"])
         del metrics["episodes"], metrics["episode_return_sum"]
-        metrics["nonfinite_episodes"] = jnp.sum(per_iteration["nonfinite_episodes"])
+        metrics["nonfinite_episodes"] = jnp.sum(iterations["nonfinite_episodes"])
         metrics["train_return"] = jnp.where(episodes > 0, returns / jnp.maximum(episodes, 1.0),
                                             jnp.nan)
         metrics["env_steps"] = state.env_steps
         metrics["iteration"] = state.iteration
-        return state, metrics
+        return (state, metrics, iterations) if per_iteration else (state, metrics)
 
     def evaluate(self, actor_params, normalizer, key) -> tuple[jax.Array, jax.Array]:
         """The deterministic evaluation of `run_chunk`: (mean return of `eval_envs` episodes of
