@@ -51,6 +51,9 @@ class Args:
     table: str = ""
     """Write the leaderboard table (leaderboard.md) and figure (leaderboard.png) of every method
     in this directory, and exit."""
+    agree_with: str = ""
+    """With --table: also compare the leaderboard with a controlled-lag study's report
+    (its degradation.csv, e.g. results/lag-cpu/lag_report/degradation.csv) in agreement.md."""
     max_cells: int | None = None
     """Stop after this many cells (resume later with the same command)."""
     allow_code_change: bool = False
@@ -70,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.table:
         from vaco_jax.study import leaderboard
         try:
-            written = leaderboard.write(args.table)
+            written = leaderboard.write(args.table, args.agree_with or None)
         except (FileNotFoundError, ValueError) as error:
             print(f"error: {error}", file=sys.stderr)
             return 2

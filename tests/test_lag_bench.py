@@ -140,3 +140,43 @@ def test_the_leaderboard_table_ranks_every_method(board):
     text = (board / "leaderboard.md").read_text()
     assert "| vaco | toy_reach |" in text and "| ppo_clip | toy_reach |" in text
     assert (board / "leaderboard.png").stat().st_size > 0
+
+
+def test_the_leaderboard_agrees_or_not_with_a_lag_study_by_rank_and_by_drops(tmp_path):
+    import pandas as pd
+    from scipy import stats
+
+    from vaco_jax.study import leaderboard
+
+    ours = pd.DataFrame({"method": ["vaco", "ppo_clip", "ppo_kl", "spo", "ppo_kl_adaptive"],
+                         "task": ["idp"] * 5, "lag_retention": [0.95, 0.9, 0.3, 0.85, 0.1]})
+    ours.attrs["largest_lag"] = 15
+    study = pd.DataFrame({
+        "task": ["idp"] * 7, "sampling": ["oldest"] * 6 + ["uniform"],
+        "lag": ["k=15"] * 5 + ["k=3", "uniform C=16"],
+        "method": ["vaco", "ppo_clip", "ppo_kl", "spo", "ppo_kl [kl_adaptive]", "spo", "spo"],
+        "degradation": [0.99, 1.0, 0.18, 0.23, 0.76, 0.5, 0.5]})
+    study.to_csv(tmp_path / "degradation.csv", index=False)
+    agree = leaderboard.agreement(ours, tmp_path / "degradation.csv")
+    # Only k = 15 under oldest sampling counts; the adaptive variant is found by its study name.
+    assert list(agree.study) == [0.99, 1.0, 0.18, 0.23, 0.76]
+    assert agree.attrs["spearman"] == pytest.approx(
+        stats.spearmanr([0.95, 0.9, 0.3, 0.85, 0.1], [0.99, 1.0, 0.18, 0.23, 0.76])[0])
+    # spo keeps 0.85 here but drops to 0.23 there: 4 of 5 agree.
+    assert agree.attrs["agree"] == 4 and agree.attrs["methods"] == 5
+    text = leaderboard.agreement_markdown(agree, "study")
+    assert "agree on which methods drop (retention below 0.8) for 4 of 5" in text
+    assert "| spo | idp | 0.85 | 0.23 | no | yes |" in text
+
+
+def test_the_table_command_writes_the_agreement_with_a_study(board, tmp_path):
+    import pandas as pd
+
+    pd.DataFrame({"task": ["toy_reach"] * 2, "sampling": ["oldest"] * 2, "lag": ["k=3"] * 2,
+                  "method": ["vaco", "ppo_clip"], "degradation": [0.9, 0.5]}).to_csv(
+        tmp_path / "degradation.csv", index=False)
+    assert lag_bench.main(["--table", str(board), "--agree-with",
+                           str(tmp_path / "degradation.csv")]) == 0
+    text = (board / "agreement.md").read_text()
+    assert "over the 2 methods both ran" in text and "too few methods" in text
+    assert "| vaco | toy_reach |" in text and "| 0.90 |" in text

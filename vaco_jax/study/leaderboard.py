@@ -83,16 +83,76 @@ def markdown(frame: pd.DataFrame, notes: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write(directory: str | Path) -> list[Path]:
-    """`leaderboard.md`, `leaderboard.csv` and `leaderboard.png` in `directory`."""
+# The controlled-lag study's names (`experiments.lag_report`'s degradation.csv) of the leaderboard's
+# methods where they differ: its report names variants by their overrides.
+STUDY_NAMES = {"ppo_kl_adaptive": "ppo_kl [kl_adaptive]"}
+DROP = 0.8   # the break rule's line: final retention below it is a drop
+
+
+def agreement(frame: pd.DataFrame, degradation_csv: str | Path) -> pd.DataFrame:
+    """The leaderboard against a controlled-lag study (its report's `degradation.csv`), per task
+    both hold and per method both name: final-score retention at the protocol's largest lag in
+    each, and whether each drops (point estimate below 0.8). `attrs`: Spearman's rank correlation
+    of the two retentions over those methods (and its p-value), the number of methods, and how many
+    agree on dropping."""
+    from scipy import stats
+
+    study = pd.read_csv(degradation_csv)
+    lag = f"k={frame.attrs['largest_lag']}"
+    study = study[(study.sampling == "oldest") & (study.lag == lag)]
+    rows = []
+    for r in frame.itertuples():
+        name = STUDY_NAMES.get(r.method, r.method)
+        match = study[(study.task == r.task) & (study.method == name)]
+        if len(match) and not pd.isna(getattr(r, "lag_retention", np.nan)):
+            theirs = float(match.iloc[0].degradation)
+            rows.append({"method": r.method, "task": r.task, "study_method": name,
+                         "benchmark": r.lag_retention, "study": theirs,
+                         "benchmark_drops": bool(r.lag_retention < DROP),
+                         "study_drops": bool(theirs < DROP)})
+    out = pd.DataFrame(rows)
+    if len(out) >= 3:
+        rho, p = stats.spearmanr(out.benchmark, out.study)
+        out.attrs.update(spearman=float(rho), p_value=float(p))
+    out.attrs.update(methods=len(out), lag=lag,
+                     agree=int((out.benchmark_drops == out.study_drops).sum()) if len(out) else 0)
+    return out
+
+
+def agreement_markdown(frame: pd.DataFrame, source: str) -> str:
+    a = frame.attrs
+    rho = (f"Spearman's ρ = {a['spearman']:.2f} (p = {a['p_value']:.3f})" if "spearman" in a
+           else "too few methods for a rank correlation")
+    lines = [f"Final-score retention at {a['lag']}: this benchmark against the controlled-lag study "
+             f"`{source}`, over the {a['methods']} methods both ran. {rho}; the two agree on "
+             f"which methods drop (retention below {DROP}) for {a['agree']} of {a['methods']}.", "",
+             "| method | task | benchmark | study | drops here | drops there |", "|---|---|---|---|---|---|"]
+    for r in frame.sort_values("study", ascending=False).itertuples():
+        lines.append(f"| {r.method} | {r.task} | {r.benchmark:.2f} | {r.study:.2f} | "
+                     f"{'yes' if r.benchmark_drops else 'no'} | {'yes' if r.study_drops else 'no'} |")
+    return "\n".join(lines) + "\n"
+
+
+def write(directory: str | Path, agree_with: str | Path | None = None) -> list[Path]:
+    """`leaderboard.md`, `leaderboard.csv` and `leaderboard.png` in `directory`; with
+    `agree_with` (a controlled-lag study's `degradation.csv`), also `agreement.md` and
+    `agreement.csv` (`agreement`)."""
     from vaco_jax.study import plotting
 
     directory = Path(directory)
     frame, notes = table(directory)
+    written = []
+    if agree_with:
+        agree = agreement(frame, agree_with)
+        io.write_bytes_atomic(directory / "agreement.md",
+                              agreement_markdown(agree, str(agree_with)).encode())
+        io.write_bytes_atomic(directory / "agreement.csv", agree.to_csv(index=False).encode())
+        written = [directory / "agreement.md", directory / "agreement.csv"]
     io.write_bytes_atomic(directory / "leaderboard.md", markdown(frame, notes).encode())
     io.write_bytes_atomic(directory / "leaderboard.csv", frame.to_csv(index=False).encode())
     pooled = frame.groupby("method", as_index=False).mean(numeric_only=True) \
         if frame.task.nunique() > 1 else frame
     fig = plotting.leaderboard_figure(pooled)
     fig.savefig(directory / "leaderboard.png", dpi=120, bbox_inches="tight")
-    return [directory / "leaderboard.md", directory / "leaderboard.csv", directory / "leaderboard.png"]
+    return [directory / "leaderboard.md", directory / "leaderboard.csv", directory / "leaderboard.png",
+            *written]
