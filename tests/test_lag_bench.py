@@ -180,3 +180,36 @@ def test_the_table_command_writes_the_agreement_with_a_study(board, tmp_path):
     text = (board / "agreement.md").read_text()
     assert "over the 2 methods both ran" in text and "too few methods" in text
     assert "| vaco | toy_reach |" in text and "| 0.90 |" in text
+
+
+USER_OBJECTIVE = '''
+import jax.numpy as jnp
+import vaco_jax
+from vaco_jax.objectives import log_ratio, masked_mean
+
+
+@vaco_jax.objective(hparams={"tau": 0.04})
+def penalised_pg(x, p):
+    ratio = jnp.exp(log_ratio(x.log_prob, x.log_behavior))
+    return -masked_mean(ratio * x.advantages - p.tau * (ratio - 1.0) ** 2, x.mask), {}
+'''
+
+
+def test_a_users_objective_gets_a_scorecard_beside_the_leaderboard(board, tmp_path, monkeypatch):
+    import hashlib
+
+    path = tmp_path / "bench_objectives.py"
+    path.write_text(USER_OBJECTIVE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "mine"
+    assert lag_bench.main(["--algo", "gae+bench_objectives:penalised_pg", "--protocol", "tiny",
+                           "--set", "objective_hparams=tau=0.1", "--out", str(out),
+                           "--leaderboard", str(board), "--no-progress"]) == 0
+    info = json.loads((out / "bench.json").read_text())
+    assert info["objective"]["hparams"] == {"tau": 0.1}
+    assert info["objective"]["code"]["source"] == hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    card = json.loads((out / "scorecard.json").read_text())
+    # Compared with the leaderboard's methods (the package's code is the same), pre-registered
+    # against PPO-Clip and VACO.
+    against = {r["against"] for r in card["comparisons"] if r["family"] == "pre-registered"}
+    assert against == {"ppo_clip", "vaco"} and not card["not_compared"]

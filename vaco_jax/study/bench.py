@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -134,22 +135,26 @@ class Method:
 
 def parse_overrides(items) -> tuple[tuple[str, Any], ...]:
     """`field=value` strings as typed Config overrides (JSON values: 1e-3, true, "learner"), each
-    field checked to exist; `ConfigError` names the option otherwise."""
-    fields = {f.name for f in dataclasses.fields(Config)}
-    out = []
+    field checked to exist; `ConfigError` names the option otherwise. A field that holds a tuple
+    takes a JSON list (`actor_hidden=[64,64]`) or items one at a time, each `--set` adding one
+    (`objective_hparams=tau=0.1 objective_hparams=scale=2`)."""
+    hints = typing.get_type_hints(Config)
+    out: dict[str, Any] = {}
     for item in items:
         name, eq, text = str(item).partition("=")
-        if not eq or name not in fields:
+        if not eq or name not in hints:
             raise ConfigError(f"option `set` item {item!r} is invalid: write field=value with a "
                               f"Config field (e.g. kl_adaptive=true)")
         try:
             value = json.loads(text)
         except json.JSONDecodeError:
             value = text   # a bare string, e.g. learner
-        if isinstance(value, list):
+        if typing.get_origin(hints[name]) is tuple:
+            value = tuple(value) if isinstance(value, list) else out.get(name, ()) + (value,)
+        elif isinstance(value, list):
             value = tuple(value)
-        out.append((name, value))
-    return tuple(out)
+        out[name] = value
+    return tuple(out.items())
 
 
 # --- planning ------------------------------------------------------------------------------------

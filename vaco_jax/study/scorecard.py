@@ -67,7 +67,9 @@ def load(directory: str | Path) -> BenchResult:
     info = json.loads(path.read_text())
     random = json.loads((directory / bench.REFERENCES).read_text())
     proto = bench.PROTOCOLS.get(info["protocol"])
-    method = bench.Method(info["algo"], tuple(tuple(x) for x in info["overrides"]), info["method"]
+    overrides = tuple((name, tuple(value) if isinstance(value, list) else value)
+                      for name, value in info["overrides"])   # JSON keeps tuples as lists
+    method = bench.Method(info["algo"], overrides, info["method"]
                           if info["method"] != info["algo"] else "")
     runs_dir = directory / bench.RUNS
     results = (sweep.load_results(runs_dir) if (runs_dir / sweep.RESULTS).exists()
