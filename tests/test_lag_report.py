@@ -306,8 +306,12 @@ def test_cli_writes_figures_tables_and_summary(synthetic, tmp_path, capsys):
     summary = (out / "summary.md").read_text()
     for heading in ("## Provenance", "## Missing cells", "## Diverged runs", "## Sanity check",
                     "## Degradation", "## Break lag", "## VACO's degradation minus",
-                    "## Realised lag"):
+                    "## Realised lag",
+                    "## The pre-registered tests, computed on these results (exploratory: not "
+                    "known to follow the pre-registration)"):
         assert heading in summary
+    assert "## Pre-registered tests" not in summary
+    assert "| p (sign-flip) | what it shows (exploratory) |" in summary
     assert "m = 24 comparisons" in summary and SOURCE in summary and "100–105" in summary
     assert "| task_b | vaco | k=3 | 103 |" in summary
     assert "| task_a | impala †" in summary
@@ -379,3 +383,43 @@ def test_the_pre_registered_family_is_tested_by_hand():
     assert holds.loc[("vaco retention", "a"), "verdict"] == "holds"
     assert holds.loc[("ppo_clip retention", "a"), "verdict"] == "breaks"
     assert holds.loc[("appo retention", "c"), "verdict"] == "left out (fewer than 10 seeds)"
+    assert set(table["analysis"]) == {"pre-registered"}
+    # On results made before the tests were written: the same numbers, no verdict.
+    exploratory = lag.primary_table(runs, degradation, pre_registered=False)
+    assert set(exploratory["analysis"]) == {"exploratory"}
+    pd.testing.assert_frame_equal(exploratory.drop(columns=["verdict", "analysis"]),
+                                  table.drop(columns=["verdict", "analysis"]))
+    said = dict(zip(zip(exploratory.comparison, exploratory.task, exploratory.metric),
+                    exploratory.verdict))
+    assert said[("vaco − ppo_clip", "a", "final score")] == "Holm p < 0.05, estimate > 0"
+    assert said[("vaco retention", "a", "final score retention")] == "95% CI above 0.8"
+    assert said[("ppo_clip retention", "a", "final score retention")] == "95% CI below 0.8"
+    assert said[("appo retention", "c", "final score retention")] == \
+        "left out (fewer than 10 seeds)"
+
+
+
+def test_results_made_before_the_pre_registration_are_exploratory(synthetic, monkeypatch):
+    _, _, study, report = synthetic
+    # The synthetic cells' commit (c0ffee…) is in no git history: nothing is pre-registered.
+    assert report.pre_registration == "unknown"
+    assert "cannot be checked" in report.pre_registration_detail
+    assert set(report.primary["analysis"]) == {"exploratory"}
+    assert not set(report.primary["verdict"]) & {"holds", "breaks", "undetermined", "higher",
+                                                 "lower", "no difference shown"}
+    monkeypatch.setattr(lag, "git_descends_from", lambda commit, ancestor: False)
+    assert lag.pre_registration(study.cells) == (
+        "before", f"made at c0ffeec, before the pre-registration ({lag.PRE_REGISTRATION[:7]})")
+    monkeypatch.setattr(lag, "git_descends_from", lambda commit, ancestor: True)
+    assert lag.pre_registration(study.cells)[0] == "after"
+    assert lag.pre_registration(study.cells.drop(columns="git_commit"))[0] == "unknown"
+
+
+
+def test_git_tells_which_commit_came_first():
+    made, registered = "b62c8ce6a82dd4f59388b5175be8f9193d59e348", lag.PRE_REGISTRATION
+    if lag.git_descends_from(registered, registered) is None:
+        pytest.skip("no git history of vaco_jax here")
+    assert lag.git_descends_from(registered, made) is True     # the lag study, then the tests
+    assert lag.git_descends_from(made, registered) is False
+    assert lag.git_descends_from("c0ffee" * 6 + "c0ff", registered) is None

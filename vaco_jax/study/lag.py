@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -588,11 +589,57 @@ MIN_SEEDS = 10
 """Tasks with fewer seeds than this are reported but left out of the claims (the sign-flip test
 cannot go below p = 2/2^n, 0.0625 at 5 seeds)."""
 ALPHA = 0.05
+PRE_REGISTRATION = "eaf6cd5250f21642a01e57fdc615bf0e983f66ae"
+"""The commit that wrote the pre-registered tests (docs/experiments.md): results made by code that
+descends from it are judged by them; results made before it are exploratory."""
 
 
-def primary_table(runs: pd.DataFrame, degradation: pd.DataFrame) -> pd.DataFrame:
+def git_descends_from(commit: str, ancestor: str) -> bool | None:
+    """Whether `commit` is `ancestor` or descends from it in the git history of this vaco_jax
+    checkout; None when git cannot tell (no git, no repository, a commit it does not hold)."""
+    try:
+        out = subprocess.run(["git", "merge-base", "--is-ancestor", ancestor, commit],
+                             cwd=Path(__file__).resolve().parents[2], capture_output=True,
+                             text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {0: True, 1: False}.get(out.returncode)
+
+
+PRE_REGISTRATION_STATUS = {
+    "after": "made after the pre-registration",
+    "before": "analysed before the pre-registration",
+    "unknown": "not known to follow the pre-registration"}
+
+
+def pre_registration(cells: pd.DataFrame) -> tuple[str, str]:
+    """(status, in words) of results against the pre-registered tests: "after" when every cell's
+    git commit descends from `PRE_REGISTRATION` (the tests judge them); else "before" (a commit
+    made before it) or "unknown" (no commit recorded, or one not in this checkout's git history):
+    exploratory. Statuses: `PRE_REGISTRATION_STATUS`."""
+    recorded = cells["git_commit"] if "git_commit" in cells else pd.Series(dtype=object)
+    commits = sorted({str(c) for c in recorded.dropna()} or {"unrecorded"})
+    after = {c: git_descends_from(c, PRE_REGISTRATION) if c != "unrecorded" else None
+             for c in commits}
+    short = lambda cs: ", ".join(c[:7] for c in cs)  # noqa: E731
+    registration = f"the pre-registration ({PRE_REGISTRATION[:7]})"
+    if all(after.values()):
+        return "after", f"made at {short(commits)}, after {registration}"
+    before = [c for c, a in after.items() if a is False]
+    if before:
+        return "before", f"made at {short(before)}, before {registration}"
+    unknown = [c for c, a in after.items() if a is None]
+    return "unknown", (f"made at {short(unknown)}: whether that descends from {registration} "
+                       f"cannot be checked (no commit recorded, or not in this checkout's git "
+                       f"history)")
+
+
+def primary_table(runs: pd.DataFrame, degradation: pd.DataFrame, *,
+                  pre_registered: bool = True) -> pd.DataFrame:
     """The pre-registered family and the "holds" verdicts, one row each: estimate, 95% CI, test,
-    p-value, Holm-adjusted p-value, margin, verdict.
+    p-value, Holm-adjusted p-value, margin, verdict, and `analysis`: "pre-registered", or
+    "exploratory" when not `pre_registered` (results made before the tests were written: the
+    same tests, but `verdict` only says what the adjusted p-value or the interval shows).
 
     Family: VACO − PPO-Clip and VACO − APPO in normalised final score and in normalised AUC at the
     largest constant lag, per task (with at least `MIN_SEEDS` seeds) and pooled over those tasks
@@ -640,10 +687,17 @@ def primary_table(runs: pd.DataFrame, degradation: pd.DataFrame) -> pd.DataFrame
         family = table["family"]
         table["p_holm"] = np.nan
         table.loc[family, "p_holm"] = stats.holm(table.loc[family, "p"].to_numpy())
-        table["verdict"] = [
-            (("higher" if r.estimate > 0 else "lower") if r.p_holm < ALPHA else
-             "no difference shown") if r.family else f"left out (fewer than {MIN_SEEDS} seeds)"
-            for r in table.itertuples()]
+
+        def shown(r) -> str:
+            if not r.family:
+                return f"left out (fewer than {MIN_SEEDS} seeds)"
+            if not pre_registered:
+                return (f"Holm p < {ALPHA:g}, estimate {'>' if r.estimate > 0 else '<'} 0"
+                        if r.p_holm < ALPHA else f"Holm p ≥ {ALPHA:g}")
+            return ("higher" if r.estimate > 0 else "lower") if r.p_holm < ALPHA else \
+                "no difference shown"
+
+        table["verdict"] = [shown(r) for r in table.itertuples()]
     holds = []
     final = degradation[(degradation["sampling"] == "oldest")
                         & (degradation["capacity"] == largest)
@@ -653,22 +707,28 @@ def primary_table(runs: pd.DataFrame, degradation: pd.DataFrame) -> pd.DataFrame
         # A pooled verdict counts only when every task it pools has enough seeds.
         enough = (not any(m == r.method for m, _ in few) if r.task == POOLED
                   else r.seeds >= MIN_SEEDS)
-        verdict = ("holds" if r.low > BREAK_LEVEL else "breaks" if r.high < BREAK_LEVEL
-                   else "undetermined") if enough else f"left out (fewer than {MIN_SEEDS} seeds)"
+        words = ("holds", "breaks", "undetermined") if pre_registered else tuple(
+            f"95% CI {where} {BREAK_LEVEL:g}" for where in ("above", "below", "spans"))
+        verdict = (words[0] if r.low > BREAK_LEVEL else words[1] if r.high < BREAK_LEVEL
+                   else words[2]) if enough else f"left out (fewer than {MIN_SEEDS} seeds)"
         holds.append({"comparison": f"{r.method} retention", "task": r.task,
                       "setting": f"k={largest - 1}", "metric": "final score retention",
                       "estimate": r.degradation, "low": r.low, "high": r.high, "seeds": r.seeds,
                       "test": "non-inferiority: 95% BCa lower end > 0.8", "p": np.nan,
                       "p_sign_flip": np.nan, "margin": 1 - BREAK_LEVEL, "family": False,
                       "p_holm": np.nan, "verdict": verdict})
-    return pd.concat([table, pd.DataFrame(holds)], ignore_index=True)
+    table = pd.concat([table, pd.DataFrame(holds)], ignore_index=True)
+    table["analysis"] = "pre-registered" if pre_registered else "exploratory"
+    return table
 
 
 def _primary_markdown(primary: pd.DataFrame) -> str:
     if not len(primary):
         return "No runs at a constant lag."
+    last = "verdict" if set(primary.get("analysis", ["pre-registered"])) == {"pre-registered"} \
+        else "what it shows (exploratory)"
     lines = ["| comparison | task | setting | metric | estimate [95% CI] | seeds | test | p | "
-             "p (Holm) | p (sign-flip) | verdict |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             f"p (Holm) | p (sign-flip) | {last} |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     fmt = lambda x: "–" if not np.isfinite(x) else f"{x:.3g}"  # noqa: E731
     for r in primary.itertuples():
         lines.append(f"| {r.comparison} | {r.task} | {r.setting} | {r.metric} | "
@@ -697,6 +757,11 @@ class Report:
     reps: int
     last_evals: int
     primary: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)
+    pre_registration: str = "after"
+    """Whether the results were made after the tests were pre-registered: "after", "before" or
+    "unknown" (`pre_registration`); only "after" gets verdicts."""
+    pre_registration_detail: str = ""
+    """The same in words, naming the commits."""
 
 
 def analyse(study: Study, table: dict, *, reps: int = 10_000, seed: int = 0,
@@ -706,6 +771,7 @@ def analyse(study: Study, table: dict, *, reps: int = 10_000, seed: int = 0,
     runs = run_scores(evaluations, table, last_evals)
     options = dict(reps=reps, seed=seed)
     degradation = degradation_table(runs, **options)
+    status, detail = pre_registration(study.cells)
     return Report(
         runs=runs, scores=score_table(runs, **options), auc=score_table(runs, "auc", **options),
         degradation=degradation, interaction=interaction_table(runs, **options),
@@ -713,7 +779,9 @@ def analyse(study: Study, table: dict, *, reps: int = 10_000, seed: int = 0,
         realised_lag=realised_lag_table(runs), curves=sync_curves(evaluations, **options),
         missing=missing_cells(study), diverged=diverged_runs(runs),
         provenance=provenance(study), tasks=task_table(runs, table, last_evals),
-        reps=reps, last_evals=last_evals, primary=primary_table(runs, degradation))
+        reps=reps, last_evals=last_evals,
+        primary=primary_table(runs, degradation, pre_registered=status == "after"),
+        pre_registration=status, pre_registration_detail=detail)
 
 
 def provenance(study: Study) -> pd.DataFrame:
@@ -944,6 +1012,31 @@ def _family(interaction: pd.DataFrame) -> str:
             f"{int(interaction['reps'].iloc[0]):,} resamples per comparison")
 
 
+def _primary_section(r: Report) -> list[str]:
+    """The pre-registered tests: verdicts when the results were made after they were written,
+    else the same tests labelled exploratory, without verdicts."""
+    tests = ("VACO minus PPO-Clip and minus APPO at the largest lag, final score and AUC, paired "
+             "t-tests with Holm's correction over the family (the exact sign-flip test beside "
+             f"them); the final retention's 95% BCa interval against {BREAK_LEVEL:g} for VACO, "
+             f"PPO-Clip and APPO. Tasks with fewer than {MIN_SEEDS} seeds are left out")
+    made = f" (these results were {r.pre_registration_detail})" if r.pre_registration_detail \
+        else ""
+    if r.pre_registration == "after":
+        return ["## Pre-registered tests", "",
+                f"The family and rules fixed before the runs (docs/experiments.md, "
+                f"\"Pre-registered tests\"{made}): {tests} of the claims; \"holds\": the "
+                f"interval above {BREAK_LEVEL:g}. Everything after this table is exploratory.", "",
+                _primary_markdown(r.primary), ""]
+    why = PRE_REGISTRATION_STATUS[r.pre_registration]
+    return [f"## The pre-registered tests, computed on these results (exploratory: {why})", "",
+            f"The tests of docs/experiments.md, \"Pre-registered tests\"{made}: {tests}. They "
+            f"were not shown to be fixed before these results were seen, so they are exploratory "
+            f"here and call no verdict (no \"holds\", \"breaks\", \"higher\" or \"lower\"); "
+            f"the last column says what the adjusted p-value or the interval shows. Every table "
+            f"in this report is exploratory.", "",
+            _primary_markdown(r.primary), ""]
+
+
 def summary(report: Report, *, sweeps: Sequence[str], references_path: str,
             figures: Sequence[str]) -> str:
     """summary.md: how the figures are computed, then every table of `report`."""
@@ -968,14 +1061,7 @@ def summary(report: Report, *, sweeps: Sequence[str], references_path: str,
         f"method. CIs are BCa over seeds, resampled paired (a seed uses the same key at every lag "
         f"and in every method), {r.reps:,} resamples; pooled figures are the mean over tasks of "
         f"the per-task figures, seeds resampled within each task.", "",
-        "## Pre-registered tests", "",
-        "The family and rules fixed before the runs (docs/experiments.md, \"Pre-registered "
-        "tests\"): VACO minus PPO-Clip and minus APPO at the largest lag, final score and AUC, "
-        "paired t-tests with Holm's correction over the family (the exact sign-flip test beside "
-        f"them); \"holds\": the final retention's 95% BCa interval above {BREAK_LEVEL:g}. Tasks "
-        f"with fewer than {MIN_SEEDS} seeds are left out of the claims. Everything after this "
-        "table is exploratory.", "",
-        _primary_markdown(r.primary), "",
+        *_primary_section(r),
         "## Provenance", "", analysis.markdown_rows(r.provenance), "",
         analysis.markdown_rows(tasks_table), "",
         "## Missing cells", "",
