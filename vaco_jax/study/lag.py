@@ -29,13 +29,11 @@ import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import matplotlib.pyplot as plt
-from matplotlib.ticker import EngFormatter
 import numpy as np
 import pandas as pd
 
 from vaco_jax.errors import SweepError
-from vaco_jax.study import analysis, plotting, presets, references, stats, sweep
+from vaco_jax.study import analysis, presets, references, stats, sweep
 
 FINAL_EVALS = 3
 """A run's final score averages its last this many evaluations (each of `eval_envs` episodes)."""
@@ -425,13 +423,14 @@ def _ordered(frame: pd.DataFrame, method: str = "method") -> pd.DataFrame:
     return frame.sort_values(keys).drop(columns=keys).reset_index(drop=True)
 
 
-def degradation_table(runs: pd.DataFrame, *, reps: int = 10_000, seed: int = 0,
-                      confidence: float = 0.95) -> pd.DataFrame:
-    """score(k)/score(0) per (task, method) at every lag other than k = 0 (the uniform column
-    included) with paired BCa CIs, then pooled rows: the mean over tasks of the per-task
-    degradation, seeds resampled within each task. Columns: task, method, sampling, capacity,
-    lag, degradation, low, high, seeds, tasks."""
-    values = _values(runs)
+def degradation_table(runs: pd.DataFrame, value: str = "score", *, reps: int = 10_000,
+                      seed: int = 0, confidence: float = 0.95) -> pd.DataFrame:
+    """score(k)/score(0) (the final-score retention; with `value="auc"`, AUC(k)/AUC(0), the AUC
+    retention) per (task, method) at every lag other than k = 0 (the uniform column included)
+    with paired BCa CIs, then pooled rows: the mean over tasks of the per-task ratio, seeds
+    resampled within each task. Columns: task, method, sampling, capacity, lag, degradation,
+    low, high, seeds, tasks."""
+    values = _values(runs, value)
     comparisons = _with_pooled(values, {
         (env, method, sampling, capacity): [(env, [(method, sampling, capacity), (method, *SYNC)])]
         for env, method, sampling, capacity in values if (sampling, capacity) != SYNC})
@@ -757,6 +756,8 @@ class Report:
     reps: int
     last_evals: int
     primary: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)
+    auc_retention: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)
+    """AUC(k)/AUC(0), as `degradation` is score(k)/score(0)."""
     pre_registration: str = "after"
     """Whether the results were made after the tests were pre-registered: "after", "before" or
     "unknown" (`pre_registration`); only "after" gets verdicts."""
@@ -781,7 +782,8 @@ def analyse(study: Study, table: dict, *, reps: int = 10_000, seed: int = 0,
         provenance=provenance(study), tasks=task_table(runs, table, last_evals),
         reps=reps, last_evals=last_evals,
         primary=primary_table(runs, degradation, pre_registered=status == "after"),
-        pre_registration=status, pre_registration_detail=detail)
+        auc_retention=degradation_table(runs, "auc", **options), pre_registration=status,
+        pre_registration_detail=detail)
 
 
 def provenance(study: Study) -> pd.DataFrame:
@@ -824,123 +826,6 @@ def _ranges(values) -> str:
         else:
             parts.append([v, v])
     return ", ".join(f"{a}–{b}" if b > a else f"{a}" for a, b in parts)
-
-
-# --- figures --------------------------------------------------------------------------------------
-def _colors(methods: Sequence[str]) -> dict[str, tuple]:
-    """The sweep figures' colours (`plotting.PREFERRED` first), the other lag methods after."""
-    palette = plt.get_cmap("tab10")
-    order = list(plotting.PREFERRED) + [m for m in METHODS if m not in plotting.PREFERRED]
-    order += sorted(m for m in methods if m not in order)
-    return {m: palette(order.index(m) % 10) for m in methods}
-
-
-def _panels(count: int, width: float = 4.2, height: float = 3.4):
-    """`count` panels, three to a row, and one more slot for the legend."""
-    columns = min(count + 1, 3)
-    rows = math.ceil((count + 1) / columns)
-    fig, axes = plt.subplots(rows, columns, squeeze=False,
-                             figsize=(width * columns, height * rows + 0.6))
-    axes = axes.ravel()
-    for ax in axes[count:]:
-        ax.axis("off")
-    return fig, axes[:count], axes[count]
-
-
-def _lag_axis(ax, capacities: Sequence[int]) -> None:
-    """x = k + 1 on a log₂ axis, labelled by k."""
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(list(capacities))
-    ax.set_xticklabels([str(c - 1) for c in capacities])
-    ax.set_xlabel("constant policy lag k (iterations)")
-    ax.grid(alpha=0.3)
-
-
-def _finish(fig, legend_ax, methods, colors, title, uniform: bool):
-    handles = [plt.Line2D([], [], color=colors[m], lw=2.2 if m == TARGET else 1.4, label=m)
-               for m in methods]
-    if uniform:
-        handles.append(plt.Line2D([], [], color="k", marker="D", ls="",
-                                  label="uniform C = 16, at its\nmean snapshot age"))
-    legend_ax.legend(handles=handles, loc="center", fontsize=8, frameon=False)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    return fig
-
-
-def _lag_lines(table: pd.DataFrame, value: str, ylabel: str, title: str,
-               reference_lines: Sequence[float]):
-    tasks = [t for t in table["task"].unique()]
-    methods = _method_order(table["method"].unique())
-    colors = _colors(methods)
-    fig, axes, legend_ax = _panels(len(tasks))
-    capacities = sorted(table.loc[table["sampling"] == "oldest", "capacity"].unique())
-    for ax, task in zip(axes, tasks):
-        for method in methods:
-            rows = table[(table["task"] == task) & (table["method"] == method)]
-            line = rows[rows["sampling"] == "oldest"].sort_values("capacity")
-            width = 2.2 if method == TARGET else 1.4
-            ax.plot(line["capacity"], line[value], "o-", color=colors[method], lw=width, ms=3)
-            ax.fill_between(line["capacity"], line["low"], line["high"], color=colors[method],
-                            alpha=0.15)
-            for row in rows[rows["sampling"] != "oldest"].to_dict("records"):
-                y = row[value]
-                ax.errorbar(row["snapshot_age"] + 1, y, yerr=[[y - row["low"]], [row["high"] - y]],
-                            fmt="D", color=colors[method], ms=4, capsize=2, alpha=0.8)
-        for y in reference_lines:
-            ax.axhline(y, color="grey", lw=0.8, ls=":")
-        _lag_axis(ax, capacities)
-        ax.set_title("pooled: mean over tasks" if task == POOLED else task, fontsize=9)
-        ax.set_ylabel(ylabel)
-    uniform = (table["sampling"] != "oldest").any()
-    return _finish(fig, legend_ax, methods, colors, title, uniform)
-
-
-def score_vs_lag_figure(scores: pd.DataFrame, title: str = ""):
-    """(a) Normalised final score vs constant lag k, one panel per task and a pooled one, a line
-    per method with its 95% CI band; the uniform C = 16 column a marker at its mean snapshot age."""
-    return _lag_lines(scores, "mean", "normalised final score", title or
-                      "Normalised final score vs constant lag (95% BCa CIs)", (0.0, 1.0))
-
-
-def degradation_figure(degradation: pd.DataFrame, scores: pd.DataFrame, title: str = ""):
-    """(c) score(k)/score(0) vs k per task and pooled, a line per method with its 95% CI band;
-    k = 0 is 1 by definition."""
-    cell = ["task", "method", "sampling", "capacity"]
-    sync = scores[(scores["sampling"] == SYNC[0]) & (scores["capacity"] == SYNC[1])]
-    anchor = sync[cell].assign(degradation=1.0, low=1.0, high=1.0)
-    table = pd.concat([anchor, degradation], ignore_index=True)
-    defined = degradation[np.isfinite(degradation["degradation"])]
-    table = table[table.set_index(["task", "method"]).index.isin(
-        defined.set_index(["task", "method"]).index)]
-    table = table.merge(scores[cell + ["snapshot_age"]], on=cell, how="left")
-    return _lag_lines(table, "degradation", "score(k) / score(0)", title or
-                      "Degradation vs constant lag (95% BCa CIs, paired seeds)", (BREAK_LEVEL, 1.0))
-
-
-def curves_figure(curves: pd.DataFrame, title: str = ""):
-    """(b) Normalised score vs env steps at k = 0, a panel per task, the mean over seeds with its
-    95% CI band per method: whether synchronous PPO-Clip (1 = its final level) has flattened."""
-    tasks = sorted(curves["task"].unique())
-    methods = _method_order(curves["method"].unique())
-    colors = _colors(methods)
-    fig, axes, legend_ax = _panels(len(tasks))
-    for ax, task in zip(axes, tasks):
-        for method in methods:
-            rows = curves[(curves["task"] == task) & (curves["method"] == method)]
-            ax.plot(rows["step"], rows["mean"], color=colors[method],
-                    lw=2.2 if method == TARGET else 1.4)
-            ax.fill_between(rows["step"], rows["low"], rows["high"], color=colors[method],
-                            alpha=0.15)
-        ax.axhline(1.0, color="grey", lw=0.8, ls=":")
-        ax.axhline(0.0, color="grey", lw=0.8, ls=":")
-        ax.set_title(task, fontsize=9)
-        ax.set_xlabel("env steps per run")
-        ax.xaxis.set_major_formatter(EngFormatter(sep=""))   # 200k, 1M: never overlapping digits
-        ax.set_ylabel("normalised score")
-        ax.grid(alpha=0.3)
-    return _finish(fig, legend_ax, methods, colors, title or
-                   "Learning curves at k = 0 (mean over seeds, 95% BCa CIs)", uniform=False)
 
 
 # --- the written report ---------------------------------------------------------------------------
@@ -1038,8 +923,9 @@ def _primary_section(r: Report) -> list[str]:
 
 
 def summary(report: Report, *, sweeps: Sequence[str], references_path: str,
-            figures: Sequence[str]) -> str:
-    """summary.md: how the figures are computed, then every table of `report`."""
+            figures: dict[str, str], figure_notes: str = "") -> str:
+    """summary.md: how the figures are computed, then every table of `report`; `figures`: file
+    name → caption, `figure_notes` below them."""
     r = report
     tasks = r.runs["env"].nunique()
     failing = {(row.task, row.method): "†" for row in r.sanity.itertuples()
@@ -1098,7 +984,13 @@ def summary(report: Report, *, sweeps: Sequence[str], references_path: str,
         _wide(r.realised_lag, realised), "",
         "## Sample efficiency: normalised area under the curve", "",
         _wide(r.auc, _interval_texts(r.auc, "mean", tasks)), "",
-        "## Figures", "", *[f"* [{name}]({name})" for name in figures],
+        *(["## AUC retention: AUC(k) / AUC(0)", "",
+           "The fraction of its synchronous AUC a method keeps (how much lag slows its learning), "
+           "as the degradation above is for the final score.", "",
+           _wide(r.auc_retention, _interval_texts(r.auc_retention, "degradation", tasks),
+                 marks=failing), ""] if len(r.auc_retention) else []),
+        "## Figures", "", *[f"* [{name}]({name}): {caption}" for name, caption in figures.items()],
+        *(["", figure_notes] if figure_notes else []),
     ]
     return "\n".join(lines) + "\n"
 
@@ -1114,22 +1006,16 @@ def write(report: Report, out: str | Path, *, sweeps: Sequence[str], references_
               "break_lag": report.break_lag, "sanity": report.sanity,
               "realised_lag": report.realised_lag, "sync_curves": report.curves,
               "missing": report.missing, "diverged": report.diverged,
-              "provenance": report.provenance, "tasks": report.tasks, "primary": report.primary}
+              "provenance": report.provenance, "tasks": report.tasks, "primary": report.primary,
+              "auc_retention": report.auc_retention}
     for name, frame in tables.items():
         frame.to_csv(out / f"{name}.csv", index=False)
         written.append(out / f"{name}.csv")
-    figures = {}
-    if len(report.scores):
-        figures["fig_a_score_vs_lag.png"] = score_vs_lag_figure(report.scores)
-    if len(report.curves):
-        figures["fig_b_sync_curves.png"] = curves_figure(report.curves)
-    if len(report.degradation):
-        figures["fig_c_degradation.png"] = degradation_figure(report.degradation, report.scores)
-    for name, fig in figures.items():
-        fig.savefig(out / name, dpi=dpi)
-        plt.close(fig)
-        written.append(out / name)
+    from vaco_jax.study import plotting   # matplotlib: only to draw
+
+    figures, rule = plotting.save_lag_figures(report, out, dpi=dpi)
+    written += [out / name for name in figures]
     (out / "summary.md").write_text(summary(report, sweeps=sweeps, references_path=references_path,
-                                            figures=list(figures)))
+                                            figures=figures, figure_notes=rule))
     written.append(out / "summary.md")
     return written
