@@ -488,8 +488,13 @@ def _lag_legend(ax, methods, palette, description, fewer: dict[str, str], unifor
         handles.append(plt.Line2D([], [], color="k", marker="D", ls="",
                                   label="uniform C = 16, at its\nmean snapshot age"))
     ax.legend(handles=handles, loc="center left", fontsize=8, frameon=False,
-              title="\n".join(textwrap.wrap(description, 28)), title_fontsize=8,
+              title="\n".join(_lag_wrap(description, 28)), title_fontsize=8,
               alignment="left")
+
+
+def _lag_wrap(text: str, width: int) -> list[str]:
+    """`text` in lines of at most `width` characters, never broken inside a hyphenated word."""
+    return textwrap.wrap(text, width, break_on_hyphens=False)
 
 
 def _lag_note_width(columns: int, width: float = 3.3) -> int:
@@ -500,7 +505,7 @@ def _lag_note_width(columns: int, width: float = 3.3) -> int:
 def _lag_finish(fig, title: str, notes: Sequence[str], footer: float, columns: int) -> None:
     fig.suptitle(title, fontsize=11)
     if notes:
-        lines = [line for note in notes for line in textwrap.wrap(note, _lag_note_width(columns))]
+        lines = [line for note in notes for line in _lag_wrap(note, _lag_note_width(columns))]
         fig.text(0.01, 0.01, "\n".join(lines), fontsize=8, va="bottom", ha="left", color="0.25")
     height = fig.get_figheight()
     fig.tight_layout(rect=(0, footer / height, 1, 1 - 0.25 / height))
@@ -508,7 +513,7 @@ def _lag_finish(fig, title: str, notes: Sequence[str], footer: float, columns: i
 
 def _lag_footer(notes: Sequence[str], columns: int) -> float:
     """Inches the footnote `notes` take below `columns` panels."""
-    return 0.2 + 0.16 * sum(len(textwrap.wrap(note, _lag_note_width(columns))) for note in notes)
+    return 0.2 + 0.16 * sum(len(_lag_wrap(note, _lag_note_width(columns))) for note in notes)
 
 
 def _lag_fewer(table: pd.DataFrame) -> dict[str, str]:
