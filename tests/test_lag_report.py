@@ -299,15 +299,23 @@ def test_cli_writes_figures_tables_and_summary(synthetic, tmp_path, capsys):
     out = tmp_path / "report"
     args = ["--sweeps", *map(str, sweeps), "--out", str(out), "--reps", "300"]
     assert lag_report.main([*args, "--references", str(refs)]) == 0
-    for name in ("fig_a_score_vs_lag.png", "fig_b_sync_curves.png", "fig_c_degradation.png"):
+    for name in ("fig_a_score_vs_lag.png", "fig_b_sync_curves.png", "fig_c_degradation.png",
+                 "fig_d_auc_retention.png"):
         assert (out / name).stat().st_size > 10_000
-    for name in ("degradation", "interaction", "break_lag", "sanity", "realised_lag", "missing"):
+    for name in ("degradation", "interaction", "break_lag", "sanity", "realised_lag", "missing",
+                 "auc_retention", "primary"):
         assert len(pd.read_csv(out / f"{name}.csv")) > 0
     summary = (out / "summary.md").read_text()
     for heading in ("## Provenance", "## Missing cells", "## Diverged runs", "## Sanity check",
                     "## Degradation", "## Break lag", "## VACO's degradation minus",
-                    "## Realised lag"):
+                    "## Realised lag", "## AUC retention",
+                    "## The pre-registered tests, computed on these results (exploratory: not "
+                    "known to follow the pre-registration)"):
         assert heading in summary
+    assert "## Pre-registered tests" not in summary
+    assert "| p (sign-flip) | what it shows (exploratory) |" in summary
+    assert "at most 4 methods to a panel" in summary
+    assert "the references (VACO, PPO-Clip, APPO) — vaco, ppo_clip" in summary
     assert "m = 24 comparisons" in summary and SOURCE in summary and "100–105" in summary
     assert "| task_b | vaco | k=3 | 103 |" in summary
     assert "| task_a | impala †" in summary
@@ -379,3 +387,124 @@ def test_the_pre_registered_family_is_tested_by_hand():
     assert holds.loc[("vaco retention", "a"), "verdict"] == "holds"
     assert holds.loc[("ppo_clip retention", "a"), "verdict"] == "breaks"
     assert holds.loc[("appo retention", "c"), "verdict"] == "left out (fewer than 10 seeds)"
+    assert set(table["analysis"]) == {"pre-registered"}
+    # On results made before the tests were written: the same numbers, no verdict.
+    exploratory = lag.primary_table(runs, degradation, pre_registered=False)
+    assert set(exploratory["analysis"]) == {"exploratory"}
+    pd.testing.assert_frame_equal(exploratory.drop(columns=["verdict", "analysis"]),
+                                  table.drop(columns=["verdict", "analysis"]))
+    said = dict(zip(zip(exploratory.comparison, exploratory.task, exploratory.metric),
+                    exploratory.verdict))
+    assert said[("vaco − ppo_clip", "a", "final score")] == "Holm p < 0.05, estimate > 0"
+    assert said[("vaco retention", "a", "final score retention")] == "95% CI above 0.8"
+    assert said[("ppo_clip retention", "a", "final score retention")] == "95% CI below 0.8"
+    assert said[("appo retention", "c", "final score retention")] == \
+        "left out (fewer than 10 seeds)"
+
+
+# --- the figures ----------------------------------------------------------------------------------
+def _figure_tables():
+    """Hand-made score and retention tables: two tasks and pooled, the three references, five
+    methods whose pooled retention at k = 15 is 0.5 (one of them, spo, run on task_a only) and
+    one at 0.9."""
+    from vaco_jax.study import plotting
+
+    kept = {"vaco": 1.0, "ppo_clip": 1.0, "appo": 1.0, "ppo_kl": 0.5, "spo": 0.5,
+            "decoupled_ppo": 0.5, "impala": 0.5, "impala [epochs=4]": 0.5,
+            "ppo_kl [kl_adaptive]": 0.9}
+    scores, retention = [], []
+    for method, level in kept.items():
+        tasks = ["task_a"] if method == "spo" else ["task_a", "task_b"]
+        for task in [*tasks, lag.POOLED]:
+            for sampling, capacity in [("oldest", c) for c in CAPACITIES] + [("uniform", 16)]:
+                value = 1.0 if capacity == 1 else level
+                cell = {"task": task, "method": method, "sampling": sampling,
+                        "capacity": capacity, "tasks": len(tasks) if task == lag.POOLED else 1}
+                scores.append({**cell, "mean": value, "low": value - 0.1, "high": value + 0.1,
+                               "snapshot_age": 7.5 if sampling == "uniform" else capacity - 1})
+                if (sampling, capacity) != lag.SYNC:
+                    retention.append({**cell, "degradation": value, "low": value - 0.1,
+                                      "high": value + 0.1})
+    return plotting, pd.DataFrame(scores), pd.DataFrame(retention)
+
+
+def _panels(fig):
+    """(panel, the methods it draws) per panel (its lines tagged with their method, the panel
+    with its task), row by row."""
+    return [(ax, {line.get_gid() for line in ax.get_lines() if line.get_gid()})
+            for ax in fig.axes if ax.axison]
+
+
+def test_figures_put_at_most_four_methods_in_a_panel_and_mark_what_pools_fewer_tasks():
+    import matplotlib.pyplot as plt
+
+    plotting, scores, retention = _figure_tables()
+    groups = plotting.lag_method_groups(scores["method"].unique(), retention)
+    assert [members for _, members in groups] == [
+        ["vaco", "ppo_clip", "appo"],
+        ["ppo_kl", "decoupled_ppo", "spo", "impala"], ["impala [epochs=4]"],   # five: 4 + 1
+        ["ppo_kl [kl_adaptive]"]]
+    assert "below 0.8" in groups[1][0] and groups[1][0].endswith("(1 of 2)")
+    assert "ppo_kl, decoupled_ppo, spo, impala" in plotting.lag_rule_caption(groups)
+    figures = {"score": plotting.lag_score_figure(scores, groups),
+               "retention": plotting.lag_retention_figure(retention, scores, groups),
+               "auc": plotting.lag_retention_figure(retention, scores, groups, auc=True)}
+    colours = {}
+    for name, fig in figures.items():
+        panels = _panels(fig)
+        assert len(panels) == len(groups) * 3                  # task_a, task_b, pooled per row
+        for (ax, methods), (_, members) in zip(panels, [g for g in groups for _ in range(3)]):
+            assert len(methods) <= plotting.LAG_PER_PANEL
+            assert methods <= set(members)
+            for line in ax.get_lines():
+                if line.get_gid():                         # one colour per method, everywhere
+                    assert colours.setdefault(line.get_gid(), line.get_color()) == \
+                        line.get_color()
+        pooled = [(ax, ms) for ax, ms in panels if ax.get_gid() == lag.POOLED]
+        assert len(pooled) == len(groups)
+        hollow = {line.get_gid() for ax, _ in pooled for line in ax.get_lines()
+                  if line.get_gid() and line.get_markerfacecolor() == "none"}
+        assert hollow == {"spo"}                            # pooled over 1 of 2 tasks
+        others = {line.get_gid() for ax, _ in panels if ax not in dict(pooled)
+                  for line in ax.get_lines() if line.get_markerfacecolor() == "none"}
+        assert others == set()
+        texts = [t.get_text() for t in fig.texts]
+        assert any("spo: 1 of 2 tasks" in t for t in texts)
+        assert any(t.get_text() == "not run: spo" for ax, _ in panels for t in ax.texts)
+        plt.close(fig)
+    ylabels = {ax.get_ylabel() for ax in figures["auc"].axes if ax.get_ylabel()}
+    assert ylabels == {"AUC(k) / AUC(0)"}
+    assert figures["auc"].get_suptitle().startswith("AUC retention vs constant lag")
+    # Without a method missing a task, nothing is marked.
+    full = scores[scores["method"] != "spo"]
+    fig = plotting.lag_score_figure(full, plotting.lag_method_groups(
+        full["method"].unique(), retention[retention["method"] != "spo"]))
+    assert not [line for ax in fig.axes for line in ax.get_lines()
+                if line.get_markerfacecolor() == "none"]
+    plt.close(fig)
+
+
+def test_results_made_before_the_pre_registration_are_exploratory(synthetic, monkeypatch):
+    _, _, study, report = synthetic
+    # The synthetic cells' commit (c0ffee…) is in no git history: nothing is pre-registered.
+    assert report.pre_registration == "unknown"
+    assert "cannot be checked" in report.pre_registration_detail
+    assert set(report.primary["analysis"]) == {"exploratory"}
+    assert not set(report.primary["verdict"]) & {"holds", "breaks", "undetermined", "higher",
+                                                 "lower", "no difference shown"}
+    monkeypatch.setattr(lag, "git_descends_from", lambda commit, ancestor: False)
+    assert lag.pre_registration(study.cells) == (
+        "before", f"made at c0ffeec, before the pre-registration ({lag.PRE_REGISTRATION[:7]})")
+    monkeypatch.setattr(lag, "git_descends_from", lambda commit, ancestor: True)
+    assert lag.pre_registration(study.cells)[0] == "after"
+    assert lag.pre_registration(study.cells.drop(columns="git_commit"))[0] == "unknown"
+
+
+
+def test_git_tells_which_commit_came_first():
+    made, registered = "b62c8ce6a82dd4f59388b5175be8f9193d59e348", lag.PRE_REGISTRATION
+    if lag.git_descends_from(registered, registered) is None:
+        pytest.skip("no git history of vaco_jax here")
+    assert lag.git_descends_from(registered, made) is True     # the lag study, then the tests
+    assert lag.git_descends_from(made, registered) is False
+    assert lag.git_descends_from("c0ffee" * 6 + "c0ff", registered) is None

@@ -397,6 +397,51 @@ def test_sweep_resumes_summarises_and_refuses_other_configs(tmp_path, monkeypatc
         experiment.run(dataclasses.replace(run, objectives=("ppo",)), log=lambda _: None)
 
 
+def test_the_figure_shows_sampled_beside_greedy_accuracy_and_is_redrawn_from_results(tmp_path):
+    import matplotlib.pyplot as plt
+
+    from experiments import plot_forward_lag
+
+    objectives = ("decoupled_ppo", "ppo_clip", "vaco")
+    rows = [r for n in (1, 4) for r in fake_rows(TINY, n, objectives, None, None, None)]
+    summary = experiment.summarize(rows, 0.45)
+    fig = experiment.figure(summary)
+    panels = {ax.get_title(): ax for ax in fig.axes if ax.get_title()}
+    greedy, sampled = panels["held-out greedy accuracy"], \
+        panels["held-out sampled accuracy (temperature 1)"]
+    lines = {name: {line.get_gid(): line for line in ax.get_lines() if line.get_gid()}
+             for name, ax in (("greedy", greedy), ("sampled", sampled))}
+    assert set(lines["greedy"]) == set(lines["sampled"]) == set(objectives)
+    for o in objectives:
+        means = [summary["by_objective"][o][n]["sampled_accuracy"] for n in ("1", "4")]
+        np.testing.assert_allclose(lines["sampled"][o].get_ydata(), means)
+        assert lines["sampled"][o].get_color() == lines["greedy"][o].get_color()
+    assert len({lines["sampled"][o].get_color() for o in objectives}) == len(objectives)
+    assert sampled.get_ylim() == greedy.get_ylim()                 # one scale for both
+    plt.close(fig)
+    # Results of a version without sampled accuracy say so instead of drawing nothing silently.
+    for table in summary["by_objective"].values():
+        for entry in table.values():
+            entry.pop("sampled_accuracy"), entry.pop("sampled_accuracy_by_seed")
+    fig = experiment.figure(summary)
+    sampled = next(ax for ax in fig.axes if ax.get_title().startswith("held-out sampled"))
+    assert not sampled.get_lines() and "not recorded" in sampled.texts[0].get_text()
+    plt.close(fig)
+    # Redrawn from a finished sweep's files, without training, where it is asked to go.
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    io.write_json_atomic(sweep / "summary.json", {**experiment.summarize(rows, 0.45),
+                                                  "num_params": 12_345})
+    io.write_json_atomic(sweep / "config.json", {"config": io.to_jsonable(TINY)})
+    assert plot_forward_lag.main([str(sweep), "--out", str(tmp_path / "f.png")]) == 0
+    assert (tmp_path / "f.png").stat().st_size > 10_000
+    assert sorted(p.name for p in sweep.iterdir()) == ["config.json", "summary.json"]
+    assert plot_forward_lag.main([str(tmp_path / "nothing")]) == 2
+    title = experiment.figure_title(io.to_jsonable(TINY)["grpo"], 12_345)
+    assert title.startswith("GRPO under forward lag: 12k-parameter transformer, "
+                            f"{TINY.grpo.num_seeds} seeds")
+
+
 # --- top-p sampling: what w means under a nucleus -----------------------------------------------
 TOP_PS = (1.0, 0.999, 0.9)
 

@@ -4,9 +4,10 @@
 program that trains every (objective, seed) pair side by side (`jax.vmap` over keys and
 hyper-parameters: the objective is a leaf). Each N's rows are appended to `results.jsonl` as soon as
 they finish, so a crashed or interrupted sweep resumes where it stopped. `summary.json` holds the
-per-(objective, N) statistics over seeds; `plot` draws accuracy and the fractions against N
-(`out/forward_lag.png`). Everything a run writes is under `out`; only the warm start is cached
-elsewhere, per user (`vaco_jax.cache`).
+per-(objective, N) statistics over seeds; `plot` draws greedy and sampled accuracy and the
+fractions against N (`out/forward_lag.png`; `replot` draws it again from a finished sweep).
+Everything a run writes is under `out`; only the warm start is cached elsewhere, per user
+(`vaco_jax.cache`).
 """
 
 from __future__ import annotations
@@ -237,62 +238,140 @@ def summarize(rows, base_accuracy: float):
     return summary
 
 
+# Each objective's colour, as the lag study draws the same names (`plotting.lag_colors`); other
+# objectives take the remaining colours in sorted order. Markers differ too, drawn hollow, so that
+# objectives whose results coincide (decoupled PPO and PPO-Clip at backward lag 0) both show.
+COLORS = {"vaco": "tab:blue", "ppo_clip": "tab:orange", "spo": "tab:red", "impala": "tab:purple",
+          "decoupled_ppo": "tab:brown", "pg": "tab:gray"}
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
+
+
+def styles(objectives) -> dict[str, dict]:
+    """objective → `color` and `marker`: the same for an objective in every panel."""
+    objectives = sorted(objectives)
+    palette = [f"tab:{c}" for c in ("blue", "orange", "green", "red", "purple", "brown", "pink",
+                                    "gray", "olive", "cyan")]
+    free = [c for c in palette if c not in {COLORS[o] for o in objectives if o in COLORS}]
+    colors, others = {}, iter(free)
+    for objective in objectives:
+        colors[objective] = COLORS.get(objective) or next(others, "k")
+    return {o: {"color": colors[o], "marker": MARKERS[i % len(MARKERS)]}
+            for i, o in enumerate(objectives)}
+
+
+def figure_title(grpo: dict, num_params: int) -> str:
+    """The figure's title from the sweep's `grpo` configuration (config.json's) and model size."""
+    optimizer = "SGD" if grpo["optimizer"] == "sgd" else "Adam"
+    return (f"GRPO under forward lag: {num_params / 1e3:.0f}k-parameter transformer, "
+            f"{grpo['num_seeds']} seeds, {optimizer} lr {grpo['learning_rate']:g}, "
+            f"PPO ε = {grpo['clip_eps']:g}, VACO δ = {grpo['delta']:g}")
+
+
 def plot(summary, path, title=""):
-    """Three panels: against N (log scale), final held-out accuracy (mean ± std over seeds, each
-    seed a dot, the warm start dashed) and the fractions (PPO clip fraction, VACO filtered
-    fraction, with VACO's TV estimate on a second axis); and the held-out accuracy over training
-    (mean over seeds) at the smallest and the largest N."""
+    """Save `figure(summary, title)` as `path` (PNG)."""
+    fig = figure(summary, title)
+    import matplotlib.pyplot as plt   # figure chose the backend
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def figure(summary, title=""):
+    """The sweep's figure from its `summarize` summary, four panels. Against N (log scale): final
+    held-out greedy accuracy and final held-out sampled accuracy (one answer sampled per problem
+    at temperature 1), each the mean over seeds with a ± std band and each seed a dot, on one y
+    scale; the fractions (PPO clip fraction, VACO filtered fraction, with VACO's TV estimate on a
+    second axis). And the held-out greedy accuracy over training (mean over seeds) at the
+    smallest and the largest N, from the warm start (dashed grey). Each objective has its colour
+    and hollow marker, its points set a little apart along x so that coinciding results all
+    show. Results of versions without sampled accuracy leave its panel empty, saying so."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colors = {"ppo_clip": "tab:red", "vaco": "tab:blue", "pg": "tab:gray",
-              "decoupled_ppo": "tab:purple"}
-    fig, (ax_acc, ax_frac, ax_curve) = plt.subplots(1, 3, figsize=(16, 4))
-    for objective, table in summary["by_objective"].items():
+    by_objective = summary["by_objective"]
+    style = styles(by_objective)
+    # Each objective's points a little apart along x, so coinciding results stay visible.
+    dodge = {o: i - (len(by_objective) - 1) / 2 for i, o in enumerate(sorted(by_objective))}
+    fig, axes = plt.subplots(2, 2, figsize=(13, 8.5))
+    (ax_acc, ax_sampled), (ax_frac, ax_curve) = axes
+    ax_sampled.sharey(ax_acc)
+    for objective, table in by_objective.items():
         ns = np.array(sorted(int(n) for n in table))
-        mean = np.array([table[str(n)]["mean"] for n in ns])
-        std = np.array([table[str(n)]["std"] for n in ns])
-        c = colors.get(objective)
-        for n, style in zip(sorted({ns[0], ns[-1]}), ("-", "--")):
+        s = style[objective]
+        xs = ns * 2.0 ** (0.05 * dodge[objective])         # on the log₂ axis: a fixed offset
+        for ax, mean_key, seeds_key in ((ax_acc, "mean", "final_accuracy"),
+                                        (ax_sampled, "sampled_accuracy",
+                                         "sampled_accuracy_by_seed")):
+            if not all(seeds_key in table[str(n)] for n in ns):
+                continue
+            seeds = [np.asarray(table[str(n)][seeds_key], float) for n in ns]
+            mean = np.array([table[str(n)].get(mean_key, np.mean(v)) for n, v in zip(ns, seeds)])
+            std = np.array([v.std(ddof=1) if len(v) > 1 else 0.0 for v in seeds])
+            ax.plot(xs, mean, "-", marker=s["marker"], color=s["color"], mfc="none", ms=7,
+                    label=objective, gid=objective)
+            ax.fill_between(xs, mean - std, mean + std, color=s["color"], alpha=0.12)
+            for x, v in zip(xs, seeds):
+                ax.scatter([x] * len(v), v, color=s["color"], s=8, alpha=0.5)
+        for n, dashes in zip(sorted({ns[0], ns[-1]}), ("-", "--")):
             entry = table[str(n)]
             iterations = entry.get("curve_iterations") or list(range(1, len(entry["curve_mean"]) + 1))
-            ax_curve.plot([0] + iterations, [summary["base_accuracy"]] + entry["curve_mean"], style,
-                          color=c, label=f"{objective}, N = {n}")
-        ax_acc.plot(ns, mean, "o-", color=c, label=objective)
-        ax_acc.fill_between(ns, mean - std, mean + std, color=c, alpha=0.15)
-        for n in ns:
-            seeds = table[str(n)]["final_accuracy"]
-            ax_acc.scatter([n] * len(seeds), seeds, color=c, s=8, alpha=0.5)
+            ax_curve.plot(np.array([0] + iterations) + 0.25 * dodge[objective],
+                          [summary["base_accuracy"]] + entry["curve_mean"],
+                          dashes, marker=s["marker"], mfc="none", color=s["color"],
+                          label=f"{objective}, N = {n}")
         if objective == "ppo_clip":
-            ax_frac.plot(ns, [table[str(n)]["clip_fraction"] for n in ns], "o-", color=c,
-                         label="PPO-clip: clip fraction")
+            ax_frac.plot(ns, [table[str(n)]["clip_fraction"] for n in ns], "-", marker="o",
+                         color=s["color"], label="PPO-clip: clip fraction")
         if objective == "vaco":
-            ax_frac.plot(ns, [table[str(n)]["filtered_fraction"] for n in ns], "s-", color=c,
-                         label="VACO: filtered fraction")
+            ax_frac.plot(ns, [table[str(n)]["filtered_fraction"] for n in ns], "-", marker="s",
+                         color=s["color"], label="VACO: filtered fraction")
             ax_tv = ax_frac.twinx()
             ax_tv.plot(ns, [table[str(n)]["tv_estimate"] for n in ns], "^--", color="tab:green",
                        label="VACO: mean TV estimate (right)")
             ax_tv.set_ylabel("TV estimate  ½·mean|w − 1|")
             ax_tv.legend(loc="upper right", fontsize=8)
-    ax_acc.axhline(summary["base_accuracy"], color="k", ls="--", lw=1, label="warm start")
-    all_ns = sorted({int(n) for table in summary["by_objective"].values() for n in table})
-    for ax in (ax_acc, ax_frac):
+    ax_curve.axhline(summary["base_accuracy"], color="grey", ls="--", lw=1,
+                     label=f"warm start ({summary['base_accuracy']:.3f})")
+    all_ns = sorted({int(n) for table in by_objective.values() for n in table})
+    for ax in (ax_acc, ax_sampled, ax_frac):
         ax.set_xscale("log", base=2)
         ax.set_xticks(all_ns, [str(n) for n in all_ns])
         ax.set_xlabel("N: minibatch updates per generated batch")
-    ax_acc.set_ylabel("held-out greedy accuracy (final)")
-    ax_acc.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    ax_acc.set_title("held-out greedy accuracy", fontsize=10)
+    ax_acc.set_ylabel("accuracy at the end (mean ± std over seeds)")
+    ax_sampled.set_title("held-out sampled accuracy (temperature 1)", fontsize=10)
+    ax_sampled.set_ylabel("accuracy at the end (mean ± std over seeds)")
+    if not ax_sampled.lines:
+        ax_sampled.text(0.5, 0.5, "not recorded by the code that made these results",
+                        transform=ax_sampled.transAxes, ha="center", color="0.4")
+    for ax in (ax_acc, ax_sampled):
+        if ax.lines:
+            ax.legend(fontsize=8)
+    ax_frac.set_title("clipped and filtered answer tokens", fontsize=10)
     ax_frac.set_ylabel("fraction of answer tokens (mean over steps)")
     ax_frac.legend(loc="upper left", fontsize=8)
+    ax_curve.set_title("held-out greedy accuracy over training", fontsize=10)
     ax_curve.set_xlabel("generated batches")
-    ax_curve.set_ylabel("held-out greedy accuracy (mean over seeds)")
+    ax_curve.set_ylabel("accuracy (mean over seeds)")
+    ax_curve.grid(alpha=0.3)
     ax_curve.legend(fontsize=8)
     fig.suptitle(title or "GRPO under forward lag")
     fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return fig
+
+
+def replot(directory, path=None) -> Path:
+    """Draw a finished sweep's figure again, from `directory`'s summary.json and config.json
+    (no training), into `path` (default `directory/forward_lag.png`); returns the path."""
+    directory = Path(directory)
+    summary = json.loads((directory / "summary.json").read_text())
+    grpo = json.loads((directory / "config.json").read_text())["config"]["grpo"]
+    path = Path(path) if path else directory / FIGURE
+    plot(summary, path, figure_title(grpo, summary["num_params"]))
+    return path
 
 
 def same_config(stored, spec, defaults=None) -> bool:
@@ -409,13 +488,8 @@ def run(experiment: Experiment, log=print) -> dict:
         return summary
     io.write_json_atomic(out / "summary.json", summary)
     if experiment.plot:
-        g = config.grpo
         figure = out / FIGURE
-        optimizer = "SGD" if g.optimizer == "sgd" else "Adam"
-        plot(summary, figure,
-             f"GRPO under forward lag: {num_params(params) / 1e3:.0f}k-parameter transformer, "
-             f"{g.num_seeds} seeds, {optimizer} lr {g.learning_rate:g}, PPO ε = {g.clip_eps:g}, "
-             f"VACO δ = {g.delta:g}")
+        plot(summary, figure, figure_title(spec["grpo"], num_params(params)))
         log(f"plot: {figure}")
     log(f"done in {summary['wall_seconds']:.0f} s")
     return summary

@@ -25,16 +25,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import matplotlib.pyplot as plt
-from matplotlib.ticker import EngFormatter
 import numpy as np
 import pandas as pd
 
 from vaco_jax.errors import SweepError
-from vaco_jax.study import analysis, plotting, presets, references, stats, sweep
+from vaco_jax.study import analysis, presets, references, stats, sweep
 
 FINAL_EVALS = 3
 """A run's final score averages its last this many evaluations (each of `eval_envs` episodes)."""
@@ -424,13 +423,14 @@ def _ordered(frame: pd.DataFrame, method: str = "method") -> pd.DataFrame:
     return frame.sort_values(keys).drop(columns=keys).reset_index(drop=True)
 
 
-def degradation_table(runs: pd.DataFrame, *, reps: int = 10_000, seed: int = 0,
-                      confidence: float = 0.95) -> pd.DataFrame:
-    """score(k)/score(0) per (task, method) at every lag other than k = 0 (the uniform column
-    included) with paired BCa CIs, then pooled rows: the mean over tasks of the per-task
-    degradation, seeds resampled within each task. Columns: task, method, sampling, capacity,
-    lag, degradation, low, high, seeds, tasks."""
-    values = _values(runs)
+def degradation_table(runs: pd.DataFrame, value: str = "score", *, reps: int = 10_000,
+                      seed: int = 0, confidence: float = 0.95) -> pd.DataFrame:
+    """score(k)/score(0) (the final-score retention; with `value="auc"`, AUC(k)/AUC(0), the AUC
+    retention) per (task, method) at every lag other than k = 0 (the uniform column included)
+    with paired BCa CIs, then pooled rows: the mean over tasks of the per-task ratio, seeds
+    resampled within each task. Columns: task, method, sampling, capacity, lag, degradation,
+    low, high, seeds, tasks."""
+    values = _values(runs, value)
     comparisons = _with_pooled(values, {
         (env, method, sampling, capacity): [(env, [(method, sampling, capacity), (method, *SYNC)])]
         for env, method, sampling, capacity in values if (sampling, capacity) != SYNC})
@@ -588,11 +588,57 @@ MIN_SEEDS = 10
 """Tasks with fewer seeds than this are reported but left out of the claims (the sign-flip test
 cannot go below p = 2/2^n, 0.0625 at 5 seeds)."""
 ALPHA = 0.05
+PRE_REGISTRATION = "eaf6cd5250f21642a01e57fdc615bf0e983f66ae"
+"""The commit that wrote the pre-registered tests (docs/experiments.md): results made by code that
+descends from it are judged by them; results made before it are exploratory."""
 
 
-def primary_table(runs: pd.DataFrame, degradation: pd.DataFrame) -> pd.DataFrame:
+def git_descends_from(commit: str, ancestor: str) -> bool | None:
+    """Whether `commit` is `ancestor` or descends from it in the git history of this vaco_jax
+    checkout; None when git cannot tell (no git, no repository, a commit it does not hold)."""
+    try:
+        out = subprocess.run(["git", "merge-base", "--is-ancestor", ancestor, commit],
+                             cwd=Path(__file__).resolve().parents[2], capture_output=True,
+                             text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {0: True, 1: False}.get(out.returncode)
+
+
+PRE_REGISTRATION_STATUS = {
+    "after": "made after the pre-registration",
+    "before": "analysed before the pre-registration",
+    "unknown": "not known to follow the pre-registration"}
+
+
+def pre_registration(cells: pd.DataFrame) -> tuple[str, str]:
+    """(status, in words) of results against the pre-registered tests: "after" when every cell's
+    git commit descends from `PRE_REGISTRATION` (the tests judge them); else "before" (a commit
+    made before it) or "unknown" (no commit recorded, or one not in this checkout's git history):
+    exploratory. Statuses: `PRE_REGISTRATION_STATUS`."""
+    recorded = cells["git_commit"] if "git_commit" in cells else pd.Series(dtype=object)
+    commits = sorted({str(c) for c in recorded.dropna()} or {"unrecorded"})
+    after = {c: git_descends_from(c, PRE_REGISTRATION) if c != "unrecorded" else None
+             for c in commits}
+    short = lambda cs: ", ".join(c[:7] for c in cs)  # noqa: E731
+    registration = f"the pre-registration ({PRE_REGISTRATION[:7]})"
+    if all(after.values()):
+        return "after", f"made at {short(commits)}, after {registration}"
+    before = [c for c, a in after.items() if a is False]
+    if before:
+        return "before", f"made at {short(before)}, before {registration}"
+    unknown = [c for c, a in after.items() if a is None]
+    return "unknown", (f"made at {short(unknown)}: whether that descends from {registration} "
+                       f"cannot be checked (no commit recorded, or not in this checkout's git "
+                       f"history)")
+
+
+def primary_table(runs: pd.DataFrame, degradation: pd.DataFrame, *,
+                  pre_registered: bool = True) -> pd.DataFrame:
     """The pre-registered family and the "holds" verdicts, one row each: estimate, 95% CI, test,
-    p-value, Holm-adjusted p-value, margin, verdict.
+    p-value, Holm-adjusted p-value, margin, verdict, and `analysis`: "pre-registered", or
+    "exploratory" when not `pre_registered` (results made before the tests were written: the
+    same tests, but `verdict` only says what the adjusted p-value or the interval shows).
 
     Family: VACO − PPO-Clip and VACO − APPO in normalised final score and in normalised AUC at the
     largest constant lag, per task (with at least `MIN_SEEDS` seeds) and pooled over those tasks
@@ -640,10 +686,17 @@ def primary_table(runs: pd.DataFrame, degradation: pd.DataFrame) -> pd.DataFrame
         family = table["family"]
         table["p_holm"] = np.nan
         table.loc[family, "p_holm"] = stats.holm(table.loc[family, "p"].to_numpy())
-        table["verdict"] = [
-            (("higher" if r.estimate > 0 else "lower") if r.p_holm < ALPHA else
-             "no difference shown") if r.family else f"left out (fewer than {MIN_SEEDS} seeds)"
-            for r in table.itertuples()]
+
+        def shown(r) -> str:
+            if not r.family:
+                return f"left out (fewer than {MIN_SEEDS} seeds)"
+            if not pre_registered:
+                return (f"Holm p < {ALPHA:g}, estimate {'>' if r.estimate > 0 else '<'} 0"
+                        if r.p_holm < ALPHA else f"Holm p ≥ {ALPHA:g}")
+            return ("higher" if r.estimate > 0 else "lower") if r.p_holm < ALPHA else \
+                "no difference shown"
+
+        table["verdict"] = [shown(r) for r in table.itertuples()]
     holds = []
     final = degradation[(degradation["sampling"] == "oldest")
                         & (degradation["capacity"] == largest)
@@ -653,22 +706,28 @@ def primary_table(runs: pd.DataFrame, degradation: pd.DataFrame) -> pd.DataFrame
         # A pooled verdict counts only when every task it pools has enough seeds.
         enough = (not any(m == r.method for m, _ in few) if r.task == POOLED
                   else r.seeds >= MIN_SEEDS)
-        verdict = ("holds" if r.low > BREAK_LEVEL else "breaks" if r.high < BREAK_LEVEL
-                   else "undetermined") if enough else f"left out (fewer than {MIN_SEEDS} seeds)"
+        words = ("holds", "breaks", "undetermined") if pre_registered else tuple(
+            f"95% CI {where} {BREAK_LEVEL:g}" for where in ("above", "below", "spans"))
+        verdict = (words[0] if r.low > BREAK_LEVEL else words[1] if r.high < BREAK_LEVEL
+                   else words[2]) if enough else f"left out (fewer than {MIN_SEEDS} seeds)"
         holds.append({"comparison": f"{r.method} retention", "task": r.task,
                       "setting": f"k={largest - 1}", "metric": "final score retention",
                       "estimate": r.degradation, "low": r.low, "high": r.high, "seeds": r.seeds,
                       "test": "non-inferiority: 95% BCa lower end > 0.8", "p": np.nan,
                       "p_sign_flip": np.nan, "margin": 1 - BREAK_LEVEL, "family": False,
                       "p_holm": np.nan, "verdict": verdict})
-    return pd.concat([table, pd.DataFrame(holds)], ignore_index=True)
+    table = pd.concat([table, pd.DataFrame(holds)], ignore_index=True)
+    table["analysis"] = "pre-registered" if pre_registered else "exploratory"
+    return table
 
 
 def _primary_markdown(primary: pd.DataFrame) -> str:
     if not len(primary):
         return "No runs at a constant lag."
+    last = "verdict" if set(primary.get("analysis", ["pre-registered"])) == {"pre-registered"} \
+        else "what it shows (exploratory)"
     lines = ["| comparison | task | setting | metric | estimate [95% CI] | seeds | test | p | "
-             "p (Holm) | p (sign-flip) | verdict |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             f"p (Holm) | p (sign-flip) | {last} |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     fmt = lambda x: "–" if not np.isfinite(x) else f"{x:.3g}"  # noqa: E731
     for r in primary.itertuples():
         lines.append(f"| {r.comparison} | {r.task} | {r.setting} | {r.metric} | "
@@ -697,6 +756,13 @@ class Report:
     reps: int
     last_evals: int
     primary: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)
+    auc_retention: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)
+    """AUC(k)/AUC(0), as `degradation` is score(k)/score(0)."""
+    pre_registration: str = "after"
+    """Whether the results were made after the tests were pre-registered: "after", "before" or
+    "unknown" (`pre_registration`); only "after" gets verdicts."""
+    pre_registration_detail: str = ""
+    """The same in words, naming the commits."""
 
 
 def analyse(study: Study, table: dict, *, reps: int = 10_000, seed: int = 0,
@@ -706,6 +772,7 @@ def analyse(study: Study, table: dict, *, reps: int = 10_000, seed: int = 0,
     runs = run_scores(evaluations, table, last_evals)
     options = dict(reps=reps, seed=seed)
     degradation = degradation_table(runs, **options)
+    status, detail = pre_registration(study.cells)
     return Report(
         runs=runs, scores=score_table(runs, **options), auc=score_table(runs, "auc", **options),
         degradation=degradation, interaction=interaction_table(runs, **options),
@@ -713,7 +780,10 @@ def analyse(study: Study, table: dict, *, reps: int = 10_000, seed: int = 0,
         realised_lag=realised_lag_table(runs), curves=sync_curves(evaluations, **options),
         missing=missing_cells(study), diverged=diverged_runs(runs),
         provenance=provenance(study), tasks=task_table(runs, table, last_evals),
-        reps=reps, last_evals=last_evals, primary=primary_table(runs, degradation))
+        reps=reps, last_evals=last_evals,
+        primary=primary_table(runs, degradation, pre_registered=status == "after"),
+        auc_retention=degradation_table(runs, "auc", **options), pre_registration=status,
+        pre_registration_detail=detail)
 
 
 def provenance(study: Study) -> pd.DataFrame:
@@ -756,123 +826,6 @@ def _ranges(values) -> str:
         else:
             parts.append([v, v])
     return ", ".join(f"{a}–{b}" if b > a else f"{a}" for a, b in parts)
-
-
-# --- figures --------------------------------------------------------------------------------------
-def _colors(methods: Sequence[str]) -> dict[str, tuple]:
-    """The sweep figures' colours (`plotting.PREFERRED` first), the other lag methods after."""
-    palette = plt.get_cmap("tab10")
-    order = list(plotting.PREFERRED) + [m for m in METHODS if m not in plotting.PREFERRED]
-    order += sorted(m for m in methods if m not in order)
-    return {m: palette(order.index(m) % 10) for m in methods}
-
-
-def _panels(count: int, width: float = 4.2, height: float = 3.4):
-    """`count` panels, three to a row, and one more slot for the legend."""
-    columns = min(count + 1, 3)
-    rows = math.ceil((count + 1) / columns)
-    fig, axes = plt.subplots(rows, columns, squeeze=False,
-                             figsize=(width * columns, height * rows + 0.6))
-    axes = axes.ravel()
-    for ax in axes[count:]:
-        ax.axis("off")
-    return fig, axes[:count], axes[count]
-
-
-def _lag_axis(ax, capacities: Sequence[int]) -> None:
-    """x = k + 1 on a log₂ axis, labelled by k."""
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(list(capacities))
-    ax.set_xticklabels([str(c - 1) for c in capacities])
-    ax.set_xlabel("constant policy lag k (iterations)")
-    ax.grid(alpha=0.3)
-
-
-def _finish(fig, legend_ax, methods, colors, title, uniform: bool):
-    handles = [plt.Line2D([], [], color=colors[m], lw=2.2 if m == TARGET else 1.4, label=m)
-               for m in methods]
-    if uniform:
-        handles.append(plt.Line2D([], [], color="k", marker="D", ls="",
-                                  label="uniform C = 16, at its\nmean snapshot age"))
-    legend_ax.legend(handles=handles, loc="center", fontsize=8, frameon=False)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    return fig
-
-
-def _lag_lines(table: pd.DataFrame, value: str, ylabel: str, title: str,
-               reference_lines: Sequence[float]):
-    tasks = [t for t in table["task"].unique()]
-    methods = _method_order(table["method"].unique())
-    colors = _colors(methods)
-    fig, axes, legend_ax = _panels(len(tasks))
-    capacities = sorted(table.loc[table["sampling"] == "oldest", "capacity"].unique())
-    for ax, task in zip(axes, tasks):
-        for method in methods:
-            rows = table[(table["task"] == task) & (table["method"] == method)]
-            line = rows[rows["sampling"] == "oldest"].sort_values("capacity")
-            width = 2.2 if method == TARGET else 1.4
-            ax.plot(line["capacity"], line[value], "o-", color=colors[method], lw=width, ms=3)
-            ax.fill_between(line["capacity"], line["low"], line["high"], color=colors[method],
-                            alpha=0.15)
-            for row in rows[rows["sampling"] != "oldest"].to_dict("records"):
-                y = row[value]
-                ax.errorbar(row["snapshot_age"] + 1, y, yerr=[[y - row["low"]], [row["high"] - y]],
-                            fmt="D", color=colors[method], ms=4, capsize=2, alpha=0.8)
-        for y in reference_lines:
-            ax.axhline(y, color="grey", lw=0.8, ls=":")
-        _lag_axis(ax, capacities)
-        ax.set_title("pooled: mean over tasks" if task == POOLED else task, fontsize=9)
-        ax.set_ylabel(ylabel)
-    uniform = (table["sampling"] != "oldest").any()
-    return _finish(fig, legend_ax, methods, colors, title, uniform)
-
-
-def score_vs_lag_figure(scores: pd.DataFrame, title: str = ""):
-    """(a) Normalised final score vs constant lag k, one panel per task and a pooled one, a line
-    per method with its 95% CI band; the uniform C = 16 column a marker at its mean snapshot age."""
-    return _lag_lines(scores, "mean", "normalised final score", title or
-                      "Normalised final score vs constant lag (95% BCa CIs)", (0.0, 1.0))
-
-
-def degradation_figure(degradation: pd.DataFrame, scores: pd.DataFrame, title: str = ""):
-    """(c) score(k)/score(0) vs k per task and pooled, a line per method with its 95% CI band;
-    k = 0 is 1 by definition."""
-    cell = ["task", "method", "sampling", "capacity"]
-    sync = scores[(scores["sampling"] == SYNC[0]) & (scores["capacity"] == SYNC[1])]
-    anchor = sync[cell].assign(degradation=1.0, low=1.0, high=1.0)
-    table = pd.concat([anchor, degradation], ignore_index=True)
-    defined = degradation[np.isfinite(degradation["degradation"])]
-    table = table[table.set_index(["task", "method"]).index.isin(
-        defined.set_index(["task", "method"]).index)]
-    table = table.merge(scores[cell + ["snapshot_age"]], on=cell, how="left")
-    return _lag_lines(table, "degradation", "score(k) / score(0)", title or
-                      "Degradation vs constant lag (95% BCa CIs, paired seeds)", (BREAK_LEVEL, 1.0))
-
-
-def curves_figure(curves: pd.DataFrame, title: str = ""):
-    """(b) Normalised score vs env steps at k = 0, a panel per task, the mean over seeds with its
-    95% CI band per method: whether synchronous PPO-Clip (1 = its final level) has flattened."""
-    tasks = sorted(curves["task"].unique())
-    methods = _method_order(curves["method"].unique())
-    colors = _colors(methods)
-    fig, axes, legend_ax = _panels(len(tasks))
-    for ax, task in zip(axes, tasks):
-        for method in methods:
-            rows = curves[(curves["task"] == task) & (curves["method"] == method)]
-            ax.plot(rows["step"], rows["mean"], color=colors[method],
-                    lw=2.2 if method == TARGET else 1.4)
-            ax.fill_between(rows["step"], rows["low"], rows["high"], color=colors[method],
-                            alpha=0.15)
-        ax.axhline(1.0, color="grey", lw=0.8, ls=":")
-        ax.axhline(0.0, color="grey", lw=0.8, ls=":")
-        ax.set_title(task, fontsize=9)
-        ax.set_xlabel("env steps per run")
-        ax.xaxis.set_major_formatter(EngFormatter(sep=""))   # 200k, 1M: never overlapping digits
-        ax.set_ylabel("normalised score")
-        ax.grid(alpha=0.3)
-    return _finish(fig, legend_ax, methods, colors, title or
-                   "Learning curves at k = 0 (mean over seeds, 95% BCa CIs)", uniform=False)
 
 
 # --- the written report ---------------------------------------------------------------------------
@@ -944,9 +897,35 @@ def _family(interaction: pd.DataFrame) -> str:
             f"{int(interaction['reps'].iloc[0]):,} resamples per comparison")
 
 
+def _primary_section(r: Report) -> list[str]:
+    """The pre-registered tests: verdicts when the results were made after they were written,
+    else the same tests labelled exploratory, without verdicts."""
+    tests = ("VACO minus PPO-Clip and minus APPO at the largest lag, final score and AUC, paired "
+             "t-tests with Holm's correction over the family (the exact sign-flip test beside "
+             f"them); the final retention's 95% BCa interval against {BREAK_LEVEL:g} for VACO, "
+             f"PPO-Clip and APPO. Tasks with fewer than {MIN_SEEDS} seeds are left out")
+    made = f" (these results were {r.pre_registration_detail})" if r.pre_registration_detail \
+        else ""
+    if r.pre_registration == "after":
+        return ["## Pre-registered tests", "",
+                f"The family and rules fixed before the runs (docs/experiments.md, "
+                f"\"Pre-registered tests\"{made}): {tests} of the claims; \"holds\": the "
+                f"interval above {BREAK_LEVEL:g}. Everything after this table is exploratory.", "",
+                _primary_markdown(r.primary), ""]
+    why = PRE_REGISTRATION_STATUS[r.pre_registration]
+    return [f"## The pre-registered tests, computed on these results (exploratory: {why})", "",
+            f"The tests of docs/experiments.md, \"Pre-registered tests\"{made}: {tests}. They "
+            f"were not shown to be fixed before these results were seen, so they are exploratory "
+            f"here and call no verdict (no \"holds\", \"breaks\", \"higher\" or \"lower\"); "
+            f"the last column says what the adjusted p-value or the interval shows. Every table "
+            f"in this report is exploratory.", "",
+            _primary_markdown(r.primary), ""]
+
+
 def summary(report: Report, *, sweeps: Sequence[str], references_path: str,
-            figures: Sequence[str]) -> str:
-    """summary.md: how the figures are computed, then every table of `report`."""
+            figures: dict[str, str], figure_notes: str = "") -> str:
+    """summary.md: how the figures are computed, then every table of `report`; `figures`: file
+    name → caption, `figure_notes` below them."""
     r = report
     tasks = r.runs["env"].nunique()
     failing = {(row.task, row.method): "†" for row in r.sanity.itertuples()
@@ -968,14 +947,7 @@ def summary(report: Report, *, sweeps: Sequence[str], references_path: str,
         f"method. CIs are BCa over seeds, resampled paired (a seed uses the same key at every lag "
         f"and in every method), {r.reps:,} resamples; pooled figures are the mean over tasks of "
         f"the per-task figures, seeds resampled within each task.", "",
-        "## Pre-registered tests", "",
-        "The family and rules fixed before the runs (docs/experiments.md, \"Pre-registered "
-        "tests\"): VACO minus PPO-Clip and minus APPO at the largest lag, final score and AUC, "
-        "paired t-tests with Holm's correction over the family (the exact sign-flip test beside "
-        f"them); \"holds\": the final retention's 95% BCa interval above {BREAK_LEVEL:g}. Tasks "
-        f"with fewer than {MIN_SEEDS} seeds are left out of the claims. Everything after this "
-        "table is exploratory.", "",
-        _primary_markdown(r.primary), "",
+        *_primary_section(r),
         "## Provenance", "", analysis.markdown_rows(r.provenance), "",
         analysis.markdown_rows(tasks_table), "",
         "## Missing cells", "",
@@ -1012,7 +984,13 @@ def summary(report: Report, *, sweeps: Sequence[str], references_path: str,
         _wide(r.realised_lag, realised), "",
         "## Sample efficiency: normalised area under the curve", "",
         _wide(r.auc, _interval_texts(r.auc, "mean", tasks)), "",
-        "## Figures", "", *[f"* [{name}]({name})" for name in figures],
+        *(["## AUC retention: AUC(k) / AUC(0)", "",
+           "The fraction of its synchronous AUC a method keeps (how much lag slows its learning), "
+           "as the degradation above is for the final score.", "",
+           _wide(r.auc_retention, _interval_texts(r.auc_retention, "degradation", tasks),
+                 marks=failing), ""] if len(r.auc_retention) else []),
+        "## Figures", "", *[f"* [{name}]({name}): {caption}" for name, caption in figures.items()],
+        *(["", figure_notes] if figure_notes else []),
     ]
     return "\n".join(lines) + "\n"
 
@@ -1028,22 +1006,16 @@ def write(report: Report, out: str | Path, *, sweeps: Sequence[str], references_
               "break_lag": report.break_lag, "sanity": report.sanity,
               "realised_lag": report.realised_lag, "sync_curves": report.curves,
               "missing": report.missing, "diverged": report.diverged,
-              "provenance": report.provenance, "tasks": report.tasks, "primary": report.primary}
+              "provenance": report.provenance, "tasks": report.tasks, "primary": report.primary,
+              "auc_retention": report.auc_retention}
     for name, frame in tables.items():
         frame.to_csv(out / f"{name}.csv", index=False)
         written.append(out / f"{name}.csv")
-    figures = {}
-    if len(report.scores):
-        figures["fig_a_score_vs_lag.png"] = score_vs_lag_figure(report.scores)
-    if len(report.curves):
-        figures["fig_b_sync_curves.png"] = curves_figure(report.curves)
-    if len(report.degradation):
-        figures["fig_c_degradation.png"] = degradation_figure(report.degradation, report.scores)
-    for name, fig in figures.items():
-        fig.savefig(out / name, dpi=dpi)
-        plt.close(fig)
-        written.append(out / name)
+    from vaco_jax.study import plotting   # matplotlib: only to draw
+
+    figures, rule = plotting.save_lag_figures(report, out, dpi=dpi)
+    written += [out / name for name in figures]
     (out / "summary.md").write_text(summary(report, sweeps=sweeps, references_path=references_path,
-                                            figures=list(figures)))
+                                            figures=figures, figure_notes=rule))
     written.append(out / "summary.md")
     return written
