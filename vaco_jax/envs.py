@@ -544,7 +544,7 @@ def registration_record(name: str) -> dict | None:
     factory = _REGISTRY[name].factory
     try:
         file = inspect.getsourcefile(factory)
-    except TypeError:
+    except (TypeError, OSError):   # a built-in, or a class defined in a notebook
         file = None
     return {"name": name, "module": getattr(factory, "__module__", None),
             "factory": _name_of(factory), "file": file}
