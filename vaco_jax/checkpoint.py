@@ -241,6 +241,8 @@ class RunCheckpoints:
             break
         else:
             raise newest_error
+        if not corrupt:
+            return chunk
         for bad, error in corrupt:
             aside = self.directory.parent / "corrupt_checkpoints" / str(bad)
             aside.parent.mkdir(exist_ok=True)

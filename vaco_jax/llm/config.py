@@ -100,9 +100,9 @@ class GRPOConfig:
     makes it differ from 1); as `vaco_jax.config.Config.decoupled_is_max`."""
     objective_hparams: tuple[str, ...] = ()
     """The objectives' own hyper-parameters, as name=value (e.g. `mis_high=5 tv_delta=0.1`): any
-    that an objective of `OBJECTIVES` (or a user objective of the run) declares (`vaco_jax.algorithms.Objective.hparams`; the
-    names are distinct across objectives, so one setting serves every objective of a sweep).
-    Unset ones keep their defaults."""
+    that an objective of `OBJECTIVES` or a user objective of the run declares
+    (`vaco_jax.algorithms.Objective.hparams`; the names are distinct across objectives, so one
+    setting serves every objective of a sweep). Unset ones keep their defaults."""
     tv_reference: Literal["behavior", "learner"] = "behavior"
     temperature: float = 1.0
     top_p: float = 1.0

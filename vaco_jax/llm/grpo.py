@@ -109,8 +109,8 @@ def policy_loss(log_prob, batch: Batch, hp: GRPOHParams, tv_reference: str = "be
     The objectives are the shared ones of `vaco_jax.algorithms` (`vaco` → `tv_filter`, `ppo_clip`
     → `ppo_clip`, `pg` → `pg`, `impala` → `impala_pg`, and the others by their own name; π_T is
     the proximal policy), called with the shared signature and each with its own hyper-parameters
-    (`hp.objective_hparams`); a user objective likewise. The choice is a traced leaf, taken by `lax.switch`, so one compiled
-    program can run all of them side by side under `vmap`. Every objective logs the same
+    (`hp.objective_hparams`); a user objective likewise. The choice is a traced leaf, taken by
+    `lax.switch`, so one compiled program can run all of them side by side under `vmap`. Every objective logs the same
     diagnostics of `w = π_θ/β` (`tv_estimate`, `clip_fraction = mean(|w − 1| > ε)`, `approx_kl`,
     `max_ratio`), the fractions of `OBJECTIVE_FRACTIONS` it reports (0 for the others),
     `intervened_fraction` (the objective's own clipped, masked, truncated or filtered share,
