@@ -168,10 +168,11 @@ def test_cli_refuses_to_overwrite_a_finished_run(run_dir):
 
 
 def test_plot_runs_reads_the_cli_output_and_reports_final_returns_per_seed(run_dir, tmp_path):
-    from experiments import plot_runs
+    from vaco_jax.commands import plot_runs
 
     png = tmp_path / "curves.png"
-    table = plot_runs.main([str(run_dir), "--out", str(png)])
+    assert plot_runs.main([str(run_dir), "--out", str(png)]) == 0
+    table = plot_runs.plot([run_dir], png)
     final = json.loads((run_dir / "summary.json").read_text())["final_eval_return"]
     assert png.stat().st_size > 10_000
     (row,) = table.to_dict("records")
@@ -209,9 +210,10 @@ def test_metrics_rows_carry_the_lag_diagnostics_to_the_loggers(run_dir):
 
 
 def test_plot_diagnostics_reads_the_cli_output(run_dir, tmp_path):
-    from experiments import plot_diagnostics
+    from vaco_jax.commands import plot_diagnostics
 
-    png = plot_diagnostics.main([str(run_dir), "--out", str(tmp_path / "diagnostics.png")])
+    png = tmp_path / "diagnostics.png"
+    assert plot_diagnostics.main([str(run_dir), "--out", str(png)]) == 0
     assert png.stat().st_size > 10_000
 
 
@@ -422,14 +424,17 @@ def _command_line_modules() -> list[str]:
 
 @pytest.mark.parametrize("module", _command_line_modules())
 def test_every_command_s_help_shows_how_to_run_it(module, monkeypatch, capsys):
-    import importlib
+    """`python -m <module> --help`, run in this process as Python runs it (the installed commands:
+    tests/test_commands.py)."""
+    import runpy
+    import warnings
 
     monkeypatch.setenv("COLUMNS", "200")
-    main = importlib.import_module(module).main
     for argv in (["--help"], ["tiny", "--help"]) if module.endswith("llm_forward_lag") else (["--help"],):
         monkeypatch.setattr(sys, "argv", [module.replace(".", "/") + ".py", *argv])
-        with pytest.raises(SystemExit) as exited:
-            main()
+        with pytest.raises(SystemExit) as exited, warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)   # runpy: the module is imported already
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
         assert exited.value.code == 0
         usage = capsys.readouterr().out.splitlines()[0]
         assert usage.startswith(f"usage: python -m {module} {' '.join(argv[:-1])}".rstrip() + " "), usage
@@ -452,7 +457,7 @@ def test_train_help_heads_each_group_by_what_it_holds(monkeypatch, capsys):
 
 
 def test_reference_returns_lists_the_presets(capsys):
-    from experiments import reference_returns
+    from vaco_jax.commands import reference_returns
 
     with pytest.raises(SystemExit) as refused:
         reference_returns.main(["--preset", "nope"])

@@ -1,9 +1,11 @@
-"""Evaluate a trained policy again, and watch it: `python -m vaco_jax.evaluate RUN`.
+"""Evaluate a trained policy again, and watch it: `vaco-evaluate RUN`.
 
-    python -m vaco_jax.evaluate runs/quickstart                       # mean ± std return, seed 0
-    python -m vaco_jax.evaluate runs/quickstart --seed 2 --episodes 100
-    python -m vaco_jax.evaluate runs/quickstart --video pendulum.mp4  # or .gif
-    python -m vaco_jax.evaluate runs/quickstart --html pendulum.html  # Brax's 3-D viewer
+    vaco-evaluate runs/quickstart                       # mean ± std return, seed 0
+    vaco-evaluate runs/quickstart --seed 2 --episodes 100
+    vaco-evaluate runs/quickstart --video pendulum.mp4  # or .gif
+    vaco-evaluate runs/quickstart --html pendulum.html  # Brax's 3-D viewer
+
+(`python -m vaco_jax.evaluate` is the same command.)
 
 Loads the run's `policy.npz` (`vaco_jax.policy`; a finished run, or the newest checkpoint of one
 in progress), runs `--episodes` episodes of the run's env with the deterministic policy (the
@@ -296,9 +298,8 @@ def default_json(args: Args, env_steps: int) -> Path:
                              f"_key{args.key}{'_stochastic' if args.stochastic else ''}.json")
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = tyro.cli(Args, args=argv, description=__doc__.split("\n\n")[0],
-                    prog="python -m vaco_jax.evaluate")
+def main(argv: list[str] | None = None, prog: str = "vaco-evaluate") -> int:
+    args = tyro.cli(Args, args=argv, description=__doc__.split("\n\n")[0], prog=prog)
     try:
         check(args)
         policy = load_policy(args.run, args.seed)
@@ -356,4 +357,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(prog="python -m vaco_jax.evaluate"))

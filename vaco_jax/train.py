@@ -1,8 +1,10 @@
 """Command line: train one algorithm on one env, many seeds in one vmapped call, in checkpointed chunks.
 
-    python -m vaco_jax.train --env inverted_pendulum --algo vaco --capacity 4 --num-seeds 4 \\
+    vaco-train --env inverted_pendulum --algo vaco --capacity 4 --num-seeds 4 \\
         --total-steps 300000 --out runs/ip_vaco_c4
-    python -m vaco_jax.train --resume runs/ip_vaco_c4      # continue after a crash or pre-emption
+    vaco-train --resume runs/ip_vaco_c4      # continue after a crash or pre-emption
+
+(`python -m vaco_jax.train` is the same command.)
 
 The run is a Python loop over `num_evals` chunks. Each chunk is `Trainer.run_chunk` vmapped over
 seeds and placed on every device of every process (`vaco_jax.program`): a scan over iterations,
@@ -500,7 +502,7 @@ def _progress_bar(config: Config, options: Options, done: int):
 
 @dataclasses.dataclass(frozen=True)
 class Command:
-    """`python -m vaco_jax.train`: the run's config, the process options, the cluster (flat flags;
+    """`vaco-train`: the run's config, the process options, the cluster (flat flags;
     tyro heads each group of `--help` with its field's name, so `options` is named `process`)."""
 
     config: Annotated[Config, tyro.conf.OmitArgPrefixes] = Config()
@@ -511,15 +513,14 @@ class Command:
     of config fields; config flags given override it (e.g. another --seed or --total-steps)."""
 
 
-def parse(argv: list[str], default: Command | None = None) -> Command:
+def parse(argv: list[str], default: Command | None = None, prog: str = "vaco-train") -> Command:
     """The command of `argv`. Without a `default`, every config flag not given takes the default
     of the env named by `--env`, then of the algorithm named by `--algo` (`Config.for_env`),
     which `--help` shows."""
     if default is None:
         default = Command(config=Config.for_env(env_in(argv), algo=algo_in(argv)))
     description = __doc__.split("\n\n")[0]
-    return tyro.cli(Command, args=argv, default=default, description=description,
-                    prog="python -m vaco_jax.train")
+    return tyro.cli(Command, args=argv, default=default, description=description, prog=prog)
 
 
 def env_in(argv: list[str]) -> str:
@@ -543,7 +544,7 @@ def _flag_in(argv: list[str], flag: str, default: str) -> str:
     return value
 
 
-def with_stored_config(command: Command, argv: list[str]) -> Command:
+def with_stored_config(command: Command, argv: list[str], prog: str = "vaco-train") -> Command:
     """With `--resume DIR`, the stored run's config is the default of every config flag (flags
     given must agree with it, which `run` checks); with `--config FILE`, the file's (flags given
     override it)."""
@@ -556,16 +557,16 @@ def with_stored_config(command: Command, argv: list[str]) -> Command:
         stored = read_config_file(command.config_file)
     else:
         return command
-    return parse(argv, default=dataclasses.replace(command, config=stored))
+    return parse(argv, default=dataclasses.replace(command, config=stored), prog=prog)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "vaco-train") -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        command = parse(argv)   # the env's defaults: a user's env is built and checked here
+        command = parse(argv, prog=prog)   # the env's defaults: a user's env is built here
         runtime.start(command.cluster, compile_cache=command.options.compile_cache,
                       verbose=command.options.verbose)
-        command = with_stored_config(command, argv)
+        command = with_stored_config(command, argv, prog)
         summary = run(command.config, command.options)
     except (ConfigError, CheckpointError) as error:
         print(f"error: {error}", file=sys.stderr)
@@ -585,4 +586,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(prog="python -m vaco_jax.train"))

@@ -3,7 +3,7 @@
 Modules: `tokenizer` (characters), `problems` (generator, GSM8K loader), `verifier` (rewards),
 `dataset` (problems as arrays), `model` (the transformer), `sampling` (KV-cache generation),
 `config` (configs, presets), `sft` (the cached warm start), `grpo` (the RL loop), `evaluation`,
-`benchmark` (throughput), `experiment` (the forward-lag sweep behind experiments/llm_forward_lag.py).
+`benchmark` (throughput), `experiment` (the forward-lag sweep behind `vaco-llm`).
 """
 
 from vaco_jax.llm.config import GRPOConfig, LLMConfig, SFTConfig, TaskConfig, preset, validate

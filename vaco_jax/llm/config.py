@@ -272,7 +272,7 @@ PRESETS = {
         sft=SFTConfig(steps=60, batch_size=16, learning_rate=3e-3, warmup_steps=10),
         grpo=GRPOConfig(num_prompts=4, group_size=4, iterations=4, eval_every=2, num_seeds=2,
                         learning_rate=1e-4, delta=0.005, train_eval_size=32)),
-    # experiments/llm_forward_lag.py on a 2-core CPU: a 113k-parameter model, 1–2 step problems;
+    # vaco-llm cpu on a 2-core CPU: a 113k-parameter model, 1–2 step problems;
     # half the warm-start demonstrations answer directly, which the model does unreliably, so
     # on-policy RL has something to learn (to work the problem). δ from an N = 8 pilot (seeds
     # 100–102; 0.001 / 0.005 / 0.02 reached 0.785 / 0.773 / 0.777), chosen before the N sweep.

@@ -99,7 +99,7 @@ def load_study(directories: Sequence[str | Path], *, allow_code_change: bool = F
     results = pd.concat(tables, ignore_index=True)
     if results.empty:
         raise ValueError(f"no rows of the lag study in {[str(d) for d in directories]}; run "
-                         f"`python -m experiments.mujoco_lag_sweep --preset lag-cpu` first")
+                         f"`vaco-sweep --preset lag-cpu` first")
     cells = pd.concat(records, ignore_index=True)
     twice = cells[cells.duplicated("cell", keep=False)]
     if len(twice):

@@ -621,7 +621,7 @@ def load_results(out: str | Path) -> pd.DataFrame:
     out = Path(out)
     if not (out / RESULTS).exists():
         raise FileNotFoundError(f"no sweep results in {out} (expected {out / RESULTS}); run "
-                                f"`python -m experiments.mujoco_lag_sweep --out {out}` first")
+                                f"`vaco-sweep --out {out}` first")
     finished = _finished_cells(out)
     table = pd.DataFrame(io.read_jsonl(out / RESULTS))
     return table[table["cell"].isin(finished)].reset_index(drop=True)

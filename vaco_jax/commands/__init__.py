@@ -1,0 +1,18 @@
+"""The installed commands (pyproject.toml, `[project.scripts]`), one module each: parse the
+arguments, call the library, write what it returns. They run from any directory.
+
+    vaco-train             vaco_jax.train              one algorithm on one env, many seeds
+    vaco-evaluate          vaco_jax.evaluate           a trained policy: returns, video, viewer
+    vaco-sweep             mujoco_lag_sweep            the MuJoCo lag sweeps (every preset, study)
+    vaco-references        reference_returns           a sweep's normalisation references
+    vaco-plot-sweep        plots                       a capacity sweep's statistics and figures
+    vaco-report            lag_report                  the controlled-lag study's report
+    vaco-bench             lag_bench                   the lag-robustness benchmark and leaderboard
+    vaco-llm               llm_forward_lag             GRPO under forward lag (the LLM testbed)
+    vaco-plot-runs         plot_runs                   training curves of vaco-train runs
+    vaco-plot-diagnostics  plot_diagnostics            the lag diagnostics of vaco-train runs
+
+In a checkout, `python -m experiments.<module>` runs the same command (`experiments/` holds one
+line per command), and `python -m vaco_jax.train` / `vaco_jax.evaluate` as before. Each `main`
+takes `prog`, the name its usage line shows: the installed command's by default.
+"""
