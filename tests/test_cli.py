@@ -17,7 +17,8 @@ from absl import logging as absl_logging
 
 from vaco_jax import ConfigError, cache, io, program
 from vaco_jax.config import from_json_dict
-from vaco_jax.train import main, parse, run
+from vaco_jax.commands.train import main, parse
+from vaco_jax.train import run
 
 ARGS = ["--env", "toy_reach", "--algo", "vaco", "--capacity", "2", "--num-seeds", "2",
         "--total-steps", "768", "--num-envs", "8", "--unroll-length", "16", "--num-evals", "3",
@@ -141,7 +142,7 @@ def test_a_logger_without_its_package_is_refused_naming_the_install(monkeypatch)
 
 
 def test_a_run_starts_from_a_saved_config_and_flags_override_it(run_dir, tmp_path, capsys):
-    from vaco_jax.train import with_stored_config
+    from vaco_jax.commands.train import with_stored_config
 
     for source in (run_dir, run_dir / "config.json"):
         argv = ["--config", str(source), "--seed", "7", "--no-progress"]

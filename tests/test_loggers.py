@@ -11,7 +11,7 @@ from vaco_jax import ConfigError, loggers
 from vaco_jax.llm import experiment, model
 from vaco_jax.llm.config import preset
 from vaco_jax.options import LoggerOptions, validate_logging
-from vaco_jax.train import parse
+from vaco_jax.commands.train import parse
 
 TINY = preset("tiny")
 

@@ -2,6 +2,7 @@
 
 `Config` describes a run; `Options` say where it writes, whether it resumes, how often it saves and
 what it does when a seed diverges. A run may be resumed with other options, never another config.
+`Cluster` says how the process joins a multi-process run (`vaco_jax.runtime` starts it).
 """
 
 from __future__ import annotations
@@ -170,3 +171,19 @@ def validate_options(options: Options) -> None:
     if options.checkpoint_every < 0:
         raise invalid_option("checkpoint_every", options.checkpoint_every,
                       "must be an integer >= 0 (evaluation chunks between checkpoints; 0 = never)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    """How this process joins a multi-process (multi-host) run; the defaults run one process."""
+
+    distributed: bool = False
+    """Start JAX's multi-controller runtime (`jax.distributed.initialize`): run the same command in
+    every process. Automatic when SLURM or Open MPI launched more than one task."""
+    coordinator_address: str = ""
+    """host:port of process 0 (empty: from the environment: SLURM, Open MPI, Cloud TPU or
+    JAX_COORDINATOR_ADDRESS)."""
+    num_processes: int = 0
+    """Processes in the run (0: from the environment)."""
+    process_id: int = -1
+    """This process's index in [0, num_processes) (-1: from the environment)."""

@@ -24,8 +24,9 @@ from flax import struct
 
 from vaco_jax import (algorithms, diagnostics, envs, evaluation, networks, objectives, ring_buffer,
                       rollout, spaces)
-from vaco_jax.config import Config, HParams, validate
+from vaco_jax.config import Config, validate
 from vaco_jax.envs import EnvState, TracedOnce, VecEnv, as_env, make_env, observation_shape
+from vaco_jax.hparams import HParams
 from vaco_jax.networks import make_networks
 
 

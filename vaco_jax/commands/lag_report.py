@@ -18,13 +18,10 @@ import dataclasses
 import sys
 from pathlib import Path
 
-import matplotlib
+import tyro
 
-matplotlib.use("Agg")
-import tyro  # noqa: E402
-
-from vaco_jax.errors import SweepError  # noqa: E402
-from vaco_jax.study import lag, references  # noqa: E402
+from vaco_jax.errors import SweepError
+from vaco_jax.study import presets
 
 
 @dataclasses.dataclass
@@ -39,7 +36,7 @@ class Args:
     """Bootstrap resamples per 95% interval (the Bonferroni family gets more: see summary.md)."""
     seed: int = 0
     """Seed of the bootstrap's resampling."""
-    last_evals: int = lag.FINAL_EVALS
+    last_evals: int = presets.FINAL_EVALS
     """A run's score averages its last this many evaluations (the references must match)."""
     allow_code_change: bool = False
     """Combine cells made by different vaco_jax source (normally refused)."""
@@ -47,6 +44,12 @@ class Args:
 
 def main(argv: list[str] | None = None, prog: str = "vaco-report") -> int:
     args = tyro.cli(Args, args=argv, description=__doc__.split("\n\n")[0], prog=prog)
+    # The library is imported once the flags are parsed: --help imports no JAX.
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from vaco_jax.study import lag, references
+
     first = Path(args.sweeps[0])
     references_path = args.references or str(first / references.FILE_NAME)
     out = Path(args.out or first / "lag_report")

@@ -19,9 +19,7 @@ from pathlib import Path
 
 import tyro
 
-from vaco_jax import runtime
-from vaco_jax.llm.config import preset
-from vaco_jax.llm.experiment import Experiment, run
+from vaco_jax.llm.config import Experiment, preset
 
 
 def presets():
@@ -37,6 +35,10 @@ def presets():
 
 def main(argv: list[str] | None = None, prog: str = "vaco-llm") -> int:
     experiment = tyro.extras.overridable_config_cli(presets(), prog=prog, args=argv)
+    # The library is imported once the flags are parsed: --help imports no JAX.
+    from vaco_jax import runtime
+    from vaco_jax.llm.experiment import run
+
     runtime.start(compile_cache=experiment.compile_cache)   # multi-process under SLURM/Open MPI
     log_path = Path(experiment.out) / "log.txt"
     if runtime.is_primary():

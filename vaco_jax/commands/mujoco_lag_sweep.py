@@ -22,18 +22,13 @@ from __future__ import annotations
 import dataclasses
 import sys
 from pathlib import Path
-from typing import Annotated
-
-import jax
-from typing import Literal
+from typing import Annotated, Literal
 
 import tyro
 
-from vaco_jax import program, runtime
-from vaco_jax.study import presets, sweep
-from vaco_jax.errors import ConfigError
-from vaco_jax.options import LoggerOptions, validate_logging
-from vaco_jax.runtime import Cluster
+from vaco_jax.errors import ConfigError, SweepError
+from vaco_jax.options import Cluster, LoggerOptions, validate_logging
+from vaco_jax.study import presets
 
 
 PresetName = Literal[tuple(presets.PRESETS)]
@@ -104,6 +99,11 @@ def dry_run(args, preset: presets.Preset, out: Path) -> None:
     """Compile every program (nothing runs) and print its placement and per-device memory. When
     one does not fit the device memory, halve the runs per program (a multiple of the device count)
     and plan again, until every program fits or holds one run per device."""
+    import jax
+
+    from vaco_jax import program
+    from vaco_jax.study import sweep
+
     limit = args.device_memory * 1e9 if args.device_memory else program.device_memory_bytes()
     print(f"planning for {limit / 1e9:.1f} GB per device" if limit else
           "device memory unknown (the CPU reports none): pass --device-memory GB to plan for an "
@@ -130,6 +130,10 @@ def dry_run(args, preset: presets.Preset, out: Path) -> None:
 
 def main(argv: list[str] | None = None, prog: str = "vaco-sweep") -> int:
     args = tyro.cli(Args, args=argv, description=__doc__.split("\n\n")[0], prog=prog)
+    # The library is imported once the flags are parsed: --help imports no JAX.
+    from vaco_jax import runtime
+    from vaco_jax.study import sweep
+
     try:
         validate_logging(args.logging)
         runtime.start(args.cluster, compile_cache=args.compile_cache, verbose=args.verbose)
@@ -141,7 +145,7 @@ def main(argv: list[str] | None = None, prog: str = "vaco-sweep") -> int:
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    out = Path(args.out) if args.out else sweep.ROOT / args.preset
+    out = Path(args.out) if args.out else presets.ROOT / args.preset
     if args.plan:
         total = 0
         for cell in cells:
@@ -157,7 +161,7 @@ def main(argv: list[str] | None = None, prog: str = "vaco-sweep") -> int:
         sweep.run_sweep(cells, out, preset=preset, max_cells=args.max_cells, progress=args.progress,
                         allow_code_change=args.allow_code_change, logging=args.logging,
                         shard=shard)
-    except sweep.SweepError as error:
+    except SweepError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     return 0

@@ -16,9 +16,6 @@ from typing import Annotated
 
 import tyro
 
-from vaco_jax import io
-from vaco_jax.study import plotting
-
 
 @dataclasses.dataclass
 class Args:
@@ -32,6 +29,9 @@ class Args:
 
 def plot(runs, out, title: str = "") -> Path:
     """Draw the runs' lag diagnostics into `out` (PNG), each run labelled by its algorithm."""
+    from vaco_jax import io
+    from vaco_jax.study import plotting
+
     curves, configs = {}, []
     for run_dir in map(Path, runs):
         config = json.loads((run_dir / "config.json").read_text())["config"]

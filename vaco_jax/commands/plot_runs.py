@@ -11,19 +11,22 @@ evaluation return per seed.
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
-import pandas as pd
 import tyro
 
-from vaco_jax import io
-from vaco_jax.study import plotting
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def load_run(run_dir) -> pd.DataFrame:
     """A run's evaluations as a tidy table: env, algo, method, capacity, seed, step, eval_return."""
+    import pandas as pd
+
+    from vaco_jax import io
+
     run_dir = Path(run_dir)
     config = json.loads((run_dir / "config.json").read_text())["config"]
     rows = []
@@ -63,6 +66,10 @@ class Args:
 
 def plot(runs, out, title: str = "") -> pd.DataFrame:
     """Draw the runs' curves into `out` (PNG); returns the final-return table (`final_table`)."""
+    import pandas as pd
+
+    from vaco_jax.study import plotting
+
     results = pd.concat([load_run(run) for run in runs], ignore_index=True)
     table = final_table(results)
     seeds = results.groupby("method")["seed"].nunique().min()

@@ -13,21 +13,16 @@ run), fig_improvement.png, fig_profiles.png, and the tables (CSV and summary.md)
 from __future__ import annotations
 
 import dataclasses
-import sys
 from pathlib import Path
 
-import matplotlib
+import tyro
 
-matplotlib.use("Agg")
-import numpy as np  # noqa: E402
-import tyro  # noqa: E402
-
-from vaco_jax.study import analysis, plotting, references, sweep  # noqa: E402
+from vaco_jax.study import presets
 
 
 @dataclasses.dataclass
 class Args:
-    sweep: str = str(sweep.ROOT / "cpu")
+    sweep: str = str(presets.ROOT / "cpu")
     """Sweep directory (results.jsonl, cells.jsonl)."""
     references: str = ""
     """Reference-returns table (default <sweep>/reference_returns.json)."""
@@ -42,6 +37,9 @@ class Args:
 
 def main(argv: list[str] | None = None, prog: str = "vaco-plot-sweep") -> int:
     args = tyro.cli(Args, args=argv, description=__doc__.split("\n\n")[0], prog=prog)
+    # The library is imported once the flags are parsed: --help imports no JAX.
+    from vaco_jax.study import references, sweep
+
     out = Path(args.out or Path(args.sweep) / "figures")
     out.mkdir(parents=True, exist_ok=True)
     table = references.load(args.references or Path(args.sweep) / references.FILE_NAME)
@@ -53,6 +51,13 @@ def main(argv: list[str] | None = None, prog: str = "vaco-plot-sweep") -> int:
 
 def report(results, out: Path, *, reps: int = 2000, seed: int = 0, note: str = "") -> list[Path]:
     """Every figure and table of the studies present in `results` (which has a `score` column)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import numpy as np
+
+    from vaco_jax.study import analysis, plotting
+
     written = []
 
     def save(fig, name):

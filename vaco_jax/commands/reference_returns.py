@@ -15,9 +15,8 @@ from typing import Literal
 
 import tyro
 
-from vaco_jax import runtime
-from vaco_jax.study import presets, references, sweep
 from vaco_jax.errors import ConfigError
+from vaco_jax.study import presets
 
 
 PresetName = Literal[tuple(presets.PRESETS)]
@@ -38,7 +37,8 @@ class Args:
     last_evals: int = 1
     """Average each PPO-Clip seed's last this many evaluations (3 for the lag study)."""
     out: str = ""
-    """The table to update (default: next to the preset's sweep, runs/sweeps/<preset>/reference_returns.json)."""
+    """The table to update (default: next to the preset's sweep,
+    runs/sweeps/<preset>/reference_returns.json)."""
     compile_cache: str = "default"
     """JAX's persistent compilation cache: default (JAX_COMPILATION_CACHE_DIR, else the per-user
     cache), off, or a directory."""
@@ -48,6 +48,10 @@ class Args:
 
 def main(argv: list[str] | None = None, prog: str = "vaco-references") -> int:
     args = tyro.cli(Args, args=argv, description=__doc__.split("\n\n")[0], prog=prog)
+    # The library is imported once the flags are parsed: --help imports no JAX.
+    from vaco_jax import runtime
+    from vaco_jax.study import references
+
     try:
         # Multi-process when launched so by SLURM or Open MPI.
         runtime.start(compile_cache=args.compile_cache, verbose=args.verbose)
@@ -55,7 +59,7 @@ def main(argv: list[str] | None = None, prog: str = "vaco-references") -> int:
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    out = args.out or str(sweep.ROOT / args.preset / references.FILE_NAME)
+    out = args.out or str(presets.ROOT / args.preset / references.FILE_NAME)
     for env in preset.envs:
         entry = references.measure(preset, env, num_seeds=args.num_seeds,
                                    random_episodes=args.random_episodes, last_evals=args.last_evals)

@@ -2,8 +2,9 @@
 
 Static fields set shapes or the program (model size, lengths, batch, N, the objective). The GRPO
 hyper-parameters that do not (the objective, learning rate, ε, δ, temperature, ring-buffer capacity)
-are copied into `GRPOHParams`, a pytree of scalars, so seeds, objectives and e.g. a δ sweep can be
-vmapped in one compiled program.
+are copied into `GRPOHParams` (`vaco_jax.llm.hparams`), a pytree of scalars, so seeds, objectives
+and e.g. a δ sweep can be vmapped in one compiled program. `Experiment` is the forward-lag sweep's
+(`vaco-llm`). This module imports no JAX: the command builds its parser from it.
 """
 
 from __future__ import annotations
@@ -11,22 +12,64 @@ from __future__ import annotations
 import dataclasses
 import math
 import typing
-from typing import Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
-import jax
-import jax.numpy as jnp
-from flax import struct
+import tyro
 
-from vaco_jax import algorithms
 from vaco_jax.errors import ConfigError, invalid
-from vaco_jax.llm.model import ModelConfig
+from vaco_jax.llm import tokenizer
 from vaco_jax.llm.problems import Difficulty
+from vaco_jax.options import LoggerOptions
+
+if TYPE_CHECKING:
+    from vaco_jax.llm.hparams import GRPOHParams
+
+# The model's compute dtypes (`vaco_jax.llm.model.DTYPES` maps each to JAX's).
+DType = Literal["float32", "bfloat16"]
+DTYPE_NAMES = typing.get_args(DType)
 
 # The algorithms (`vaco_jax.algorithms` names) the LLM testbed runs: every one whose objective needs
 # only token ratios and advantages (no critic, no analytic KL). The first four keep their indices.
 ObjectiveName = Literal["ppo_clip", "vaco", "pg", "decoupled_ppo", "spo", "impala", "icepop",
                         "cispo", "dppo_tv", "m2po", "topr", "geppo"]
 OBJECTIVES = typing.get_args(ObjectiveName)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Transformer shape (all static)."""
+
+    vocab_size: int = tokenizer.VOCAB_SIZE
+    d_model: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    d_ff: int = 192
+    """Hidden width of the SwiGLU feed-forward block."""
+    max_len: int = 128
+    """Longest sequence (prompt + answer) the model is built for."""
+    rope_base: float = 10_000.0
+    tie_embeddings: bool = True
+    """Share the token embedding with the output projection."""
+    dtype: DType = "float32"
+    """Compute dtype; parameters stay float32."""
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.num_heads
+
+    def validate(self, prefix: str = "model") -> None:
+        def bad(field, value, why):
+            raise ValueError(f"config field '{prefix}.{field}' = {value!r} is invalid: {why}")
+        for field in ("vocab_size", "d_model", "num_layers", "num_heads", "d_ff", "max_len"):
+            if getattr(self, field) < 1:
+                bad(field, getattr(self, field), "must be >= 1")
+        if self.d_model % self.num_heads:
+            bad("num_heads", self.num_heads, f"must divide d_model ({self.d_model})")
+        if self.head_dim % 2:
+            bad("num_heads", self.num_heads, f"d_model / num_heads = {self.head_dim} must be even "
+                "(RoPE rotates pairs of dimensions)")
+        if self.dtype not in DTYPE_NAMES:
+            bad("dtype", self.dtype, f"one of {DTYPE_NAMES}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,26 +181,13 @@ class LLMConfig:
     grpo: GRPOConfig = GRPOConfig()
 
 
-@struct.dataclass
-class GRPOHParams:
-    """GRPO hyper-parameters that do not change shapes: pytree leaves (vmappable)."""
-
-    objective: jnp.ndarray      # int32 index into OBJECTIVES
-    learning_rate: jnp.ndarray
-    clip_eps: jnp.ndarray
-    delta: jnp.ndarray
-    temperature: jnp.ndarray
-    capacity: jnp.ndarray
-    decoupled_is_max: jnp.ndarray
-    objective_hparams: dict = struct.field(default_factory=dict)
-    """Every objective's own hyper-parameters by name (`objective_hparams`), float32 leaves."""
-
-
 def objective_hparams(config: GRPOConfig) -> dict[str, float]:
     """The own hyper-parameters of all objectives in `OBJECTIVES` (their names are distinct): the
     defaults, overridden by `config.objective_hparams` ("name=value"). Raises `ConfigError`
     naming `grpo.objective_hparams` for an undeclared name or a value that is not a finite
     number."""
+    from vaco_jax import algorithms
+
     values = {}
     for name in OBJECTIVES:
         values.update(algorithms.parse(name).objective.defaults)
@@ -178,6 +208,10 @@ def objective_hparams(config: GRPOConfig) -> dict[str, float]:
 
 
 def hparams(config: GRPOConfig) -> GRPOHParams:
+    import jax.numpy as jnp
+
+    from vaco_jax.llm.hparams import GRPOHParams
+
     f = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
     return GRPOHParams(jnp.asarray(OBJECTIVES.index(config.objective), jnp.int32),
                        f(config.learning_rate), f(config.clip_eps), f(config.delta),
@@ -188,6 +222,9 @@ def hparams(config: GRPOConfig) -> GRPOHParams:
 
 def stack_hparams(items: list[GRPOHParams]) -> GRPOHParams:
     """Stack hyper-parameter sets along a new leading axis (for `jax.vmap`)."""
+    import jax
+    import jax.numpy as jnp
+
     return jax.tree.map(lambda *xs: jnp.stack(xs), *items)
 
 
@@ -297,3 +334,35 @@ def preset(name: str) -> LLMConfig:
     if name not in PRESETS:
         raise invalid("preset", name, f"one of {tuple(PRESETS)}")
     return PRESETS[name]
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+    config: LLMConfig
+    ns: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+    """Minibatch updates per generated batch (forward lag)."""
+    objectives: tuple[str, ...] = ("ppo_clip", "vaco")
+    """Objectives to compare (any of `vaco_jax.llm.config.OBJECTIVES`: ppo_clip, vaco, pg,
+    decoupled_ppo, spo, impala, icepop, cispo, dppo_tv, m2po, topr, geppo)."""
+    out: str = "runs/llm/cpu"
+    """Results directory: config.json, results.jsonl (one row per N, objective, seed), summary.json."""
+    plot: bool = True
+    """Draw accuracy and the clip/filter fractions against N into `out/forward_lag.png`."""
+    cache_dir: str = ""
+    """Where the warm-start parameters are kept, keyed by a hash of the model, task and SFT config,
+    the data files' contents and the code that makes the data and trains on it (`sft.cache_key`)
+    (default: the per-user cache, `vaco_jax.cache.user_dir("llm")`)."""
+    compile_cache: str = "default"
+    """JAX's persistent compilation cache: default (JAX_COMPILATION_CACHE_DIR, else the per-user
+    cache), off, or a directory (used by the command line)."""
+    throughput: bool = True
+    """Also measure sampling (KV cache vs none) and training tokens/s."""
+    overwrite: bool = False
+    """Start afresh even if `out` holds results of a different configuration."""
+    fast_compile: bool = False
+    """Compile with XLA's cheapest optimisation level: about half the compile time, slower to run
+    (for tiny runs, where compiling dominates)."""
+    logging: Annotated[LoggerOptions, tyro.conf.OmitArgPrefixes,
+                       tyro.conf.arg(prefix_name=False)] = LoggerOptions()
+    """Where each run's metrics also go when its N finishes: one logged run per (N, objective,
+    seed), per-iteration metrics at each generated batch (`vaco_jax.loggers`)."""

@@ -44,7 +44,8 @@ from flax import struct
 from vaco_jax import algorithms, diagnostics, objectives, ring_buffer
 from vaco_jax.objectives import sg
 from vaco_jax.llm import sampling, verifier
-from vaco_jax.llm.config import OBJECTIVES, GRPOHParams, LLMConfig, hparams as make_hparams
+from vaco_jax.llm.config import OBJECTIVES, LLMConfig, hparams as make_hparams
+from vaco_jax.llm.hparams import GRPOHParams
 from vaco_jax.llm.dataset import ProblemSet
 from vaco_jax.llm.evaluation import greedy_accuracy, sampled_accuracy
 from vaco_jax.llm.model import Transformer, answer_mask, sequence_log_probs

@@ -36,7 +36,7 @@ import pandas as pd
 from vaco_jax.errors import SweepError
 from vaco_jax.study import analysis, plotting, presets, references, stats, sweep
 
-FINAL_EVALS = 3
+FINAL_EVALS = presets.FINAL_EVALS
 """A run's final score averages its last this many evaluations (each of `eval_envs` episodes)."""
 BREAK_LEVEL = 0.8
 """A method is "broken" at the smallest k whose degradation is below this."""

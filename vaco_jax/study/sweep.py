@@ -56,7 +56,6 @@ PARTIAL = "partial"   # in-progress cells' saved states, removed when a cell fin
 LOCKS = "locks"       # a lock per cell (held while it runs) and the directory's (`directory.lock`)
 # Set per run by the cell (each run's seed), so left out of the cell's config fingerprint.
 PER_RUN_FIELDS = ("seed", "num_seeds")
-ROOT = Path("runs") / "sweeps"   # a sweep's default directory is ROOT / <preset>
 
 
 @dataclasses.dataclass(frozen=True)
