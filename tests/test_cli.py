@@ -278,6 +278,56 @@ def test_compiled_programs_are_cached_per_user_by_default(tmp_path):
         tmp_path / "xdg" / "vaco_jax" / "xla" / cache.host_tag())
 
 
+TRAINER_CACHE_SCRIPT = """
+import json, sys
+import jax
+from vaco_jax import Config, Options, Trainer, cache, make_train, run
+if sys.argv[1] == "off-call":
+    cache.enable_compile_cache("off")
+if sys.argv[1] == "jax-disabled":
+    jax.config.update("jax_enable_compilation_cache", False)
+before = jax.config.jax_compilation_cache_dir
+config = Config(env="toy_reach", num_envs=4, num_actors=2, num_minibatches=2, unroll_length=4,
+                total_steps=160, num_evals=2, eval_envs=2, episode_length=8)
+if sys.argv[1] == "run-off":   # vaco_jax.run takes its Options' setting
+    run(config, Options(compile_cache="off", dry_run=True))
+else:
+    (Trainer if sys.argv[1] == "trainer" else make_train)(config)
+print(json.dumps([before, jax.config.jax_compilation_cache_dir,
+                  jax.config.jax_compilation_cache_max_size]))
+"""
+
+
+def test_a_trainer_turns_the_per_user_compile_cache_on_unless_told_not_to(tmp_path):
+    """From Python (make_train, Trainer, vaco_jax.run) as from the commands; each case in a fresh
+    process, so JAX's global settings do not leak between them."""
+    user = tmp_path / "user"
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("JAX_COMPILATION_CACHE_DIR", "VACO_JAX_COMPILE_CACHE")}
+    base["VACO_JAX_CACHE_DIR"] = str(user)
+    cases = {"trainer": {}, "make_train": {}, "off-call": {}, "run-off": {},
+             "env-off": {"VACO_JAX_COMPILE_CACHE": "off"},
+             "env-bad": {"VACO_JAX_COMPILE_CACHE": "sometimes"},
+             "jax-dir": {"JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax_dir")},
+             "jax-disabled": {}}
+    started = {case: subprocess.Popen([sys.executable, "-c", TRAINER_CACHE_SCRIPT, case],
+                                      env={**base, **env}, cwd=tmp_path, text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+               for case, env in cases.items()}
+    done = {case: process.communicate(timeout=300) + (process.returncode,)
+            for case, process in started.items()}
+    report = {case: json.loads(out.splitlines()[-1]) for case, (out, _, code) in done.items()
+              if code == 0}
+    per_user = str(user / "xla" / cache.host_tag())
+    assert report["trainer"] == report["make_train"] == [None, per_user, cache.COMPILE_CACHE_BYTES]
+    for case in ("off-call", "run-off", "env-off", "jax-disabled"):   # off: nothing is set
+        assert report[case] == [None, None, -1], case
+    # A directory JAX was given is kept as it is, its size bound too.
+    assert report["jax-dir"] == [str(tmp_path / "jax_dir")] * 2 + [-1]
+    _, err, code = done["env-bad"]
+    assert code != 0 and "VACO_JAX_COMPILE_CACHE='sometimes' is invalid" in err
+
+
 def test_each_kind_of_host_cpu_gets_its_own_compilation_cache(tmp_path):
     # Programs compiled for one CPU's instruction set must not be loaded on another.
     def tag(model, flags):

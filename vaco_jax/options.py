@@ -89,8 +89,9 @@ class Options:
                        tyro.conf.arg(prefix_name=False)] = LoggerOptions()
     """Where every evaluation's metrics also go (`--logger`, `--wandb-*`)."""
     compile_cache: str = "default"
-    """JAX's persistent compilation cache: `default` (JAX_COMPILATION_CACHE_DIR if set, else the
-    per-user cache, `vaco_jax.cache`), `off`, or a directory. A repeated run skips compiling."""
+    """JAX's persistent compilation cache: `default` (off if VACO_JAX_COMPILE_CACHE=off; else
+    JAX_COMPILATION_CACHE_DIR if set, else the per-user cache, `vaco_jax.cache`), `off`, or a
+    directory. A repeated run skips compiling."""
     verbose: bool = False
     """Show the libraries' own log messages (absl, orbax, jax); normally only errors."""
     dry_run: bool = False

@@ -105,11 +105,14 @@ def run(config: Config, options: Options = Options(), *, stop_after: int | None 
 
     `stop_after` ends this call after that many chunks, leaving a run that `--resume` continues
     (for jobs with a time limit). Returns the summary (also written to `summary.json` when the run
-    is complete). On a multi-process run every process calls this with the same arguments.
+    is complete). On a multi-process run every process calls this with the same arguments. JAX's
+    compilation cache is `options.compile_cache` unless the process chose before
+    (`vaco_jax.cache.default_compile_cache`).
     """
     validate(config)
     config = as_run(config)
     validate_options(options)
+    cache.default_compile_cache(options.compile_cache)   # unless the process chose already
     if options.dry_run:
         return dry_run(config)
     out = _output_dir(options, config)

@@ -58,7 +58,8 @@ class Args:
     progress: bool = True
     """A progress bar per cell on a terminal."""
     compile_cache: str = "default"
-    """JAX's persistent compilation cache: default, off, or a directory."""
+    """JAX's persistent compilation cache: default (off if VACO_JAX_COMPILE_CACHE=off), off, or a
+    directory."""
 
 
 def main(argv: list[str] | None = None, prog: str = "vaco-bench") -> int:

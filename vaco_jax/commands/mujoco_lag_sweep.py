@@ -84,8 +84,8 @@ class Args:
     progress: bool = True
     """Show a progress bar per cell (on a terminal or in a notebook; a line per cell in logs)."""
     compile_cache: str = "default"
-    """JAX's persistent compilation cache: default (JAX_COMPILATION_CACHE_DIR, else the per-user
-    cache), off, or a directory."""
+    """JAX's persistent compilation cache: default (off if VACO_JAX_COMPILE_CACHE=off; else
+    JAX_COMPILATION_CACHE_DIR, else the per-user cache), off, or a directory."""
     verbose: bool = False
     """Show the libraries' own log messages (absl, orbax, jax)."""
     logging: Annotated[LoggerOptions, tyro.conf.OmitArgPrefixes,

@@ -40,8 +40,8 @@ class Args:
     """The table to update (default: next to the preset's sweep,
     runs/sweeps/<preset>/reference_returns.json)."""
     compile_cache: str = "default"
-    """JAX's persistent compilation cache: default (JAX_COMPILATION_CACHE_DIR, else the per-user
-    cache), off, or a directory."""
+    """JAX's persistent compilation cache: default (off if VACO_JAX_COMPILE_CACHE=off; else
+    JAX_COMPILATION_CACHE_DIR, else the per-user cache), off, or a directory."""
     verbose: bool = False
     """Show the libraries' own log messages (absl, orbax, jax)."""
 

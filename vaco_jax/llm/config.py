@@ -353,8 +353,9 @@ class Experiment:
     the data files' contents and the code that makes the data and trains on it (`sft.cache_key`)
     (default: the per-user cache, `vaco_jax.cache.user_dir("llm")`)."""
     compile_cache: str = "default"
-    """JAX's persistent compilation cache: default (JAX_COMPILATION_CACHE_DIR, else the per-user
-    cache), off, or a directory (used by the command line)."""
+    """JAX's persistent compilation cache: default (off if VACO_JAX_COMPILE_CACHE=off; else
+    JAX_COMPILATION_CACHE_DIR, else the per-user cache), off, or a directory (used by the command
+    line)."""
     throughput: bool = True
     """Also measure sampling (KV cache vs none) and training tokens/s."""
     overwrite: bool = False

@@ -20,7 +20,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from vaco_jax import io, loggers, program as program_lib, runtime
+from vaco_jax import cache, io, loggers, program as program_lib, runtime
 from vaco_jax.errors import invalid
 from vaco_jax.options import LoggerOptions, validate_logging
 from vaco_jax.llm import benchmark, dataset, problems, sft
@@ -281,6 +281,7 @@ def run(experiment: Experiment, log=print) -> dict:
     Resumes: (N, objective) pairs already in `out/results.jsonl` (from the same configuration)
     are not run again, so objectives or N values can also be added to a finished sweep."""
     config = validate(experiment.config)
+    cache.default_compile_cache()   # before the warm start compiles (the command chose already)
     for n in experiment.ns:
         validate(replace(config, grpo=dict(num_minibatches=n)))
     for o in experiment.objectives:

@@ -41,7 +41,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from vaco_jax import algorithms, diagnostics, objectives, ring_buffer
+from vaco_jax import algorithms, cache, diagnostics, objectives, ring_buffer
 from vaco_jax.objectives import sg
 from vaco_jax.llm import sampling, verifier
 from vaco_jax.llm.config import OBJECTIVES, LLMConfig, hparams as make_hparams
@@ -145,6 +145,7 @@ class GRPO:
 
     def __init__(self, config: LLMConfig, train_set: ProblemSet, test_set: ProblemSet,
                  reward_fn=verifier.reward_tokens):
+        cache.default_compile_cache()   # the per-user compilation cache, unless turned off
         self.config, self.data, self.reward_fn = config, Data(train_set, test_set), reward_fn
         self.apply = Transformer(config.model).apply
         g = config.grpo
