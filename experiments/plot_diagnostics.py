@@ -1,56 +1,8 @@
-"""The lag diagnostics of `python -m vaco_jax.train` runs, side by side (docs/diagnostics.md).
+"""`vaco-plot-diagnostics` from a checkout; the command is vaco_jax.commands.plot_diagnostics."""
 
-    python -m experiments.plot_diagnostics runs/ip_vaco_c8 runs/ip_ppo_clip_c8 --out docs/diagnostics.png
+import sys
 
-Each run directory holds `config.json` and `metrics.jsonl`; each run is labelled by its algorithm.
-Panels: the update-age histogram, `tv_backward` and `tv_forward` over training, the objective's
-`intervened_fraction` (and `ratio_clip_fraction`), and the evaluation return, means over seeds.
-"""
-
-from __future__ import annotations
-
-import dataclasses
-import json
-from pathlib import Path
-from typing import Annotated
-
-import tyro
-
-from vaco_jax import io
-from vaco_jax.study import plotting
-
-
-@dataclasses.dataclass
-class Args:
-    runs: Annotated[list[str], tyro.conf.Positional, tyro.conf.arg(metavar="RUN_DIR")]
-    """Run directories (written by `python -m vaco_jax.train`)."""
-    out: str
-    """The figure's path (PNG)."""
-    title: str = ""
-    """The figure's title (default: env, capacity, snapshot sampling and seeds)."""
-
-
-def main(argv: list[str] | None = None) -> Path:
-    args = tyro.cli(Args, args=argv, description=__doc__.split("\n\n")[0],
-                    prog="python -m experiments.plot_diagnostics")
-    if not args.runs:
-        raise SystemExit("error: give at least one run directory (written by python -m vaco_jax.train)")
-    runs, configs = {}, []
-    for run_dir in map(Path, args.runs):
-        config = json.loads((run_dir / "config.json").read_text())["config"]
-        runs[config["algo"]] = io.read_jsonl(run_dir / "metrics.jsonl")
-        configs.append(config)
-    c = configs[0]
-    title = args.title or (f"{c['env']}, C = {c['capacity']} ({c['snapshot_sampling']} snapshots), "
-                           f"K = {c['num_epochs']} epochs × M = {c['num_minibatches']} minibatches, "
-                           f"{c['num_seeds']} seeds")
-    fig = plotting.run_diagnostics(runs, title=title)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    print(f"wrote {out}")
-    return out
-
+from vaco_jax.commands.plot_diagnostics import main
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main(prog="python -m experiments.plot_diagnostics"))

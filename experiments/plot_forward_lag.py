@@ -1,36 +1,8 @@
-"""Redraw an LLM forward-lag sweep's figure (forward_lag.png) from its results, without training.
+"""`vaco-plot-llm` from a checkout; the command is vaco_jax.commands.plot_forward_lag."""
 
-    python -m experiments.plot_forward_lag results/llm/study-cpu                  # in place
-    python -m experiments.plot_forward_lag results/llm/study-cpu --out /tmp/forward_lag.png
-
-Reads the directory's summary.json and config.json (as `python -m experiments.llm_forward_lag`
-writes them) and draws greedy and sampled held-out accuracy, the clip and filter fractions against
-N, and the accuracy over training (`vaco_jax.llm.experiment.plot`).
-"""
-
-from __future__ import annotations
-
-import argparse
 import sys
 
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m experiments.plot_forward_lag",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("directory", help="a sweep's results directory (summary.json, config.json)")
-    parser.add_argument("--out", default="",
-                        help="the figure's path (default <directory>/forward_lag.png)")
-    args = parser.parse_args(argv)
-    from vaco_jax.llm import experiment   # after parsing: --help imports nothing heavy
-
-    try:
-        path = experiment.replot(args.directory, args.out or None)
-    except (FileNotFoundError, KeyError) as error:
-        print(f"error: {args.directory} holds no finished sweep ({error})", file=sys.stderr)
-        return 2
-    print(f"wrote {path}")
-    return 0
-
+from vaco_jax.commands.plot_forward_lag import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(prog="python -m experiments.plot_forward_lag"))

@@ -16,14 +16,17 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from experiments.plot_runs import load_run  # noqa: E402
+from vaco_jax.commands.plot_runs import load_run  # noqa: E402
 
-RESULTS = Path("results/minatar-cnn")
+# The committed results and figure of this checkout, wherever the command runs from.
+REPOSITORY = Path(__file__).resolve().parent.parent
+RESULTS = REPOSITORY / "results" / "minatar-cnn"
+FIGURE = REPOSITORY / "docs" / "minatar_cnn_vs_mlp.png"
 PANELS = {"normalized": "observations normalised (default)", "raw": "raw observations"}
 COLORS = {"mlp": "tab:blue", "cnn": "tab:orange"}
 
 
-def draw(out: str = "docs/minatar_cnn_vs_mlp.png") -> None:
+def draw(out: str | Path = FIGURE) -> None:
     fig, axes = plt.subplots(1, len(PANELS), figsize=(10, 3.8), sharey=True)
     for ax, (setting, title) in zip(axes, PANELS.items()):
         for network, color in COLORS.items():
@@ -50,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m experiments.plot_minatar_cnn",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default="docs/minatar_cnn_vs_mlp.png", help="the figure's path")
+    parser.add_argument("--out", default=str(FIGURE), help="the figure's path (default: the "
+                        "checkout's docs/minatar_cnn_vs_mlp.png)")
     draw(parser.parse_args(argv).out)
     return 0
 

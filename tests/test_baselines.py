@@ -12,7 +12,7 @@ import pytest
 import rlax
 
 from vaco_jax import Config, ConfigError, Trainer, algorithms, envs, register_env, ring_buffer, rollout
-from vaco_jax import train as train_cli
+from vaco_jax.commands import train as train_cli
 
 sg = jax.lax.stop_gradient
 

@@ -1,10 +1,12 @@
-"""The throughput benchmark at a tiny size: it runs, measures what it says, and judges the targets.
+"""The benchmarks at a tiny size: they run and measure what they say; the throughput benchmark judges
+the targets.
 
 Speed itself is asserted by the benchmark script (PASS/MISS per target), never here.
 """
 
 import dataclasses
 import json
+import re
 
 import pytest
 
@@ -179,3 +181,40 @@ def test_brax_ppo_at_our_shapes_takes_our_batch_and_hyper_parameters():
             settings["clipping_epsilon"], settings["reward_scaling"], settings["entropy_cost"]) == (
         c.learning_rate, c.gamma, c.gae_lambda, c.clip_eps, c.reward_scale, c.ent_coef)
     assert settings["network_factory"].keywords["policy_hidden_layer_sizes"] == c.actor_hidden
+
+
+# --- the accelerator check (docs/scale-out.md shows what it prints) -----------------------------
+@pytest.mark.slow
+def test_the_accelerator_check_measures_its_three_things_at_toy_shapes(tmp_path, capsys):
+    from benchmarks import accelerator_check
+
+    out = tmp_path / "check.json"
+    result = accelerator_check.main(["--smoke", "--out", str(out)])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == result["devices"] and result["budget_seconds"] == 570
+    assert re.fullmatch(r"quick start: [\d,]+ env steps/s, compile [\d.]+ s, \d+ s in all, final "
+                        r"returns \[-?[\d.]+, -?[\d.]+\]", lines[1]), lines[1]
+    assert re.fullmatch(r"throughput, toy_reach at 8 envs per seed: limit [\d,]+ env steps/s "
+                        r"\(compile [\d.]+ s\), vaco [\d,]+ env steps/s \(compile [\d.]+ s\)",
+                        lines[2]), lines[2]
+    assert re.fullmatch(r"lag cell lag/toy_reach/vaco/oldest \(6 runs × 2,048 steps, 6 runs on 1 "
+                        r"device\): [\d,]+ env steps/s, compile \d+ s, peak [\d.]+ [kMG]?B memory "
+                        r"per device, \d+ s in all", lines[3]), lines[3]
+    assert lines[4] == f"-> {out}"
+    assert json.loads(out.read_text()) == json.loads(json.dumps(result))
+    assert len(result["quickstart"]["final_eval_return"]) == 2
+    assert {"limit", "vaco"} == set(result["throughput"]["rows"]["toy_reach"])
+    cell = result["lag_cell"]
+    assert (cell["runs"], cell["env_steps_per_run"]) == (6, 2048) and cell["sps"] > 0
+
+
+def test_the_accelerator_check_keeps_what_it_measured_when_its_time_runs_out(tmp_path, capsys):
+    from benchmarks import accelerator_check
+
+    out = tmp_path / "check.json"
+    result = accelerator_check.main(["--smoke", "--budget", "0.5", "--out", str(out)])
+    lines = capsys.readouterr().out.splitlines()
+    assert re.fullmatch(r"quick start: timed out after \d+ s \(the budget is 0.5 s\)", lines[1])
+    assert lines[2:4] == ["throughput: no time left (the budget is 0.5 s)",
+                          "lag cell: no time left (the budget is 0.5 s)"]
+    assert json.loads(out.read_text())["lag_cell"] == result["lag_cell"]

@@ -17,7 +17,8 @@ from absl import logging as absl_logging
 
 from vaco_jax import ConfigError, cache, io, program
 from vaco_jax.config import from_json_dict
-from vaco_jax.train import main, parse, run
+from vaco_jax.commands.train import main, parse
+from vaco_jax.train import run
 
 ARGS = ["--env", "toy_reach", "--algo", "vaco", "--capacity", "2", "--num-seeds", "2",
         "--total-steps", "768", "--num-envs", "8", "--unroll-length", "16", "--num-evals", "3",
@@ -141,7 +142,7 @@ def test_a_logger_without_its_package_is_refused_naming_the_install(monkeypatch)
 
 
 def test_a_run_starts_from_a_saved_config_and_flags_override_it(run_dir, tmp_path, capsys):
-    from vaco_jax.train import with_stored_config
+    from vaco_jax.commands.train import with_stored_config
 
     for source in (run_dir, run_dir / "config.json"):
         argv = ["--config", str(source), "--seed", "7", "--no-progress"]
@@ -168,10 +169,11 @@ def test_cli_refuses_to_overwrite_a_finished_run(run_dir):
 
 
 def test_plot_runs_reads_the_cli_output_and_reports_final_returns_per_seed(run_dir, tmp_path):
-    from experiments import plot_runs
+    from vaco_jax.commands import plot_runs
 
     png = tmp_path / "curves.png"
-    table = plot_runs.main([str(run_dir), "--out", str(png)])
+    assert plot_runs.main([str(run_dir), "--out", str(png)]) == 0
+    table = plot_runs.plot([run_dir], png)
     final = json.loads((run_dir / "summary.json").read_text())["final_eval_return"]
     assert png.stat().st_size > 10_000
     (row,) = table.to_dict("records")
@@ -209,9 +211,10 @@ def test_metrics_rows_carry_the_lag_diagnostics_to_the_loggers(run_dir):
 
 
 def test_plot_diagnostics_reads_the_cli_output(run_dir, tmp_path):
-    from experiments import plot_diagnostics
+    from vaco_jax.commands import plot_diagnostics
 
-    png = plot_diagnostics.main([str(run_dir), "--out", str(tmp_path / "diagnostics.png")])
+    png = tmp_path / "diagnostics.png"
+    assert plot_diagnostics.main([str(run_dir), "--out", str(png)]) == 0
     assert png.stat().st_size > 10_000
 
 
@@ -273,6 +276,56 @@ def test_compiled_programs_are_cached_per_user_by_default(tmp_path):
         env["VACO_JAX_CACHE_DIR"] = ""
     assert cache_report(tmp_path, "default", **env)["path"] == str(
         tmp_path / "xdg" / "vaco_jax" / "xla" / cache.host_tag())
+
+
+TRAINER_CACHE_SCRIPT = """
+import json, sys
+import jax
+from vaco_jax import Config, Options, Trainer, cache, make_train, run
+if sys.argv[1] == "off-call":
+    cache.enable_compile_cache("off")
+if sys.argv[1] == "jax-disabled":
+    jax.config.update("jax_enable_compilation_cache", False)
+before = jax.config.jax_compilation_cache_dir
+config = Config(env="toy_reach", num_envs=4, num_actors=2, num_minibatches=2, unroll_length=4,
+                total_steps=160, num_evals=2, eval_envs=2, episode_length=8)
+if sys.argv[1] == "run-off":   # vaco_jax.run takes its Options' setting
+    run(config, Options(compile_cache="off", dry_run=True))
+else:
+    (Trainer if sys.argv[1] == "trainer" else make_train)(config)
+print(json.dumps([before, jax.config.jax_compilation_cache_dir,
+                  jax.config.jax_compilation_cache_max_size]))
+"""
+
+
+def test_a_trainer_turns_the_per_user_compile_cache_on_unless_told_not_to(tmp_path):
+    """From Python (make_train, Trainer, vaco_jax.run) as from the commands; each case in a fresh
+    process, so JAX's global settings do not leak between them."""
+    user = tmp_path / "user"
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("JAX_COMPILATION_CACHE_DIR", "VACO_JAX_COMPILE_CACHE")}
+    base["VACO_JAX_CACHE_DIR"] = str(user)
+    cases = {"trainer": {}, "make_train": {}, "off-call": {}, "run-off": {},
+             "env-off": {"VACO_JAX_COMPILE_CACHE": "off"},
+             "env-bad": {"VACO_JAX_COMPILE_CACHE": "sometimes"},
+             "jax-dir": {"JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax_dir")},
+             "jax-disabled": {}}
+    started = {case: subprocess.Popen([sys.executable, "-c", TRAINER_CACHE_SCRIPT, case],
+                                      env={**base, **env}, cwd=tmp_path, text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+               for case, env in cases.items()}
+    done = {case: process.communicate(timeout=300) + (process.returncode,)
+            for case, process in started.items()}
+    report = {case: json.loads(out.splitlines()[-1]) for case, (out, _, code) in done.items()
+              if code == 0}
+    per_user = str(user / "xla" / cache.host_tag())
+    assert report["trainer"] == report["make_train"] == [None, per_user, cache.COMPILE_CACHE_BYTES]
+    for case in ("off-call", "run-off", "env-off", "jax-disabled"):   # off: nothing is set
+        assert report[case] == [None, None, -1], case
+    # A directory JAX was given is kept as it is, its size bound too.
+    assert report["jax-dir"] == [str(tmp_path / "jax_dir")] * 2 + [-1]
+    _, err, code = done["env-bad"]
+    assert code != 0 and "VACO_JAX_COMPILE_CACHE='sometimes' is invalid" in err
 
 
 def test_each_kind_of_host_cpu_gets_its_own_compilation_cache(tmp_path):
@@ -422,14 +475,17 @@ def _command_line_modules() -> list[str]:
 
 @pytest.mark.parametrize("module", _command_line_modules())
 def test_every_command_s_help_shows_how_to_run_it(module, monkeypatch, capsys):
-    import importlib
+    """`python -m <module> --help`, run in this process as Python runs it (the installed commands:
+    tests/test_commands.py)."""
+    import runpy
+    import warnings
 
     monkeypatch.setenv("COLUMNS", "200")
-    main = importlib.import_module(module).main
     for argv in (["--help"], ["tiny", "--help"]) if module.endswith("llm_forward_lag") else (["--help"],):
         monkeypatch.setattr(sys, "argv", [module.replace(".", "/") + ".py", *argv])
-        with pytest.raises(SystemExit) as exited:
-            main()
+        with pytest.raises(SystemExit) as exited, warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)   # runpy: the module is imported already
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
         assert exited.value.code == 0
         usage = capsys.readouterr().out.splitlines()[0]
         assert usage.startswith(f"usage: python -m {module} {' '.join(argv[:-1])}".rstrip() + " "), usage
@@ -452,7 +508,7 @@ def test_train_help_heads_each_group_by_what_it_holds(monkeypatch, capsys):
 
 
 def test_reference_returns_lists_the_presets(capsys):
-    from experiments import reference_returns
+    from vaco_jax.commands import reference_returns
 
     with pytest.raises(SystemExit) as refused:
         reference_returns.main(["--preset", "nope"])

@@ -168,7 +168,7 @@ def test_an_adapted_env_is_fingerprinted_by_its_parameters():
 # --- per-env defaults ------------------------------------------------------------------------------
 
 def test_the_command_line_gives_each_env_its_defaults_unless_a_flag_is_given():
-    from vaco_jax import train
+    from vaco_jax.commands import train
 
     hopper = train.parse(["--env", "hopper"]).config
     assert hopper == Config.for_env("hopper") == train.parse(["--env=hopper"]).config
@@ -183,7 +183,7 @@ def test_the_command_line_gives_each_env_its_defaults_unless_a_flag_is_given():
 
 
 def test_help_shows_the_defaults_of_the_env_given(capsys):
-    from vaco_jax import train
+    from vaco_jax.commands import train
 
     with pytest.raises(SystemExit):
         train.parse(["--env", "hopper", "--help"])
@@ -194,7 +194,7 @@ def test_help_shows_the_defaults_of_the_env_given(capsys):
 
 
 def test_a_registered_env_brings_its_defaults_and_gymnax_envs_their_episode_limit():
-    from vaco_jax import train
+    from vaco_jax.commands import train
 
     register_env("short_reach", envs.ToyReach, defaults=dict(num_envs=8, episode_length=50))
     config = train.parse(["--env", "short_reach", "--num-actors", "2"]).config
@@ -214,7 +214,7 @@ def test_the_documented_table_of_defaults_is_the_applied_one():
     text = text[text.index("## Per-env defaults"):]
     rows = {line.split("|")[1].strip(): line.split("|")[2] for line in text.splitlines()
             if line.startswith("| `")}
-    for name, fields in envs.DEFAULTS.items():
+    for name, fields in envs.ENV_DEFAULTS.items():
         row = rows["`dmc:<Task>`" if name in envs.DMC_ENVS else next(
             key for key in rows if f"`{name}`" in key.split(", "))]
         for field, value in fields.items():

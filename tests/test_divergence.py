@@ -19,7 +19,8 @@ import pytest
 from vaco_jax import io, stack_hparams
 from vaco_jax.checkpoint import RunCheckpoints
 from vaco_jax.program import seed_keys
-from vaco_jax.train import DivergenceError, build_program, main, run
+from vaco_jax.commands.train import main
+from vaco_jax.train import DivergenceError, build_program, run
 from vaco_jax.trainer import NONFINITE_GRADIENT
 
 from test_checkpoint import BASE, options

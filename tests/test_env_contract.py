@@ -21,6 +21,7 @@ from brax.envs.base import State
 
 from vaco_jax import (Config, ConfigError, DivergenceError, Options, Trainer, envs, evaluate,
                       make_train, policy, register_env, spaces)
+from vaco_jax.commands import evaluate as evaluate_command
 
 from test_custom_envs import ONE_EVAL
 from test_trainer import TINY
@@ -222,7 +223,7 @@ def test_a_gymnax_video_has_a_frame_per_step_or_is_refused_before_any_episode(tm
     config = dataclasses.replace(TINY, env="gymnax:CartPole-v1", episode_length=500)
     run_dir = saved_policy(tmp_path / "run", config)
     video = tmp_path / "cartpole.gif"
-    code = evaluate.main([str(run_dir), "--episodes", "1", "--video", str(video),
+    code = evaluate_command.main([str(run_dir), "--episodes", "1", "--video", str(video),
                           "--max-steps", "8", "--width", "64", "--height", "48"])
     if importlib_find("pygame") is None:   # gymnasium's classic-control renderer needs it
         assert code == 2 and not video.exists() and not list(run_dir.glob("evaluation_*.json"))
@@ -248,7 +249,7 @@ def importlib_find(name):
 
 def test_an_env_that_cannot_draw_itself_is_refused_before_any_episode_runs(tmp_path, capsys):
     run_dir = saved_policy(tmp_path / "run", TINY)
-    assert evaluate.main([str(run_dir), "--video", str(tmp_path / "x.gif")]) == 2
+    assert evaluate_command.main([str(run_dir), "--video", str(tmp_path / "x.gif")]) == 2
     assert "'toy_reach' is a pure-JAX test env with no model to render; an MJX env" in (
         capsys.readouterr().err)
     assert not list(run_dir.glob("evaluation_*.json"))   # no episode ran
@@ -277,9 +278,9 @@ def test_an_env_with_a_render_method_draws_one_frame_per_state():
 
 def test_evaluations_with_other_settings_never_replace_each_other(tmp_path):
     run_dir = saved_policy(tmp_path / "run", TINY)
-    assert evaluate.main([str(run_dir), "--episodes", "5"]) == 0
-    assert evaluate.main([str(run_dir), "--episodes", "2"]) == 0
-    assert evaluate.main([str(run_dir), "--episodes", "2", "--stochastic"]) == 0
+    assert evaluate_command.main([str(run_dir), "--episodes", "5"]) == 0
+    assert evaluate_command.main([str(run_dir), "--episodes", "2"]) == 0
+    assert evaluate_command.main([str(run_dir), "--episodes", "2", "--stochastic"]) == 0
     files = {path.name: json.loads(path.read_text()) for path in run_dir.glob("evaluation_*.json")}
     assert sorted(files) == ["evaluation_seed0_step0_episodes2_key0.json",
                              "evaluation_seed0_step0_episodes2_key0_stochastic.json",

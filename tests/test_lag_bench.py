@@ -1,14 +1,15 @@
-"""The lag-robustness benchmark (`experiments.lag_bench`, `vaco_jax.study.bench`, `.scorecard`,
+"""The lag-robustness benchmark (`vaco-bench`, `vaco_jax.study.bench`, `.scorecard`,
 `.leaderboard`) end to end on the `tiny` protocol, and its paired statistics by hand."""
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from experiments import lag_bench
+from vaco_jax.commands import lag_bench
 from vaco_jax.errors import ConfigError
 from vaco_jax.study import bench, scorecard, stats, sweep
 
@@ -117,7 +118,7 @@ def test_references_made_by_other_code_are_named_not_compared(board, tmp_path):
     assert card.comparisons.empty
     [note] = card.not_compared
     assert note["method"] == "ppo_clip" and "trainer.py" in note["why"]
-    assert "python -m experiments.lag_bench --algo ppo_clip --protocol tiny" in note["recompute"]
+    assert "vaco-bench --algo ppo_clip --protocol tiny" in note["recompute"]
     assert "Recompute" in scorecard.markdown(card)
 
 
@@ -127,12 +128,31 @@ def test_the_report_says_which_cells_are_missing(board, tmp_path):
     cells = partial / bench.RUNS / sweep.CELLS
     records = [json.loads(line) for line in cells.read_text().splitlines()]
     cells.write_text(json.dumps(records[0]) + "\n")   # the forward cell never finished
+    (tmp_path / "none").mkdir()
     assert lag_bench.main(["--algo", "vaco", "--protocol", "tiny", "--out", str(partial),
                            "--leaderboard", str(tmp_path / "none"), "--report-only"]) == 0
     card = json.loads((partial / "scorecard.json").read_text())
     assert card["missing_cells"] == ["bench/toy_reach/vaco/forward"]
     assert {r["setting"] for r in card["retention"]} == {"lag"}
     assert "Incomplete" in (partial / "scorecard.md").read_text()
+
+
+def test_the_default_leaderboard_is_the_checkout_s_from_any_directory(board, tmp_path,
+                                                                     monkeypatch, capsys):
+    mine = tmp_path / "vaco"
+    shutil.copytree(board / "vaco", mine)
+    monkeypatch.chdir(tmp_path)
+    args = ["--algo", "vaco", "--protocol", "tiny", "--out", str(mine), "--report-only"]
+    assert lag_bench.main(args) == 0
+    committed = Path(__file__).resolve().parent.parent / "results" / "lag-bench" / "tiny"
+    assert bench.committed_leaderboard("tiny") == committed
+    # No tiny leaderboard is committed: the scorecard says it compared with none, and where it looked.
+    assert f"compared with no other method: there is no leaderboard at {committed}" in \
+        " ".join(capsys.readouterr().err.split())
+    assert json.loads((mine / "scorecard.json").read_text())["comparisons"] == []
+    # A leaderboard named but absent is refused, not taken for an empty one.
+    assert lag_bench.main([*args, "--leaderboard", str(tmp_path / "absent")]) == 2
+    assert "option `leaderboard` = " in capsys.readouterr().err
 
 
 def test_the_leaderboard_table_ranks_every_method(board):

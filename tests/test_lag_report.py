@@ -1,4 +1,4 @@
-"""vaco_jax.study.lag and experiments.lag_report: the controlled-lag study's analysis on synthetic
+"""vaco_jax.study.lag and vaco-report: the controlled-lag study's analysis on synthetic
 sweeps with known answers, the stratified BCa bootstrap against SciPy, references' `last_evals`."""
 
 import numpy as np
@@ -293,7 +293,7 @@ def test_cells_of_other_code_are_refused_unless_allowed(synthetic, tmp_path):
 
 
 def test_cli_writes_figures_tables_and_summary(synthetic, tmp_path, capsys):
-    from experiments import lag_report
+    from vaco_jax.commands import lag_report
 
     sweeps, refs, _, _ = synthetic
     out = tmp_path / "report"

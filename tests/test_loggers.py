@@ -11,7 +11,7 @@ from vaco_jax import ConfigError, loggers
 from vaco_jax.llm import experiment, model
 from vaco_jax.llm.config import preset
 from vaco_jax.options import LoggerOptions, validate_logging
-from vaco_jax.train import parse
+from vaco_jax.commands.train import parse
 
 TINY = preset("tiny")
 
@@ -100,7 +100,7 @@ def test_logger_flags_take_several_backends_and_the_wandb_options():
         logger=("tensorboard", "wandb"), wandb_entity="lab", wandb_project="p", wandb_group="g",
         wandb_tags=("a", "b"), wandb_mode="offline")
     assert parse([]).options.logging == LoggerOptions()
-    from experiments import mujoco_lag_sweep
+    from vaco_jax.commands import mujoco_lag_sweep
     import tyro
 
     args = tyro.cli(mujoco_lag_sweep.Args, args=argv)

@@ -18,7 +18,7 @@ import pytest
 
 from vaco_jax import (Config, ConfigError, Policy, Trainer, config as config_lib, envs, load_policy,
                       make_train, networks, policy as policy_lib, program, spaces)
-from vaco_jax.train import main
+from vaco_jax.commands.train import main
 
 GYMNAX = envs.gymnax_available()
 needs_gymnax = pytest.mark.skipif(not GYMNAX, reason='needs the gymnax extra: pip install -e ".[gymnax]"')

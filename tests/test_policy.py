@@ -11,6 +11,7 @@ import pytest
 from vaco_jax import (CheckpointError, ConfigError, Options, evaluate, load_policy, networks,
                       policy, train)
 from vaco_jax.checkpoint import RunCheckpoints
+from vaco_jax.commands import evaluate as evaluate_command
 from vaco_jax.config import from_json_dict
 from vaco_jax.envs import make_env
 from vaco_jax.train import build_program
@@ -108,21 +109,21 @@ def test_a_diverged_seed_is_marked_and_loading_it_warns(run_dir, tmp_path):
 
 def test_evaluate_reports_returns_and_writes_them(run_dir, tmp_path, capsys):
     out = tmp_path / "eval.json"
-    assert evaluate.main([str(run_dir), "--seed", "1", "--episodes", "6", "--json", str(out)]) == 0
+    assert evaluate_command.main([str(run_dir), "--seed", "1", "--episodes", "6", "--json", str(out)]) == 0
     result = json.loads(out.read_text())
     returns = np.array(result["returns"])
     assert result["seed"] == 1 and result["episodes"] == 6 and returns.shape == (6,)
     assert result["mean"] == pytest.approx(returns.mean()) and np.all(returns < 0)  # −distance
     assert f"{result['mean']:.1f} ± {result['std']:.1f} over 6 episodes" in capsys.readouterr().out
     # The same key gives the same episodes; the default file is in the run directory.
-    assert evaluate.main([str(run_dir), "--seed", "1", "--episodes", "6"]) == 0
+    assert evaluate_command.main([str(run_dir), "--seed", "1", "--episodes", "6"]) == 0
     steps = load_policy(run_dir, 1).meta["env_steps"]
     again = json.loads((run_dir / f"evaluation_seed1_step{steps}_episodes6_key0.json").read_text())
     assert again["returns"] == result["returns"]
     # Bad input is refused before anything is compiled.
-    assert evaluate.main([str(run_dir), "--episodes", "0"]) == 2
-    assert evaluate.main([str(run_dir), "--video", "x.avi"]) == 2
-    assert evaluate.main([str(run_dir), "--video", "x.gif"]) == 2   # a toy env has no model
+    assert evaluate_command.main([str(run_dir), "--episodes", "0"]) == 2
+    assert evaluate_command.main([str(run_dir), "--video", "x.avi"]) == 2
+    assert evaluate_command.main([str(run_dir), "--video", "x.gif"]) == 2   # a toy env has no model
     assert "no model to render" in capsys.readouterr().err
 
 

@@ -272,7 +272,7 @@ def test_reference_entry_normalises_the_sweep(full_sweep, tmp_path):
 
 
 def test_cli_plan_lists_the_cpu_preset(capsys):
-    from experiments import mujoco_lag_sweep
+    from vaco_jax.commands import mujoco_lag_sweep
 
     assert mujoco_lag_sweep.main(["--preset", "cpu", "--plan"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
@@ -285,7 +285,7 @@ def test_cli_plan_lists_the_cpu_preset(capsys):
 
 
 def test_dry_run_plans_memory_and_splits_a_cell_that_does_not_fit(full_sweep, cells, capsys, tmp_path):
-    from experiments import mujoco_lag_sweep
+    from vaco_jax.commands import mujoco_lag_sweep
 
     vaco = next(c for c in cells if c.algo == "vaco")
     report = sweep.dry_run_cell(vaco, device_memory=None)
@@ -306,7 +306,7 @@ def test_dry_run_plans_memory_and_splits_a_cell_that_does_not_fit(full_sweep, ce
 
 def test_a_diverged_run_is_marked_scored_as_a_failure_and_plots_still_render(
         full_sweep, cells, tmp_path, monkeypatch):
-    from experiments import plots
+    from vaco_jax.commands import plots
     from vaco_jax.study import analysis
 
     def seed_one_at_c1_unstable(hparams_list):   # run index 1 is (C = 1, seed 1) in each cell
@@ -349,7 +349,7 @@ def test_a_diverged_run_is_marked_scored_as_a_failure_and_plots_still_render(
 
 def test_results_of_other_code_are_never_mixed_in(full_sweep, cells, tmp_path, capsys):
     import shutil
-    from experiments import mujoco_lag_sweep
+    from vaco_jax.commands import mujoco_lag_sweep
 
     out = tmp_path / "sweep"
     shutil.copytree(full_sweep[0], out)

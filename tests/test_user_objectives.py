@@ -21,7 +21,8 @@ import vaco_jax
 from vaco_jax import Config, ConfigError, Options, Trainer, algorithms, make_train, program
 from vaco_jax import objectives as objectives_lib
 from vaco_jax.config import validate
-from vaco_jax.train import main, run
+from vaco_jax.commands.train import main
+from vaco_jax.train import run
 
 # Two iterations, one evaluation: what the trainer passes an objective, at the least cost.
 SMALL = Config(env="toy_reach", algo="ppo_clip", num_envs=8, unroll_length=8, num_epochs=2,

@@ -4,7 +4,6 @@ import os as _os
 import sys as _sys
 
 
-
 def headless_gl_backend(platform: str, environ) -> str | None:
     """The OpenGL backend MuJoCo should render with, or None to leave MuJoCo's own choice.
 
@@ -32,24 +31,32 @@ if _backend is not None:
 if "jax" not in _sys.modules:
     _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from vaco_jax.algorithms import objective, register_objective
-from vaco_jax.config import Config, HParams
-from vaco_jax.envs import register_env
-from vaco_jax.errors import CheckpointError, ConfigError, DivergenceError, SweepError
-from vaco_jax.options import Options
-from vaco_jax.policy import Policy, load_policy
-from vaco_jax.trainer import Trainer, TrainState, make_train, stack_hparams
-
-__all__ = ["CheckpointError", "Config", "ConfigError", "DivergenceError", "HParams", "Options",
-           "Policy", "SweepError", "Trainer", "TrainState", "load_policy", "make_train",
-           "objective", "register_env", "register_objective", "run", "stack_hparams"]
+# The public names, each imported from its module when first used: `import vaco_jax` (and so a
+# command's `--help`) loads no JAX, and the XLA log level above is still set before JAX is imported.
+_PUBLIC = {
+    "objective": "algorithms", "register_objective": "algorithms", "Config": "config",
+    "HParams": "hparams", "register_env": "envs", "CheckpointError": "errors",
+    "ConfigError": "errors", "DivergenceError": "errors", "SweepError": "errors",
+    "Options": "options", "Policy": "policy", "load_policy": "policy", "Trainer": "trainer",
+    "TrainState": "trainer", "make_train": "trainer", "stack_hparams": "trainer",
+    # the checkpointed loop of `vaco-train`
+    "run": "train",
+}
+__all__ = sorted(_PUBLIC)
 
 
 def __getattr__(name: str):
-    # `run` (the checkpointed loop of `python -m vaco_jax.train`) is imported when first used:
-    # its module brings orbax, tyro and the loggers, which `import vaco_jax` need not load.
-    if name == "run":
-        from vaco_jax.train import run
+    import importlib
+    import importlib.util
 
-        return run
+    if name in _PUBLIC:
+        value = getattr(importlib.import_module(f"vaco_jax.{_PUBLIC[name]}"), name)
+        globals()[name] = value   # found directly from now on
+        return value
+    if not name.startswith("_") and importlib.util.find_spec(f"vaco_jax.{name}") is not None:
+        return importlib.import_module(f"vaco_jax.{name}")   # `vaco_jax.envs` after `import vaco_jax`
     raise AttributeError(f"module 'vaco_jax' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_PUBLIC))

@@ -42,6 +42,7 @@ import jax.numpy as jnp
 
 from vaco_jax import advantages as adv_lib
 from vaco_jax import objectives
+from vaco_jax.catalog import ALGORITHM_DEFAULTS
 from vaco_jax.errors import ConfigError, invalid
 
 
@@ -229,8 +230,10 @@ REGISTRY: dict[str, Algorithm] = {
     "ppo_clip": pair("gae", "ppo_clip"),
     "ppo_kl": pair("gae", "ppo_kl"),
     "spo": pair("gae", "spo"),
-    # IMPALA (Espeholt et al. 2018) as its authors and Stoix run it: one pass over each batch.
-    "impala": dataclasses.replace(pair("vtrace_every", "impala_pg"), defaults=(("num_epochs", 1),)),
+    # IMPALA (Espeholt et al. 2018) as its authors and Stoix run it: one pass over each batch
+    # (its defaults are a table of `vaco_jax.catalog`, which the command line reads).
+    "impala": dataclasses.replace(pair("vtrace_every", "impala_pg"),
+                                  defaults=tuple(ALGORITHM_DEFAULTS["impala"].items())),
     "pg": pair("gae", "pg"),
     # Decoupled PPO (Hilton et al. 2021; AReaL): clipped around π_T, weighted by min(π_T/β, C).
     "decoupled_ppo": pair("gae", "decoupled_ppo"),

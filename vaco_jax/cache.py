@@ -6,6 +6,10 @@
            `COMPILE_CACHE_BYTES`). One subdirectory per kind of host CPU (`host_tag`): XLA's CPU
            programs are compiled for the CPU's instruction-set extensions, and a home directory
            shared by different cluster nodes must not hand one node's programs to another.
+           On by default: the commands turn it on first thing (`--compile-cache`), and building
+           a `Trainer` (`make_train`, `vaco_jax.run`) or an LLM `GRPO` does when nothing chose
+           before (`default_compile_cache`); `VACO_JAX_COMPILE_CACHE=off` or a call
+           `enable_compile_cache("off")` keeps it off.
     llm/   LLM warm-start parameters, keyed by a hash of the model, task and SFT config, the
            contents of the data files they name and the source of the code that makes the data
            and trains on it (`vaco_jax.llm.sft.cache_key`)
@@ -29,6 +33,7 @@ import jax
 from jax.experimental import serialize_executable
 
 from vaco_jax import io
+from vaco_jax.errors import ConfigError
 
 COMPILE_CACHE_BYTES = 4 << 30   # least recently used entries are evicted beyond this
 PROGRAM_STORE_BYTES = 1 << 30   # the same for `ProgramStore`
@@ -56,12 +61,27 @@ def host_tag(cpuinfo: str = "/proc/cpuinfo") -> str:
     return f"{platform.machine()}-{hashlib.sha256(description.encode()).hexdigest()[:12]}"
 
 
+# `off` keeps vaco_jax from turning the compilation cache on, in the commands and from Python.
+COMPILE_CACHE_VARIABLE = "VACO_JAX_COMPILE_CACHE"
+# Whether this process chose its compilation cache (a call of `enable_compile_cache`). Set once,
+# never unset: a trainer's programs are fingerprinted with it (`Trainer.__init__` calls
+# `default_compile_cache`), and it is True whenever a program is kept (`ProgramStore`).
+_chosen = False
+
+
 def enable_compile_cache(setting: str = "default") -> Path | None:
     """Turn on JAX's persistent compilation cache; returns its directory (None when off).
 
-    `default`: the directory JAX is already configured with (`JAX_COMPILATION_CACHE_DIR`), else
-    `user_dir("xla") / host_tag()`; `off`: leave it off; anything else: that directory.
+    `default`: off when `$VACO_JAX_COMPILE_CACHE` is `off`; else the directory JAX is already
+    configured with (`JAX_COMPILATION_CACHE_DIR`, `jax.config`), kept as it is; else
+    `user_dir("xla") / host_tag()`. `off`: leave it off (JAX's own settings stand); anything
+    else: that directory. The first call decides for the process: a `Trainer` built after it
+    leaves the cache as it is (`default_compile_cache`).
     """
+    global _chosen
+    _chosen = True
+    if setting == "default":
+        setting = _default_setting()
     if setting == "off":
         return None
     if setting == "default" and jax.config.jax_compilation_cache_dir:
@@ -72,6 +92,25 @@ def enable_compile_cache(setting: str = "default") -> Path | None:
     if jax.config.jax_compilation_cache_max_size < 0:
         jax.config.update("jax_compilation_cache_max_size", COMPILE_CACHE_BYTES)
     return path
+
+
+def default_compile_cache(setting: str = "default") -> None:
+    """What building a `Trainer` (`make_train`) or an LLM `GRPO` does first, and `vaco_jax.run`
+    with its `Options.compile_cache`: `enable_compile_cache(setting)`, unless this process chose
+    already (a call of `enable_compile_cache`: a command's `--compile-cache`, or yours, `"off"`
+    included: JAX reads the directory once, at its first compilation with one) or JAX's persistent
+    cache is switched off (`jax_enable_compilation_cache`)."""
+    if not _chosen and jax.config.jax_enable_compilation_cache:
+        enable_compile_cache(setting)
+
+
+def _default_setting() -> str:
+    value = os.environ.get(COMPILE_CACHE_VARIABLE, "") or "default"
+    if value not in ("default", "off"):
+        raise ConfigError(f"environment variable {COMPILE_CACHE_VARIABLE}={value!r} is invalid: "
+                          f"'off' keeps vaco_jax from turning the compilation cache on, 'default' "
+                          f"(or unset) lets it; JAX_COMPILATION_CACHE_DIR chooses the directory")
+    return value
 
 
 # JAX settings that change what a traced program computes (the key of a stored program holds them).

@@ -2,8 +2,12 @@
 
 `Config` is the one typed description of a run; the CLI exposes every field. Fields that change
 array shapes or the structure of the compiled program are *static*. Everything else is copied into
-`HParams`, a pytree of scalars that lives in the train state, so `jax.vmap` can sweep seeds, δ, the
-learning rate or the buffer capacity (below `max_capacity`) in one compiled program.
+`HParams` (`vaco_jax.hparams`), a pytree of scalars that lives in the train state, so `jax.vmap`
+can sweep seeds, δ, the learning rate or the buffer capacity (below `max_capacity`) in one compiled
+program.
+
+This module imports no JAX: a command builds its parser (and its `--help`) from `Config` alone.
+Envs and algorithms are imported when a config is validated or made into arrays.
 """
 
 from __future__ import annotations
@@ -11,16 +15,15 @@ from __future__ import annotations
 import dataclasses
 import math
 import typing
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import jax
-import jax.numpy as jnp
-from flax import struct
-
-from vaco_jax import algorithms, envs
+from vaco_jax import catalog
 from vaco_jax.errors import ConfigError, check_types, invalid
 
-__all__ = ["Config", "ConfigError", "HParams", "validate", "to_json_dict", "from_json_dict"]
+if TYPE_CHECKING:
+    from vaco_jax.hparams import HParams
+
+__all__ = ["Config", "ConfigError", "validate", "to_json_dict", "from_json_dict"]
 
 
 SnapshotSampling = Literal["uniform", "oldest", "newest"]
@@ -184,12 +187,17 @@ class Config:
         `Config(env=...)` keeps the class defaults (inverted_pendulum's), as every stored config
         and preset was written against."""
         names = {f.name for f in dataclasses.fields(cls)}
-        env_defaults = envs.defaults(env)
+        if env in catalog.ENV_NAMES:   # a built-in env: its row of the table
+            env_defaults = dict(catalog.ENV_DEFAULTS.get(env, {}))
+        else:                          # gymnax's or the user's: its episode limit too
+            from vaco_jax import envs
+
+            env_defaults = envs.defaults(env)
         unknown = sorted(set(env_defaults) - names)
         if unknown:
             raise invalid("env", env, f"its defaults name fields {unknown} that Config does not have")
         algo = fields.get("algo", cls.algo)
-        algo_defaults = algorithms.defaults(algo)
+        algo_defaults = dict(catalog.ALGORITHM_DEFAULTS.get(algo, {}))   # algorithms.defaults
         unknown = sorted(set(algo_defaults) - names)
         if unknown:
             raise invalid("algo", algo, f"its defaults name fields {unknown} that Config does not have")
@@ -230,6 +238,11 @@ class Config:
         `config.grid(capacity=(1, 4, 16), delta=(0.1, 0.2))` → 6 settings."""
         import itertools
 
+        import jax
+        import jax.numpy as jnp
+
+        from vaco_jax.hparams import HParams
+
         leaves = {f.name for f in dataclasses.fields(HParams)} - {"objective"}
         for name, options in values.items():
             if name not in leaves:
@@ -248,38 +261,16 @@ class Config:
 
     def hparams(self) -> "HParams":
         """The vmappable hyper-parameters of this config (every `HParams` field, by name)."""
+        import jax.numpy as jnp
+
+        from vaco_jax import algorithms
+        from vaco_jax.hparams import HParams
+
         objective = algorithms.parse(self.algo).objective
         own = algorithms.objective_hparams(objective, self.objective_hparams)
         return HParams(**{f.name: jnp.asarray(getattr(self, f.name), f.metadata.get("dtype", jnp.float32))
                           for f in dataclasses.fields(HParams) if f.name != "objective"},
                        objective={k: jnp.asarray(v, jnp.float32) for k, v in own.items()})
-
-
-@struct.dataclass
-class HParams:
-    """Hyper-parameters that do not change shapes: pytree leaves, so they can be vmapped."""
-
-    learning_rate: jnp.ndarray
-    gamma: jnp.ndarray
-    gae_lambda: jnp.ndarray
-    delta: jnp.ndarray
-    clip_eps: jnp.ndarray
-    kl_coef: jnp.ndarray
-    kl_target: jnp.ndarray
-    kl_coef_min: jnp.ndarray
-    kl_coef_max: jnp.ndarray
-    rho_bar: jnp.ndarray
-    c_bar: jnp.ndarray
-    is_max: jnp.ndarray
-    decoupled_is_max: jnp.ndarray
-    reward_scale: jnp.ndarray
-    vf_coef: jnp.ndarray
-    ent_coef: jnp.ndarray
-    max_grad_norm: jnp.ndarray
-    adam_eps: jnp.ndarray
-    capacity: jnp.ndarray = struct.field(metadata={"dtype": jnp.int32})
-    objective: dict = struct.field(default_factory=dict)
-    """The objective's own hyper-parameters by name (`Objective.hparams`), float32 leaves."""
 
 
 # Floats that may be infinite (inf disables the mechanism); every other float must be finite.
@@ -294,6 +285,8 @@ def validate(config: Config, *, env_given: bool = False) -> None:
     """Check every field before anything is compiled; raise `ConfigError` naming the field, the
     value and what is allowed. `env_given`: an env object runs beside the config, so `config.env`
     only names it (any non-empty string)."""
+    from vaco_jax import algorithms, envs
+
     if not isinstance(config.env, str):
         _fail("env", config.env, "must be a string naming the env; pass an env object beside the "
                                  "config (Trainer(config, env=...), make_train(config, env=...)) or "

@@ -2,6 +2,7 @@
 
 `Config` describes a run; `Options` say where it writes, whether it resumes, how often it saves and
 what it does when a seed diverges. A run may be resumed with other options, never another config.
+`Cluster` says how the process joins a multi-process run (`vaco_jax.runtime` starts it).
 """
 
 from __future__ import annotations
@@ -94,8 +95,9 @@ class Options:
     and averaged over those iterations, and the learner's steps/s. Written after each evaluation
     chunk; must divide the iterations per evaluation. Never changes a result."""
     compile_cache: str = "default"
-    """JAX's persistent compilation cache: `default` (JAX_COMPILATION_CACHE_DIR if set, else the
-    per-user cache, `vaco_jax.cache`), `off`, or a directory. A repeated run skips compiling."""
+    """JAX's persistent compilation cache: `default` (off if VACO_JAX_COMPILE_CACHE=off; else
+    JAX_COMPILATION_CACHE_DIR if set, else the per-user cache, `vaco_jax.cache`), `off`, or a
+    directory. A repeated run skips compiling."""
     verbose: bool = False
     """Show the libraries' own log messages (absl, orbax, jax); normally only errors."""
     dry_run: bool = False
@@ -192,3 +194,19 @@ def validate_log_every(log_every: int, iterations_per_eval: int) -> None:
                              f"must divide the run's {iterations_per_eval} learner iterations per "
                              f"evaluation (total_steps // (num_envs * unroll_length) // num_evals): "
                              f"one of {', '.join(map(str, divisors))} (0 = off)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    """How this process joins a multi-process (multi-host) run; the defaults run one process."""
+
+    distributed: bool = False
+    """Start JAX's multi-controller runtime (`jax.distributed.initialize`): run the same command in
+    every process. Automatic when SLURM or Open MPI launched more than one task."""
+    coordinator_address: str = ""
+    """host:port of process 0 (empty: from the environment: SLURM, Open MPI, Cloud TPU or
+    JAX_COORDINATOR_ADDRESS)."""
+    num_processes: int = 0
+    """Processes in the run (0: from the environment)."""
+    process_id: int = -1
+    """This process's index in [0, num_processes) (-1: from the environment)."""

@@ -38,7 +38,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from vaco_jax import algorithms, cache
 from vaco_jax import fingerprint as fingerprint_lib
-from vaco_jax.config import Config, HParams
+from vaco_jax.config import Config
+from vaco_jax.hparams import HParams
 from vaco_jax.runtime import to_host
 from vaco_jax.trainer import Trainer, stack_hparams
 

@@ -17,7 +17,6 @@ shows a multi-process launch (`SLURM_NTASKS` > 1 or `OMPI_COMM_WORLD_SIZE` > 1).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
@@ -33,22 +32,7 @@ import numpy as np
 
 from vaco_jax import cache
 from vaco_jax.errors import invalid
-
-
-@dataclasses.dataclass(frozen=True)
-class Cluster:
-    """How this process joins a multi-process (multi-host) run; the defaults run one process."""
-
-    distributed: bool = False
-    """Start JAX's multi-controller runtime (`jax.distributed.initialize`): run the same command in
-    every process. Automatic when SLURM or Open MPI launched more than one task."""
-    coordinator_address: str = ""
-    """host:port of process 0 (empty: from the environment: SLURM, Open MPI, Cloud TPU or
-    JAX_COORDINATOR_ADDRESS)."""
-    num_processes: int = 0
-    """Processes in the run (0: from the environment)."""
-    process_id: int = -1
-    """This process's index in [0, num_processes) (-1: from the environment)."""
+from vaco_jax.options import Cluster
 
 
 def detected_launcher() -> str | None:

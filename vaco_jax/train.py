@@ -1,8 +1,9 @@
-"""Command line: train one algorithm on one env, many seeds in one vmapped call, in checkpointed chunks.
+"""`vaco_jax.run`, the loop behind `vaco-train`: one algorithm on one env, many seeds in one vmapped
+call, in checkpointed chunks (the command's parsing is `vaco_jax.commands.train`).
 
-    python -m vaco_jax.train --env inverted_pendulum --algo vaco --capacity 4 --num-seeds 4 \\
+    vaco-train --env inverted_pendulum --algo vaco --capacity 4 --num-seeds 4 \\
         --total-steps 300000 --out runs/ip_vaco_c4
-    python -m vaco_jax.train --resume runs/ip_vaco_c4      # continue after a crash or pre-emption
+    vaco-train --resume runs/ip_vaco_c4      # continue after a crash or pre-emption
 
 The run is a Python loop over `num_evals` chunks. Each chunk is `Trainer.run_chunk` vmapped over
 seeds and placed on every device of every process (`vaco_jax.program`): a scan over iterations,
@@ -28,26 +29,31 @@ lists every config field and option with its default.
 
 from __future__ import annotations
 
-import dataclasses
+if __name__ == "__main__":
+    # `python -m vaco_jax.train` is `vaco-train`: the command parses its flags (its --help imports
+    # no JAX) and then imports this module as itself, not as a second copy named __main__.
+    import sys
+
+    from vaco_jax.commands.train import main
+
+    sys.exit(main(prog="python -m vaco_jax.train"))
+
 import json
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
 
 import jax
 import numpy as np
-import tyro
 
 from vaco_jax import algorithms, cache, checkpoint, envs, io, loggers, policy, runtime, update_log
 from vaco_jax import program as program_lib
-from vaco_jax.config import Config, read_config_file, to_json_dict, validate
-from vaco_jax.errors import CheckpointError, ConfigError, DivergenceError
+from vaco_jax.config import Config, to_json_dict, validate
+from vaco_jax.errors import ConfigError, DivergenceError
 from vaco_jax.options import Options, duration_seconds, validate_log_every, validate_options
-from vaco_jax.runtime import Cluster
 from vaco_jax.trainer import ENV_NONFINITE, nonfinite_names, stack_hparams
 
-__all__ = ["Command", "DivergenceError", "Options", "run", "dry_run", "main"]
+__all__ = ["DivergenceError", "Options", "run", "dry_run"]
 
 
 def seed_keys(config: Config) -> np.ndarray:
@@ -104,12 +110,15 @@ def run(config: Config, options: Options = Options(), *, stop_after: int | None 
 
     `stop_after` ends this call after that many chunks, leaving a run that `--resume` continues
     (for jobs with a time limit). Returns the summary (also written to `summary.json` when the run
-    is complete). On a multi-process run every process calls this with the same arguments.
+    is complete). On a multi-process run every process calls this with the same arguments. JAX's
+    compilation cache is `options.compile_cache` unless the process chose before
+    (`vaco_jax.cache.default_compile_cache`).
     """
     validate(config)
     config = as_run(config)
     validate_options(options)
     validate_log_every(options.log_every, config.iterations_per_eval)
+    cache.default_compile_cache(options.compile_cache)   # unless the process chose already
     if options.dry_run:
         return dry_run(config, per_iteration=options.log_every > 0)
     out = _output_dir(options, config)
@@ -529,93 +538,3 @@ def _progress_bar(config: Config, options: Options, done: int):
 
     return tqdm(total=config.num_evals, initial=done, unit="eval",
                 desc=f"{config.algo} {config.env} C={config.capacity}", dynamic_ncols=True)
-
-
-@dataclasses.dataclass(frozen=True)
-class Command:
-    """`python -m vaco_jax.train`: the run's config, the process options, the cluster (flat flags;
-    tyro heads each group of `--help` with its field's name, so `options` is named `process`)."""
-
-    config: Annotated[Config, tyro.conf.OmitArgPrefixes] = Config()
-    options: Annotated[Options, tyro.conf.OmitArgPrefixes, tyro.conf.arg(name="process")] = Options()
-    cluster: Annotated[Cluster, tyro.conf.OmitArgPrefixes] = Cluster()
-    config_file: Annotated[str, tyro.conf.arg(name="config", metavar="FILE")] = ""
-    """Start from the config in this file: a run's config.json (or its directory) or a JSON object
-    of config fields; config flags given override it (e.g. another --seed or --total-steps)."""
-
-
-def parse(argv: list[str], default: Command | None = None) -> Command:
-    """The command of `argv`. Without a `default`, every config flag not given takes the default
-    of the env named by `--env`, then of the algorithm named by `--algo` (`Config.for_env`),
-    which `--help` shows."""
-    if default is None:
-        default = Command(config=Config.for_env(env_in(argv), algo=algo_in(argv)))
-    description = __doc__.split("\n\n")[0]
-    return tyro.cli(Command, args=argv, default=default, description=description,
-                    prog="python -m vaco_jax.train")
-
-
-def env_in(argv: list[str]) -> str:
-    """The value of `--env` in `argv` (`--env X` or `--env=X`; the last one given), or the
-    default env."""
-    return _flag_in(argv, "--env", Config().env)
-
-
-def algo_in(argv: list[str]) -> str:
-    """The value of `--algo` in `argv` (the last one given), or the default algorithm."""
-    return _flag_in(argv, "--algo", Config().algo)
-
-
-def _flag_in(argv: list[str], flag: str, default: str) -> str:
-    value = default
-    for i, arg in enumerate(argv):
-        if arg == flag and i + 1 < len(argv):
-            value = argv[i + 1]
-        elif arg.startswith(flag + "="):
-            value = arg.partition("=")[2]
-    return value
-
-
-def with_stored_config(command: Command, argv: list[str]) -> Command:
-    """With `--resume DIR`, the stored run's config is the default of every config flag (flags
-    given must agree with it, which `run` checks); with `--config FILE`, the file's (flags given
-    override it)."""
-    if command.options.resume and command.config_file:
-        raise ConfigError("option `config` is invalid with --resume: a resumed run continues with "
-                          "its own config; leave --config out")
-    if command.options.resume:
-        stored = checkpoint.stored_config(command.options.resume)
-    elif command.config_file:
-        stored = read_config_file(command.config_file)
-    else:
-        return command
-    return parse(argv, default=dataclasses.replace(command, config=stored))
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    try:
-        command = parse(argv)   # the env's defaults: a user's env is built and checked here
-        runtime.start(command.cluster, compile_cache=command.options.compile_cache,
-                      verbose=command.options.verbose)
-        command = with_stored_config(command, argv)
-        summary = run(command.config, command.options)
-    except (ConfigError, CheckpointError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except DivergenceError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 3
-    if command.options.dry_run or not runtime.is_primary():
-        return 0
-    returns = [None if r is None or not np.isfinite(r) else round(float(r), 1)
-               for r in np.asarray(summary["final_eval_return"], dtype=float)]
-    print(f"final eval return per seed: {returns}  ({summary['env_steps']:,} steps/seed, "
-          f"{summary['sps']:,.0f} steps/s, compile {summary['compile_seconds']:.1f} s, evaluation "
-          f"{summary['eval_fraction']:.0%} of the time, "
-          f"{summary['devices']}) -> {summary['out']}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -22,10 +22,11 @@ import numpy as np
 import optax
 from flax import struct
 
-from vaco_jax import (algorithms, diagnostics, envs, evaluation, networks, objectives, ring_buffer,
-                      rollout, spaces)
-from vaco_jax.config import Config, HParams, validate
+from vaco_jax import (algorithms, cache, diagnostics, envs, evaluation, networks, objectives,
+                      ring_buffer, rollout, spaces)
+from vaco_jax.config import Config, validate
 from vaco_jax.envs import EnvState, TracedOnce, VecEnv, as_env, make_env, observation_shape
+from vaco_jax.hparams import HParams
 from vaco_jax.networks import make_networks
 
 
@@ -115,10 +116,16 @@ class Trainer:
     `on_evaluation(metrics)`, if given, is called on the host after every evaluation of `train`
     (and `run_chunk`) with the chunk's metrics (`eval_return`, `env_steps`, losses, ...: numpy
     arrays, `[runs]` under a `vmap` over runs), so a notebook can draw the curve while the run
-    learns. Without it nothing is added to the program."""
+    learns. Without it nothing is added to the program.
+
+    Building a trainer turns on the per-user compilation cache, so a second identical run loads
+    its programs instead of compiling them, unless the process chose otherwise before
+    (`vaco_jax.cache.default_compile_cache`: `VACO_JAX_COMPILE_CACHE=off`, a call
+    `vaco_jax.cache.enable_compile_cache("off")`, or JAX's own cache settings)."""
 
     def __init__(self, config: Config, env=None, *, networks=None, on_evaluation=None):
         validate(config, env_given=env is not None)
+        cache.default_compile_cache()   # the per-user compilation cache, unless turned off
         # An env of the user's is checked before anything compiles (`envs.check_env`); its own
         # episode limit is the default `episode_length` (`envs.with_time_limit`).
         if env is not None or envs.is_users(config.env):

@@ -2,8 +2,9 @@
 
 Static fields set shapes or the program (model size, lengths, batch, N, the objective). The GRPO
 hyper-parameters that do not (the objective, learning rate, ε, δ, temperature, ring-buffer capacity)
-are copied into `GRPOHParams`, a pytree of scalars, so seeds, objectives and e.g. a δ sweep can be
-vmapped in one compiled program.
+are copied into `GRPOHParams` (`vaco_jax.llm.hparams`), a pytree of scalars, so seeds, objectives
+and e.g. a δ sweep can be vmapped in one compiled program. `Experiment` is the forward-lag sweep's
+(`vaco-llm`). This module imports no JAX: the command builds its parser from it.
 """
 
 from __future__ import annotations
@@ -11,22 +12,65 @@ from __future__ import annotations
 import dataclasses
 import math
 import typing
-from typing import Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
-import jax
-import jax.numpy as jnp
-from flax import struct
+import tyro
 
-from vaco_jax import algorithms
 from vaco_jax.errors import ConfigError, invalid
-from vaco_jax.llm.model import ModelConfig
+from vaco_jax.llm import tokenizer
 from vaco_jax.llm.problems import Difficulty
+from vaco_jax.options import LoggerOptions
+
+if TYPE_CHECKING:
+    from vaco_jax import algorithms
+    from vaco_jax.llm.hparams import GRPOHParams
+
+# The model's compute dtypes (`vaco_jax.llm.model.DTYPES` maps each to JAX's).
+DType = Literal["float32", "bfloat16"]
+DTYPE_NAMES = typing.get_args(DType)
 
 # The algorithms (`vaco_jax.algorithms` names) the LLM testbed runs: every one whose objective needs
 # only token ratios and advantages (no critic, no analytic KL). The first four keep their indices.
 ObjectiveName = Literal["ppo_clip", "vaco", "pg", "decoupled_ppo", "spo", "impala", "icepop",
                         "cispo", "dppo_tv", "m2po", "topr", "geppo"]
 OBJECTIVES = typing.get_args(ObjectiveName)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Transformer shape (all static)."""
+
+    vocab_size: int = tokenizer.VOCAB_SIZE
+    d_model: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    d_ff: int = 192
+    """Hidden width of the SwiGLU feed-forward block."""
+    max_len: int = 128
+    """Longest sequence (prompt + answer) the model is built for."""
+    rope_base: float = 10_000.0
+    tie_embeddings: bool = True
+    """Share the token embedding with the output projection."""
+    dtype: DType = "float32"
+    """Compute dtype; parameters stay float32."""
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.num_heads
+
+    def validate(self, prefix: str = "model") -> None:
+        def bad(field, value, why):
+            raise ValueError(f"config field '{prefix}.{field}' = {value!r} is invalid: {why}")
+        for field in ("vocab_size", "d_model", "num_layers", "num_heads", "d_ff", "max_len"):
+            if getattr(self, field) < 1:
+                bad(field, getattr(self, field), "must be >= 1")
+        if self.d_model % self.num_heads:
+            bad("num_heads", self.num_heads, f"must divide d_model ({self.d_model})")
+        if self.head_dim % 2:
+            bad("num_heads", self.num_heads, f"d_model / num_heads = {self.head_dim} must be even "
+                "(RoPE rotates pairs of dimensions)")
+        if self.dtype not in DTYPE_NAMES:
+            bad("dtype", self.dtype, f"one of {DTYPE_NAMES}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,21 +184,6 @@ class LLMConfig:
     grpo: GRPOConfig = GRPOConfig()
 
 
-@struct.dataclass
-class GRPOHParams:
-    """GRPO hyper-parameters that do not change shapes: pytree leaves (vmappable)."""
-
-    objective: jnp.ndarray      # int32 index into the program's objectives (`program_objectives`)
-    learning_rate: jnp.ndarray
-    clip_eps: jnp.ndarray
-    delta: jnp.ndarray
-    temperature: jnp.ndarray
-    capacity: jnp.ndarray
-    decoupled_is_max: jnp.ndarray
-    objective_hparams: dict = struct.field(default_factory=dict)
-    """Every objective's own hyper-parameters by name (`objective_hparams`), float32 leaves."""
-
-
 def program_objectives(names=()) -> tuple[str, ...]:
     """The objectives one compiled GRPO program can run, in `GRPOHParams.objective`'s order: the
     built-in `OBJECTIVES`, then each user objective of `names` (`register_objective` names or
@@ -167,6 +196,8 @@ def resolve(name: str, *, field: str = "grpo.objective",
     """The objective of `name`: a built-in algorithm's (`OBJECTIVES`), else a user objective
     (`vaco_jax.algorithms.resolve_objective`), traced once on token-shaped inputs with a mask and
     refused before anything compiles if it cannot run here. Raises `ConfigError` naming `field`."""
+    from vaco_jax import algorithms
+
     if name in OBJECTIVES:
         return algorithms.REGISTRY[name].objective
     if ":" not in name and name not in algorithms.registered_objectives():
@@ -217,6 +248,10 @@ def objective_hparams(config: GRPOConfig, objectives=None) -> dict[str, float]:
 def hparams(config: GRPOConfig, objectives=None) -> GRPOHParams:
     """The leaves of `config` for a program that runs `objectives` (default:
     `program_objectives((config.objective,))`); `config.objective` must be one of them."""
+    import jax.numpy as jnp
+
+    from vaco_jax.llm.hparams import GRPOHParams
+
     objectives = program_objectives((config.objective,)) if objectives is None else objectives
     f = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
     return GRPOHParams(jnp.asarray(objectives.index(config.objective), jnp.int32),
@@ -228,6 +263,9 @@ def hparams(config: GRPOConfig, objectives=None) -> GRPOHParams:
 
 def stack_hparams(items: list[GRPOHParams]) -> GRPOHParams:
     """Stack hyper-parameter sets along a new leading axis (for `jax.vmap`)."""
+    import jax
+    import jax.numpy as jnp
+
     return jax.tree.map(lambda *xs: jnp.stack(xs), *items)
 
 
@@ -313,7 +351,7 @@ PRESETS = {
         sft=SFTConfig(steps=60, batch_size=16, learning_rate=3e-3, warmup_steps=10),
         grpo=GRPOConfig(num_prompts=4, group_size=4, iterations=4, eval_every=2, num_seeds=2,
                         learning_rate=1e-4, delta=0.005, train_eval_size=32)),
-    # experiments/llm_forward_lag.py on a 2-core CPU: a 113k-parameter model, 1–2 step problems;
+    # vaco-llm cpu on a 2-core CPU: a 113k-parameter model, 1–2 step problems;
     # half the warm-start demonstrations answer directly, which the model does unreliably, so
     # on-policy RL has something to learn (to work the problem). δ from an N = 8 pilot (seeds
     # 100–102; 0.001 / 0.005 / 0.02 reached 0.785 / 0.773 / 0.777), chosen before the N sweep.
@@ -338,3 +376,37 @@ def preset(name: str) -> LLMConfig:
     if name not in PRESETS:
         raise invalid("preset", name, f"one of {tuple(PRESETS)}")
     return PRESETS[name]
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+    config: LLMConfig
+    ns: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+    """Minibatch updates per generated batch (forward lag)."""
+    objectives: tuple[str, ...] = ("ppo_clip", "vaco")
+    """Objectives to compare (any of `vaco_jax.llm.config.OBJECTIVES`: ppo_clip, vaco, pg,
+    decoupled_ppo, spo, impala, icepop, cispo, dppo_tv, m2po, topr, geppo; or your own:
+    `module:function` or a `register_objective` name, docs/objectives.md)."""
+    out: str = "runs/llm/cpu"
+    """Results directory: config.json, results.jsonl (one row per N, objective, seed), summary.json."""
+    plot: bool = True
+    """Draw accuracy and the clip/filter fractions against N into `out/forward_lag.png`."""
+    cache_dir: str = ""
+    """Where the warm-start parameters are kept, keyed by a hash of the model, task and SFT config,
+    the data files' contents and the code that makes the data and trains on it (`sft.cache_key`)
+    (default: the per-user cache, `vaco_jax.cache.user_dir("llm")`)."""
+    compile_cache: str = "default"
+    """JAX's persistent compilation cache: default (off if VACO_JAX_COMPILE_CACHE=off; else
+    JAX_COMPILATION_CACHE_DIR, else the per-user cache), off, or a directory (used by the command
+    line)."""
+    throughput: bool = True
+    """Also measure sampling (KV cache vs none) and training tokens/s."""
+    overwrite: bool = False
+    """Start afresh even if `out` holds results of a different configuration."""
+    fast_compile: bool = False
+    """Compile with XLA's cheapest optimisation level: about half the compile time, slower to run
+    (for tiny runs, where compiling dominates)."""
+    logging: Annotated[LoggerOptions, tyro.conf.OmitArgPrefixes,
+                       tyro.conf.arg(prefix_name=False)] = LoggerOptions()
+    """Where each run's metrics also go when its N finishes: one logged run per (N, objective,
+    seed), per-iteration metrics at each generated batch (`vaco_jax.loggers`)."""

@@ -17,53 +17,18 @@ import json
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Annotated
 
 import jax
 import numpy as np
-import tyro
 
-from vaco_jax import algorithms, io, loggers, program as program_lib, runtime
+from vaco_jax import algorithms, cache, io, loggers, program as program_lib, runtime
 from vaco_jax.errors import invalid
 from vaco_jax.options import LoggerOptions, validate_logging
 from vaco_jax.llm import benchmark, dataset, problems, sft
-from vaco_jax.llm.config import (OBJECTIVES, LLMConfig, hparams, program_objectives, replace,
-                                 resolve, stack_hparams, validate)
+from vaco_jax.llm.config import (OBJECTIVES, Experiment, LLMConfig, hparams, program_objectives,
+                                 replace, resolve, stack_hparams, validate)
 from vaco_jax.llm.grpo import GRPO
 from vaco_jax.llm.model import num_params
-
-
-@dataclasses.dataclass(frozen=True)
-class Experiment:
-    config: LLMConfig
-    ns: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
-    """Minibatch updates per generated batch (forward lag)."""
-    objectives: tuple[str, ...] = ("ppo_clip", "vaco")
-    """Objectives to compare (any of `vaco_jax.llm.config.OBJECTIVES`: ppo_clip, vaco, pg,
-    decoupled_ppo, spo, impala, icepop, cispo, dppo_tv, m2po, topr, geppo; or your own:
-    `module:function` or a `register_objective` name, docs/objectives.md)."""
-    out: str = "runs/llm/cpu"
-    """Results directory: config.json, results.jsonl (one row per N, objective, seed), summary.json."""
-    plot: bool = True
-    """Draw accuracy and the clip/filter fractions against N into `out/forward_lag.png`."""
-    cache_dir: str = ""
-    """Where the warm-start parameters are kept, keyed by a hash of the model, task and SFT config,
-    the data files' contents and the code that makes the data and trains on it (`sft.cache_key`)
-    (default: the per-user cache, `vaco_jax.cache.user_dir("llm")`)."""
-    compile_cache: str = "default"
-    """JAX's persistent compilation cache: default (JAX_COMPILATION_CACHE_DIR, else the per-user
-    cache), off, or a directory (used by the command line)."""
-    throughput: bool = True
-    """Also measure sampling (KV cache vs none) and training tokens/s."""
-    overwrite: bool = False
-    """Start afresh even if `out` holds results of a different configuration."""
-    fast_compile: bool = False
-    """Compile with XLA's cheapest optimisation level: about half the compile time, slower to run
-    (for tiny runs, where compiling dominates)."""
-    logging: Annotated[LoggerOptions, tyro.conf.OmitArgPrefixes,
-                       tyro.conf.arg(prefix_name=False)] = LoggerOptions()
-    """Where each run's metrics also go when its N finishes: one logged run per (N, objective,
-    seed), per-iteration metrics at each generated batch (`vaco_jax.loggers`)."""
 
 
 FIGURE = "forward_lag.png"   # written into the results directory
@@ -412,6 +377,7 @@ def run(experiment: Experiment, log=print) -> dict:
     for n in experiment.ns:
         validate(replace(config, grpo=dict(num_minibatches=n)), experiment.objectives)
     validate_logging(experiment.logging)
+    cache.default_compile_cache()   # before the warm start compiles (the command chose already)
     out = Path(experiment.out)
     results_path = out / "results.jsonl"
     spec = io.to_jsonable(config)

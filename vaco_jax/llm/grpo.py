@@ -41,11 +41,12 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from vaco_jax import algorithms, diagnostics, objectives, ring_buffer
+from vaco_jax import algorithms, cache, diagnostics, objectives, ring_buffer
 from vaco_jax.objectives import sg
 from vaco_jax.llm import sampling, verifier
-from vaco_jax.llm.config import (OBJECTIVES, GRPOHParams, LLMConfig, hparams as make_hparams,
+from vaco_jax.llm.config import (OBJECTIVES, LLMConfig, hparams as make_hparams,
                                  program_objectives, resolve)
+from vaco_jax.llm.hparams import GRPOHParams
 from vaco_jax.llm.dataset import ProblemSet
 from vaco_jax.llm.evaluation import greedy_accuracy, sampled_accuracy
 from vaco_jax.llm.model import Transformer, answer_mask, sequence_log_probs
@@ -150,6 +151,7 @@ class GRPO:
 
     def __init__(self, config: LLMConfig, train_set: ProblemSet, test_set: ProblemSet,
                  reward_fn=verifier.reward_tokens, objectives: tuple[str, ...] | None = None):
+        cache.default_compile_cache()   # the per-user compilation cache, unless turned off
         self.config, self.data, self.reward_fn = config, Data(train_set, test_set), reward_fn
         self.objectives = (program_objectives((config.grpo.objective,)) if objectives is None
                            else tuple(objectives))

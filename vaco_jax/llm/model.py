@@ -17,53 +17,14 @@ logits are always float32.
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Literal
-
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from vaco_jax.llm import tokenizer
+from vaco_jax.llm.config import DTYPE_NAMES, ModelConfig
 
-DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelConfig:
-    """Transformer shape (all static)."""
-
-    vocab_size: int = tokenizer.VOCAB_SIZE
-    d_model: int = 64
-    num_layers: int = 2
-    num_heads: int = 4
-    d_ff: int = 192
-    """Hidden width of the SwiGLU feed-forward block."""
-    max_len: int = 128
-    """Longest sequence (prompt + answer) the model is built for."""
-    rope_base: float = 10_000.0
-    tie_embeddings: bool = True
-    """Share the token embedding with the output projection."""
-    dtype: Literal["float32", "bfloat16"] = "float32"
-    """Compute dtype; parameters stay float32."""
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.num_heads
-
-    def validate(self, prefix: str = "model") -> None:
-        def bad(field, value, why):
-            raise ValueError(f"config field '{prefix}.{field}' = {value!r} is invalid: {why}")
-        for field in ("vocab_size", "d_model", "num_layers", "num_heads", "d_ff", "max_len"):
-            if getattr(self, field) < 1:
-                bad(field, getattr(self, field), "must be >= 1")
-        if self.d_model % self.num_heads:
-            bad("num_heads", self.num_heads, f"must divide d_model ({self.d_model})")
-        if self.head_dim % 2:
-            bad("num_heads", self.num_heads, f"d_model / num_heads = {self.head_dim} must be even "
-                "(RoPE rotates pairs of dimensions)")
-        if self.dtype not in DTYPES:
-            bad("dtype", self.dtype, f"one of {tuple(DTYPES)}")
+DTYPES = {name: getattr(jnp, name) for name in DTYPE_NAMES}   # float32, bfloat16
 
 
 def apply_rope(x, positions, base: float):

@@ -8,6 +8,6 @@ and how their results become statistics and figures (SPEC §7).
     analysis    from the tidy table to per-study tables (normalised returns, diverged runs)
     plotting    the sweep's figures (matplotlib)
 
-The core never imports this package; the scripts in `experiments/` import only from it and the
+The core never imports this package; the commands (`vaco_jax.commands`) import only from it and the
 core's public modules.
 """

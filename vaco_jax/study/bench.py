@@ -37,6 +37,13 @@ RUNS = "runs"
 REFERENCES = "random_returns.json"
 STUDY = "bench"
 
+def committed_leaderboard(protocol: str) -> Path:
+    """The leaderboard committed with the repository, `results/lag-bench/<protocol>` of the
+    checkout this package runs from (absent when it is installed without one): found from any
+    directory."""
+    return Path(io.__file__).resolve().parent.parent / "results" / "lag-bench" / protocol
+
+
 # Modules that read results but never make them: editing them leaves every benchmark result valid.
 ANALYSIS_ONLY = ("study/analysis.py", "study/lag.py", "study/plotting.py", "study/scorecard.py",
                  "study/stats.py", "loggers.py", "llm/")

@@ -35,7 +35,7 @@ import pandas as pd
 from vaco_jax.errors import SweepError
 from vaco_jax.study import analysis, presets, references, stats, sweep
 
-FINAL_EVALS = 3
+FINAL_EVALS = presets.FINAL_EVALS
 """A run's final score averages its last this many evaluations (each of `eval_envs` episodes)."""
 BREAK_LEVEL = 0.8
 """A method is "broken" at the smallest k whose degradation is below this."""
@@ -98,7 +98,7 @@ def load_study(directories: Sequence[str | Path], *, allow_code_change: bool = F
     results = pd.concat(tables, ignore_index=True)
     if results.empty:
         raise ValueError(f"no rows of the lag study in {[str(d) for d in directories]}; run "
-                         f"`python -m experiments.mujoco_lag_sweep --preset lag-cpu` first")
+                         f"`vaco-sweep --preset lag-cpu` first")
     cells = pd.concat(records, ignore_index=True)
     twice = cells[cells.duplicated("cell", keep=False)]
     if len(twice):

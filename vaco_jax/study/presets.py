@@ -6,11 +6,14 @@ the DM Control Suite's `cpu-dmc` and `paper-dmc`, and the controlled-lag presets
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
+from vaco_jax.catalog import DMC_ENVS, DMC_PREFIX
 from vaco_jax.config import Config
-from vaco_jax.envs import DMC_ENVS, DMC_PREFIX
 from vaco_jax.errors import ConfigError
+
+ROOT = Path("runs") / "sweeps"   # a sweep's default directory is ROOT / <preset>
 
 MAIN_ALGOS = ("vaco", "ppo_clip", "ppo_kl", "spo", "impala")
 DELTAS = (0.05, 0.1, 0.2, 0.4)
@@ -54,6 +57,9 @@ class Study:
 # synchronous), vmapped in one program. Uniform sampling over C = 16 (mean age 7.5, many fresh
 # samples) is kept as a reference column, in a program of its own (the sampling mode is static).
 LAG_CAPACITIES = (1, 2, 4, 8, 16)
+# A lag-study run's score averages its last this many evaluations (`vaco_jax.study.lag`; the
+# references must be measured alike: `vaco-references --last-evals 3`).
+FINAL_EVALS = 3
 UNIFORM_REFERENCE_CAPACITY = 16
 # Each baseline in the paper's protocol (the same K × M updates per batch as VACO) and, where its
 # usual form differs, in that form too. PPO-KL with an adaptive β_KL twice: the textbook form

@@ -100,7 +100,7 @@ def load(path: str | Path = DEFAULT_PATH) -> dict:
     table = json.loads(path.read_text())
     if table.get("schema_version") != SCHEMA_VERSION:
         raise ValueError(f"{path}: schema_version {table.get('schema_version')} is not "
-                         f"{SCHEMA_VERSION}; re-measure with experiments/reference_returns.py")
+                         f"{SCHEMA_VERSION}; re-measure with vaco-references")
     return table
 
 
@@ -123,15 +123,15 @@ def lookup(table: dict, env: str, budget: int, last_evals: int = 1) -> dict:
     if not matches:
         have = [(e["preset"], e["env"], e["budget"]) for e in table["entries"]]
         raise KeyError(f"no reference returns for env {env!r} at budget {budget:,} steps "
-                       f"(table has {have}); run `python -m experiments.reference_returns "
-                       f"--preset <the sweep's preset>`")
+                       f"(table has {have}); run `vaco-references --preset "
+                       f"<the sweep's preset>`")
     entry = matches[-1]
     if entry.get("last_evals", 1) != last_evals:
         raise ValueError(
             f"the reference entry for env {env!r} at budget {budget:,} averages the last "
             f"{entry.get('last_evals', 1)} evaluation(s) of synchronous PPO-Clip, but the analysis "
-            f"scores runs by the mean of their last {last_evals}: re-measure it with `python -m "
-            f"experiments.reference_returns --preset {entry.get('preset', '<preset>')} "
+            f"scores runs by the mean of their last {last_evals}: re-measure it with `vaco-references "
+            f"--preset {entry.get('preset', '<preset>')} "
             f"--last-evals {last_evals}`")
     return entry
 

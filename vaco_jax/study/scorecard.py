@@ -63,7 +63,7 @@ def load(directory: str | Path) -> BenchResult:
     path = directory / bench.BENCH_FILE
     if not path.exists():
         raise FileNotFoundError(f"{directory} holds no benchmark ({path} is missing); run "
-                                f"`python -m experiments.lag_bench --algo ... --out {directory}`")
+                                f"`vaco-bench --algo ... --out {directory}`")
     info = json.loads(path.read_text())
     random = json.loads((directory / bench.REFERENCES).read_text())
     proto = bench.PROTOCOLS.get(info["protocol"])
@@ -194,7 +194,7 @@ def comparable(result: BenchResult, other: BenchResult) -> list[str]:
 def recompute_command(info: dict, out: Path) -> str:
     sets = "".join(f" --set {k}={json.dumps(v)}" for k, v in info["overrides"])
     label = f" --label {info['method']}" if info["overrides"] else ""
-    return (f"python -m experiments.lag_bench --algo {info['algo']}{sets}{label} "
+    return (f"vaco-bench --algo {info['algo']}{sets}{label} "
             f"--protocol {info['protocol']} --out {out}")
 
 

@@ -56,7 +56,6 @@ PARTIAL = "partial"   # in-progress cells' saved states, removed when a cell fin
 LOCKS = "locks"       # a lock per cell (held while it runs) and the directory's (`directory.lock`)
 # Set per run by the cell (each run's seed), so left out of the cell's config fingerprint.
 PER_RUN_FIELDS = ("seed", "num_seeds")
-ROOT = Path("runs") / "sweeps"   # a sweep's default directory is ROOT / <preset>
 
 
 @dataclasses.dataclass(frozen=True)
@@ -621,7 +620,7 @@ def load_results(out: str | Path) -> pd.DataFrame:
     out = Path(out)
     if not (out / RESULTS).exists():
         raise FileNotFoundError(f"no sweep results in {out} (expected {out / RESULTS}); run "
-                                f"`python -m experiments.mujoco_lag_sweep --out {out}` first")
+                                f"`vaco-sweep --out {out}` first")
     finished = _finished_cells(out)
     table = pd.DataFrame(io.read_jsonl(out / RESULTS))
     return table[table["cell"].isin(finished)].reset_index(drop=True)

@@ -1,0 +1,124 @@
+"""The lag-robustness benchmark: one method on a fixed protocol, scored beside every other.
+
+    vaco-bench --algo vaco --protocol cpu --out results/lag-bench/cpu/vaco
+    vaco-bench --algo gae+my_module:my_loss --out runs/lag-bench/mine
+    vaco-bench --algo ppo_kl --set kl_adaptive=true --label ppo_kl_adaptive
+    vaco-bench --table results/lag-bench/cpu     # the leaderboard's table
+
+Runs the method's cells (`vaco_jax.study.bench`: per task, the constant-lag axis in one program
+and the high-update-frequency setting in another, every lag × seed vmapped), resumably, into
+`--out/runs/`, then writes `--out/scorecard.json`, `scorecard.md` and `scorecard.png`
+(`vaco_jax.study.scorecard`), comparing with the methods in `--leaderboard` made by the same
+result code. `--shard i/n` (or SLURM's array task) splits the cells over processes that share
+`--out`; `--report-only` rewrites the scorecard from what is there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+from typing import Literal
+
+import tyro
+
+from vaco_jax.errors import ConfigError, SweepError
+
+
+@dataclasses.dataclass
+class Args:
+    algo: str = ""
+    """The method's algorithm: a registry name (vaco, ppo_clip, icepop, ...), a pairing
+    <estimator>+<objective>, or your own <estimator>+<module>:<function>."""
+    set: tuple[str, ...] = ()
+    """Config overrides that make the method, as field=value (e.g. kl_adaptive=true)."""
+    label: str = ""
+    """The method's name in tables (default: algo, with its overrides in brackets)."""
+    protocol: Literal["tiny", "cpu", "gpu"] = "cpu"
+    """tiny: seconds (tests); cpu: one 2-core CPU, about half an hour per method; gpu: the four
+    tasks of the controlled-lag study."""
+    out: str = ""
+    """The method's directory (default runs/lag-bench/<protocol>/<method>)."""
+    leaderboard: str = ""
+    """Directory of the other methods' benchmarks, one sub-directory each (default: the
+    repository's results/lag-bench/<protocol>, when vaco_jax is installed from a checkout)."""
+    shard: str = ""
+    """i/n: this process takes cells i, i + n, ... (unset: SLURM's array task, else all)."""
+    report_only: bool = False
+    """Write the scorecard from the cells already in --out; run nothing."""
+    plan: bool = False
+    """Print the cells and exit."""
+    table: str = ""
+    """Write the leaderboard table (leaderboard.md) and figure (leaderboard.png) of every method
+    in this directory, and exit."""
+    agree_with: str = ""
+    """With --table: also compare the leaderboard with a controlled-lag study's report
+    (its degradation.csv, e.g. results/lag-cpu/lag_report/degradation.csv) in agreement.md."""
+    max_cells: int | None = None
+    """Stop after this many cells (resume later with the same command)."""
+    allow_code_change: bool = False
+    """Add to a directory whose cells were made by other code (normally refused)."""
+    progress: bool = True
+    """A progress bar per cell on a terminal."""
+    compile_cache: str = "default"
+    """JAX's persistent compilation cache: default (off if VACO_JAX_COMPILE_CACHE=off), off, or a
+    directory."""
+
+
+def main(argv: list[str] | None = None, prog: str = "vaco-bench") -> int:
+    args = tyro.cli(Args, args=argv, description=__doc__.split("\n\n")[0], prog=prog)
+    from vaco_jax import runtime
+    from vaco_jax.study import bench, scorecard, sweep
+
+    if args.table:
+        from vaco_jax.study import leaderboard
+        try:
+            written = leaderboard.write(args.table, args.agree_with or None)
+        except (FileNotFoundError, ValueError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        print("\n".join(str(p) for p in written))
+        return 0
+    try:
+        if not args.algo:
+            raise ConfigError("option `algo` is required (e.g. --algo vaco)")
+        proto = bench.protocol(args.protocol)
+        method = bench.Method(args.algo, bench.parse_overrides(args.set), args.label)
+        cells = bench.bench_cells(method, proto)
+        shard = sweep.parse_shard(args.shard) or sweep.shard_from_env()
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    out = Path(args.out) if args.out else Path("runs") / "lag-bench" / proto.name / method.name
+    leaderboard_dir = (Path(args.leaderboard) if args.leaderboard else
+                       bench.committed_leaderboard(proto.name))
+    if args.leaderboard and not leaderboard_dir.is_dir():
+        print(f"error: option `leaderboard` = {args.leaderboard!r} is invalid: not a directory",
+              file=sys.stderr)
+        return 2
+    if args.plan:
+        for cell in cells:
+            print(f"{cell.cell_id}: {len(cell.runs)} runs × {cell.config.env_steps:,} steps")
+        return 0
+    if not args.report_only:
+        runtime.start(runtime.Cluster(), compile_cache=args.compile_cache)
+        try:
+            bench.run_bench(method, proto, out, shard=shard, progress=args.progress,
+                            allow_code_change=args.allow_code_change, max_cells=args.max_cells)
+        except (ConfigError, SweepError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+    try:
+        card = scorecard.scorecard(out, leaderboard_dir)
+    except FileNotFoundError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    written = scorecard.write(card, out, scorecard.leaderboard_results(leaderboard_dir, card.method))
+    if not leaderboard_dir.is_dir():
+        print(f"note: compared with no other method: there is no leaderboard at {leaderboard_dir} "
+              f"(--leaderboard DIR names one)", file=sys.stderr)
+    if card.missing:
+        print(f"{len(card.missing)} cells not finished yet: {', '.join(card.missing)}")
+    print("\n".join(str(p) for p in written))
+    return 0
+

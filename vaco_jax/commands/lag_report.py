@@ -1,0 +1,67 @@
+"""The controlled-lag study's report: degradation with lag per task and method, VACO against each
+baseline, break lags, a synchronous sanity check, realised lags, figures and summary.md.
+
+    vaco-report --sweeps runs/sweeps/lag-cpu   # -> runs/sweeps/lag-cpu/lag_report
+    vaco-report --sweeps runs/lag/idp runs/lag/hopper \
+        --references runs/lag/reference_returns.json --out runs/lag/report
+
+The sweeps are `vaco-sweep --preset lag-cpu` (one directory, or one per task); the references
+`vaco-references --preset lag-cpu --last-evals 3` (the analysis scores a run by its last 3
+evaluations and refuses references measured otherwise).
+Cells made by different vaco_jax source are refused unless `--allow-code-change`. The method of
+analysis: docs/experiments.md, "The controlled-lag study".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import tyro
+
+from vaco_jax.errors import SweepError
+from vaco_jax.study import presets
+
+
+@dataclasses.dataclass
+class Args:
+    sweeps: tuple[str, ...]
+    """Sweep directories holding the lag study (results.jsonl, cells.jsonl, sweep.json)."""
+    references: str = ""
+    """Reference-returns table (default <first sweep>/reference_returns.json)."""
+    out: str = ""
+    """Where figures, CSV tables and summary.md go (default <first sweep>/lag_report)."""
+    reps: int = 10_000
+    """Bootstrap resamples per 95% interval (the Bonferroni family gets more: see summary.md)."""
+    seed: int = 0
+    """Seed of the bootstrap's resampling."""
+    last_evals: int = presets.FINAL_EVALS
+    """A run's score averages its last this many evaluations (the references must match)."""
+    allow_code_change: bool = False
+    """Combine cells made by different vaco_jax source (normally refused)."""
+
+
+def main(argv: list[str] | None = None, prog: str = "vaco-report") -> int:
+    args = tyro.cli(Args, args=argv, description=__doc__.split("\n\n")[0], prog=prog)
+    # The library is imported once the flags are parsed: --help imports no JAX.
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from vaco_jax.study import lag, references
+
+    first = Path(args.sweeps[0])
+    references_path = args.references or str(first / references.FILE_NAME)
+    out = Path(args.out or first / "lag_report")
+    try:
+        study = lag.load_study(args.sweeps, allow_code_change=args.allow_code_change)
+        report = lag.analyse(study, references.load(references_path), reps=args.reps,
+                             seed=args.seed, last_evals=args.last_evals)
+    except (SweepError, ValueError, KeyError, FileNotFoundError) as error:
+        message = error.args[0] if isinstance(error, KeyError) and error.args else error
+        print(f"error: {message}", file=sys.stderr)
+        return 2
+    written = lag.write(report, out, sweeps=args.sweeps, references_path=references_path)
+    print("\n".join(str(p) for p in written))
+    return 0
+

@@ -1,0 +1,32 @@
+"""Redraw an LLM forward-lag sweep's figure (forward_lag.png) from its results, without training.
+
+    vaco-plot-llm results/llm/study-cpu                          # in place
+    vaco-plot-llm results/llm/study-cpu --out /tmp/forward_lag.png
+
+Reads the directory's summary.json and config.json (as `vaco-llm` writes them) and draws greedy
+and sampled held-out accuracy, the clip and filter fractions against N, and the accuracy over
+training (`vaco_jax.llm.experiment.plot`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv: list[str] | None = None, prog: str = "vaco-plot-llm") -> int:
+    parser = argparse.ArgumentParser(prog=prog,
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("directory", help="a sweep's results directory (summary.json, config.json)")
+    parser.add_argument("--out", default="",
+                        help="the figure's path (default <directory>/forward_lag.png)")
+    args = parser.parse_args(argv)
+    from vaco_jax.llm import experiment   # after parsing: --help imports nothing heavy
+
+    try:
+        path = experiment.replot(args.directory, args.out or None)
+    except (FileNotFoundError, KeyError) as error:
+        print(f"error: {args.directory} holds no finished sweep ({error})", file=sys.stderr)
+        return 2
+    print(f"wrote {path}")
+    return 0

@@ -1,0 +1,116 @@
+"""Train one algorithm on one env, many seeds in one vmapped call, in checkpointed chunks.
+
+    vaco-train --env inverted_pendulum --algo vaco --capacity 4 --num-seeds 4 \\
+        --total-steps 300000 --out runs/ip_vaco_c4
+    vaco-train --resume runs/ip_vaco_c4      # continue after a crash or pre-emption
+
+The command (`python -m vaco_jax.train` in a checkout): its flags are the run's `Config`, the
+process `Options` and the `Cluster`; the run is `vaco_jax.run` (`vaco_jax.train`), imported once
+the flags are parsed, so `--help`, which lists every config field and option with its default,
+imports no JAX.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from typing import Annotated
+
+import tyro
+
+from vaco_jax.config import Config, read_config_file
+from vaco_jax.errors import CheckpointError, ConfigError, DivergenceError
+from vaco_jax.options import Cluster, Options
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+    """`vaco-train`: the run's config, the process options, the cluster (flat flags;
+    tyro heads each group of `--help` with its field's name, so `options` is named `process`)."""
+
+    config: Annotated[Config, tyro.conf.OmitArgPrefixes] = Config()
+    options: Annotated[Options, tyro.conf.OmitArgPrefixes, tyro.conf.arg(name="process")] = Options()
+    cluster: Annotated[Cluster, tyro.conf.OmitArgPrefixes] = Cluster()
+    config_file: Annotated[str, tyro.conf.arg(name="config", metavar="FILE")] = ""
+    """Start from the config in this file: a run's config.json (or its directory) or a JSON object
+    of config fields; config flags given override it (e.g. another --seed or --total-steps)."""
+
+
+def parse(argv: list[str], default: Command | None = None, prog: str = "vaco-train") -> Command:
+    """The command of `argv`. Without a `default`, every config flag not given takes the default
+    of the env named by `--env`, then of the algorithm named by `--algo` (`Config.for_env`),
+    which `--help` shows."""
+    if default is None:
+        default = Command(config=Config.for_env(env_in(argv), algo=algo_in(argv)))
+    description = __doc__.split("\n\n")[0]
+    return tyro.cli(Command, args=argv, default=default, description=description, prog=prog)
+
+
+def env_in(argv: list[str]) -> str:
+    """The value of `--env` in `argv` (`--env X` or `--env=X`; the last one given), or the
+    default env."""
+    return _flag_in(argv, "--env", Config().env)
+
+
+def algo_in(argv: list[str]) -> str:
+    """The value of `--algo` in `argv` (the last one given), or the default algorithm."""
+    return _flag_in(argv, "--algo", Config().algo)
+
+
+def _flag_in(argv: list[str], flag: str, default: str) -> str:
+    value = default
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg.partition("=")[2]
+    return value
+
+
+def with_stored_config(command: Command, argv: list[str], prog: str = "vaco-train") -> Command:
+    """With `--resume DIR`, the stored run's config is the default of every config flag (flags
+    given must agree with it, which `run` checks); with `--config FILE`, the file's (flags given
+    override it)."""
+    if command.options.resume and command.config_file:
+        raise ConfigError("option `config` is invalid with --resume: a resumed run continues with "
+                          "its own config; leave --config out")
+    if command.options.resume:
+        from vaco_jax import checkpoint
+
+        stored = checkpoint.stored_config(command.options.resume)
+    elif command.config_file:
+        stored = read_config_file(command.config_file)
+    else:
+        return command
+    return parse(argv, default=dataclasses.replace(command, config=stored), prog=prog)
+
+
+def main(argv: list[str] | None = None, prog: str = "vaco-train") -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        command = parse(argv, prog=prog)   # the env's defaults: a user's env is built here
+        # The library is imported once the flags are parsed: --help imports no JAX.
+        import numpy as np
+
+        from vaco_jax import runtime
+        from vaco_jax.train import run
+
+        runtime.start(command.cluster, compile_cache=command.options.compile_cache,
+                      verbose=command.options.verbose)
+        command = with_stored_config(command, argv, prog)
+        summary = run(command.config, command.options)
+    except (ConfigError, CheckpointError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except DivergenceError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 3
+    if command.options.dry_run or not runtime.is_primary():
+        return 0
+    returns = [None if r is None or not np.isfinite(r) else round(float(r), 1)
+               for r in np.asarray(summary["final_eval_return"], dtype=float)]
+    print(f"final eval return per seed: {returns}  ({summary['env_steps']:,} steps/seed, "
+          f"{summary['sps']:,.0f} steps/s, compile {summary['compile_seconds']:.1f} s, evaluation "
+          f"{summary['eval_fraction']:.0%} of the time, "
+          f"{summary['devices']}) -> {summary['out']}")
+    return 0
