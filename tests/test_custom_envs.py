@@ -249,7 +249,8 @@ def test_a_run_of_a_registered_env_resumes_and_evaluates_from_the_command_line(
     import importlib
     import json
 
-    from vaco_jax import Options, evaluate, train
+    from vaco_jax import Options, train
+    from vaco_jax.commands import evaluate as evaluate_command, train as train_command
 
     (tmp_path / "reach_envs.py").write_text(REGISTERING_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -262,10 +263,10 @@ def test_a_run_of_a_registered_env_resumes_and_evaluates_from_the_command_line(
                       "factory": "make_reach", "file": str(tmp_path / "reach_envs.py")}
     # A new process knows nothing of the name: the run's record imports the module that registers it.
     forget(monkeypatch, "reach_envs")
-    assert train.main(["--resume", str(out), "--no-progress"]) == 0, capsys.readouterr().err
+    assert train_command.main(["--resume", str(out), "--no-progress"]) == 0, capsys.readouterr().err
     assert json.loads((out / "summary.json").read_text())["finished"]
     forget(monkeypatch, "reach_envs")
-    assert evaluate.main([str(out), "--episodes", "2", "--json", str(tmp_path / "e.json")]) == 0
+    assert evaluate_command.main([str(out), "--episodes", "2", "--json", str(tmp_path / "e.json")]) == 0
     assert json.loads((tmp_path / "e.json").read_text())["env"] == "reach_from_module"
     # A factory of a script cannot be imported by another process: refused, saying how to go on.
     with pytest.raises(ConfigError, match=r"`env` = 'reach_from_script' is invalid: the run's env "
