@@ -2,7 +2,8 @@
 
     python -m experiments.plot_minatar_cnn
 
-One panel per observation setting (normalised, the default; raw); in each, the mean evaluation
+One panel per setting (normalised observations, the default; raw; normalised for three times the
+steps, the pre-registered comparison of `results/minatar-cnn/long`); in each, the mean evaluation
 return over seeds of the MLP and the CNN run, with every seed as a thin line.
 """
 
@@ -22,12 +23,14 @@ from vaco_jax.commands.plot_runs import load_run  # noqa: E402
 REPOSITORY = Path(__file__).resolve().parent.parent
 RESULTS = REPOSITORY / "results" / "minatar-cnn"
 FIGURE = REPOSITORY / "docs" / "minatar_cnn_vs_mlp.png"
-PANELS = {"normalized": "observations normalised (default)", "raw": "raw observations"}
+PANELS = {"normalized": "normalised observations (default), 3 seeds",
+          "raw": "raw observations, 3 seeds",
+          "long": "normalised, 3x the steps, 5 seeds (pre-registered)"}
 COLORS = {"mlp": "tab:blue", "cnn": "tab:orange"}
 
 
 def draw(out: str | Path = FIGURE) -> None:
-    fig, axes = plt.subplots(1, len(PANELS), figsize=(10, 3.8), sharey=True)
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(15, 3.8))
     for ax, (setting, title) in zip(axes, PANELS.items()):
         for network, color in COLORS.items():
             runs = load_run(RESULTS / setting / network)
