@@ -162,6 +162,16 @@ def test_the_leaderboard_table_ranks_every_method(board):
     assert (board / "leaderboard.png").stat().st_size > 0
 
 
+def test_a_method_with_no_finished_cell_is_named_in_the_table_not_a_crash(board, tmp_path):
+    other = tmp_path / "board"
+    shutil.copytree(board, other)
+    (other / "vaco" / bench.RUNS / sweep.CELLS).write_text("")   # started, nothing finished yet
+    assert lag_bench.main(["--table", str(other)]) == 0
+    text = (other / "leaderboard.md").read_text()
+    assert "| ppo_clip | toy_reach |" in text and "| vaco | toy_reach |" not in text
+    assert "`vaco`: 2 cells not finished" in text
+
+
 def test_the_leaderboard_agrees_or_not_with_a_lag_study_by_rank_and_by_drops(tmp_path):
     import pandas as pd
     from scipy import stats

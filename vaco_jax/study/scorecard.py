@@ -132,7 +132,8 @@ def retention(result: BenchResult, proto: bench.Protocol, *, reps: int = REPS) -
                 rows.append({"task": name, "metric": value[:-2], "setting": setting, "lag": lag,
                              "retention": float(point), "low": float(low), "high": float(high),
                              "seeds": int(min(len(m) for m in strata))})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=["task", "metric", "setting", "lag", "retention", "low",
+                                       "high", "seeds"])   # no rows while no cell pair finished
 
 
 def break_lag(table: pd.DataFrame, level: float = BREAK_LEVEL) -> pd.DataFrame:
