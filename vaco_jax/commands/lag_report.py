@@ -1,15 +1,18 @@
 """The controlled-lag study's report: degradation with lag per task and method, VACO against each
-baseline, break lags, a synchronous sanity check, realised lags, figures and summary.md.
+baseline, break lags, a synchronous sanity check, realised lags, figures and summary.md; with
+`--study settings`, the report of the forward × backward, step-size and δ × lag studies.
 
     vaco-report --sweeps runs/sweeps/lag-cpu   # -> runs/sweeps/lag-cpu/lag_report
     vaco-report --sweeps runs/lag/idp runs/lag/hopper \
         --references runs/lag/reference_returns.json --out runs/lag/report
+    vaco-report --study settings --sweeps runs/forward/* runs/stepsize/* runs/delta-lag/* \
+        --references results/lag-cpu/reference_returns.json --out runs/settings_report
 
 The sweeps are `vaco-sweep --preset lag-cpu` (one directory, or one per task); the references
 `vaco-references --preset lag-cpu --last-evals 3` (the analysis scores a run by its last 3
 evaluations and refuses references measured otherwise).
 Cells made by different vaco_jax source are refused unless `--allow-code-change`. The method of
-analysis: docs/experiments.md, "The controlled-lag study".
+analysis: docs/experiments.md, "The controlled-lag study" and "Pre-registered tests".
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from pathlib import Path
+from typing import Literal
 
 import tyro
 
@@ -27,11 +31,15 @@ from vaco_jax.study import presets
 @dataclasses.dataclass
 class Args:
     sweeps: tuple[str, ...]
-    """Sweep directories holding the lag study (results.jsonl, cells.jsonl, sweep.json)."""
+    """Sweep directories holding the study (results.jsonl, cells.jsonl, sweep.json)."""
+    study: Literal["lag", "settings"] = "lag"
+    """lag: the controlled-lag study; settings: the forward × backward (update frequency × lag),
+    step-size and δ × lag studies, whichever the sweeps hold (scores normalised by their own
+    synchronous PPO-Clip runs on the same seeds; the references give the random returns)."""
     references: str = ""
     """Reference-returns table (default <first sweep>/reference_returns.json)."""
     out: str = ""
-    """Where figures, CSV tables and summary.md go (default <first sweep>/lag_report)."""
+    """Where figures, CSV tables and summary.md go (default <first sweep>/<study>_report)."""
     reps: int = 10_000
     """Bootstrap resamples per 95% interval (the Bonferroni family gets more: see summary.md)."""
     seed: int = 0
@@ -48,20 +56,25 @@ def main(argv: list[str] | None = None, prog: str = "vaco-report") -> int:
     import matplotlib
 
     matplotlib.use("Agg")
-    from vaco_jax.study import lag, references
+    from vaco_jax.study import lag, references, settings
 
     first = Path(args.sweeps[0])
     references_path = args.references or str(first / references.FILE_NAME)
-    out = Path(args.out or first / "lag_report")
+    out = Path(args.out or first / f"{args.study}_report")
+    module = lag if args.study == "lag" else settings
     try:
-        study = lag.load_study(args.sweeps, allow_code_change=args.allow_code_change)
-        report = lag.analyse(study, references.load(references_path), reps=args.reps,
-                             seed=args.seed, last_evals=args.last_evals)
+        if not Path(references_path).exists():
+            raise FileNotFoundError(f"no reference returns at {references_path}: pass "
+                                    f"--references (`vaco-references` measures them)")
+        study = (lag.load_study if args.study == "lag" else settings.load)(
+            args.sweeps, allow_code_change=args.allow_code_change)
+        report = module.analyse(study, references.load(references_path), reps=args.reps,
+                                seed=args.seed, last_evals=args.last_evals)
     except (SweepError, ValueError, KeyError, FileNotFoundError) as error:
         message = error.args[0] if isinstance(error, KeyError) and error.args else error
         print(f"error: {message}", file=sys.stderr)
         return 2
-    written = lag.write(report, out, sweeps=args.sweeps, references_path=references_path)
+    written = module.write(report, out, sweeps=args.sweeps, references_path=references_path)
     print("\n".join(str(p) for p in written))
     return 0
 

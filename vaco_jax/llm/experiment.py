@@ -203,6 +203,54 @@ def summarize(rows, base_accuracy: float):
     return summary
 
 
+PRIMARY = "primary.csv"
+PRIMARY_METRICS = (("final_accuracy", "held-out greedy accuracy"),
+                   ("final_sampled_accuracy", "held-out sampled accuracy"))
+
+
+def primary_tests(rows, commit: str | None = None):
+    """The LLM study's pre-registered family (docs/experiments.md): VACO − PPO-Clip in final
+    held-out greedy and sampled accuracy at each N, paired by seed; the two-sided paired t-test,
+    Holm over the family (every N × both accuracies present), the exact sign-flip test beside.
+    Verdicts when `commit` (the results' git commit) descends from the pre-registration, else the
+    same tests labelled exploratory. A pandas DataFrame (columns as the lag study's primary.csv)."""
+    import pandas as pd
+
+    from vaco_jax.study import lag
+
+    pre_registered = bool(commit) and lag.git_descends_from(commit, lag.PRE_REGISTRATION) is True
+    tests = []
+    for n in sorted({r["n"] for r in rows}):
+        by = {o: {r["seed"]: r for r in rows if r["n"] == n and r["objective"] == o}
+              for o in ("vaco", "ppo_clip")}
+        seeds = sorted(set(by["vaco"]) & set(by["ppo_clip"]))
+        if len(seeds) < 2:
+            continue
+        for key, metric in PRIMARY_METRICS:
+            if not all(key in by[o][s] for o in by for s in seeds):
+                continue
+            d = [by["vaco"][s][key] - by["ppo_clip"][s][key] for s in seeds]
+            tests.append({"comparison": "vaco − ppo_clip", "task": "llm", "setting": f"N={n}",
+                          "metric": metric, "differences": d, "family": True})
+    table = lag.paired_family(tests, pre_registered)
+    if len(table):
+        table["analysis"] = "pre-registered" if pre_registered else "exploratory"
+    return table if len(table) else pd.DataFrame()
+
+
+def write_primary(directory) -> Path | None:
+    """`primary_tests` of a results directory (results.jsonl, config.json) into its primary.csv;
+    None when there is nothing to test (no N with both VACO and PPO-Clip on 2 seeds)."""
+    directory = Path(directory)
+    rows = io.read_jsonl(directory / "results.jsonl")
+    config = json.loads((directory / "config.json").read_text())
+    table = primary_tests(rows, config.get("git_commit"))
+    if not len(table):
+        return None
+    table.to_csv(directory / PRIMARY, index=False)
+    return directory / PRIMARY
+
+
 # Each objective's colour, as the lag study draws the same names (`plotting.lag_colors`); other
 # objectives take the remaining colours in sorted order. Markers differ too, drawn hollow, so that
 # objectives whose results coincide (decoupled PPO and PPO-Clip at backward lag 0) both show.
@@ -336,6 +384,7 @@ def replot(directory, path=None) -> Path:
     grpo = json.loads((directory / "config.json").read_text())["config"]["grpo"]
     path = Path(path) if path else directory / FIGURE
     plot(summary, path, figure_title(grpo, summary["num_params"]))
+    write_primary(directory)
     return path
 
 
@@ -453,6 +502,9 @@ def run(experiment: Experiment, log=print) -> dict:
     if not primary:
         return summary
     io.write_json_atomic(out / "summary.json", summary)
+    primary_path = write_primary(out)
+    if primary_path is not None:
+        log(f"pre-registered tests: {primary_path}")
     if experiment.plot:
         figure = out / FIGURE
         plot(summary, figure, figure_title(spec["grpo"], num_params(params)))

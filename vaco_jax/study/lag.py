@@ -100,18 +100,20 @@ def load_study(directories: Sequence[str | Path], *, allow_code_change: bool = F
         raise ValueError(f"no rows of the lag study in {[str(d) for d in directories]}; run "
                          f"`vaco-sweep --preset lag-cpu` first")
     cells = pd.concat(records, ignore_index=True)
+    check_one_code(cells, allow_code_change)
+    return Study(with_columns(results), cells, plans)
+
+
+def check_one_code(cells: pd.DataFrame, allow_code_change: bool = False,
+                   what: str = "the lag cells") -> None:
+    """Refuse a cell finished in two sweep directories (its runs would count twice), and cells
+    made by different vaco_jax source (`io.source_hash`), naming each source's commits and
+    directories (and `what` they are), unless `allow_code_change`."""
     twice = cells[cells.duplicated("cell", keep=False)]
     if len(twice):
         where = twice.groupby("cell")["sweep"].apply(list).to_dict()
         raise SweepError(f"cells finished in more than one sweep directory: {where}; their runs "
                          f"would count twice. Analyse each copy once")
-    check_one_code(cells, allow_code_change)
-    return Study(with_columns(results), cells, plans)
-
-
-def check_one_code(cells: pd.DataFrame, allow_code_change: bool = False) -> None:
-    """Refuse cells made by different vaco_jax source (`io.source_hash`), naming each source's
-    commits and directories, unless `allow_code_change`."""
     sources = cells.get("source", pd.Series(index=cells.index, dtype=object)).fillna("unrecorded")
     if sources.nunique() <= 1 or allow_code_change:
         return
@@ -120,7 +122,7 @@ def check_one_code(cells: pd.DataFrame, allow_code_change: bool = False) -> None
         commits = sorted({str(c)[:12] for c in group.get("git_commit", ["unrecorded"])})
         described.append(f"{source} (commit {', '.join(commits)}; {len(group)} cells in "
                          f"{', '.join(sorted(group['sweep'].unique()))})")
-    raise SweepError(f"the lag cells were made by different vaco_jax source: "
+    raise SweepError(f"{what} were made by different vaco_jax source: "
                      f"{'; '.join(described)}. Their results would mix; re-run the cells of one "
                      f"version, or pass --allow-code-change to combine them anyway")
 
@@ -633,6 +635,70 @@ def pre_registration(cells: pd.DataFrame) -> tuple[str, str]:
                        f"history)")
 
 
+def paired_differences(at: pd.DataFrame, baseline: str, value: str,
+                       target: str = TARGET) -> dict[str, tuple[pd.Series, bool]]:
+    """task → (the seed-paired differences `target` − `baseline` of `value` among the runs `at`
+    (one setting; columns env, method, seed, value), whether the task counts in the family: at
+    least `MIN_SEEDS` seeds); tasks with fewer than 2 common seeds left out; and, when several
+    tasks count, POOLED → the per-seed mean over them (on the seeds they all have)."""
+    per_task, counted = {}, []
+    for env, group in at.groupby("env", sort=True):
+        a = group[group["method"] == target].set_index("seed")[value]
+        b = group[group["method"] == baseline].set_index("seed")[value]
+        seeds = sorted(set(a.index) & set(b.index))
+        if len(seeds) < 2:
+            continue
+        per_task[env] = a[seeds] - b[seeds]
+        if len(seeds) >= MIN_SEEDS:
+            counted.append(env)
+    groups = {env: (d, env in counted) for env, d in per_task.items()}
+    if len(counted) > 1:
+        common = sorted(set.intersection(*(set(per_task[e].index) for e in counted)))
+        groups[POOLED] = (sum(per_task[e][common] for e in counted) / len(counted), True)
+    return groups
+
+
+def paired_family(tests: list[dict], pre_registered: bool) -> pd.DataFrame:
+    """Paired tests of a family: each entry of `tests` has `comparison`, `task`, `setting`,
+    `metric`, `differences` (one per seed) and `family` (whether it counts in the family).
+    Adds the mean and its 95% Student-t interval, the two-sided paired t-test's p (1 when every
+    difference is 0), Holm's adjusted p over the family, the exact sign-flip test's p and the
+    verdict ("higher" / "lower" when Holm p < `ALPHA`, else "no difference shown"; not
+    pre-registered: what the adjusted p-value shows, no verdict)."""
+    from scipy import stats as scipy_stats
+
+    rows = []
+    for test in tests:
+        d = np.asarray(test["differences"], np.float64)
+        mean, low, high = stats.paired_t_interval(d)
+        if len(d) > 1 and not np.any(d):
+            p = 1.0   # identical runs (e.g. objectives that coincide at N = 1): no difference
+        else:
+            p = float(scipy_stats.ttest_1samp(d, 0.0).pvalue) if len(d) > 1 else np.nan
+        rows.append({**{k: v for k, v in test.items() if k != "differences"},
+                     "estimate": mean, "low": low, "high": high, "seeds": len(d),
+                     "test": "paired t (two-sided)", "p": p,
+                     "p_sign_flip": stats.sign_flip_test(d), "margin": 0.0})
+    table = pd.DataFrame(rows)
+    if table.empty:
+        return table
+    table["p_holm"] = np.nan
+    family = table["family"].astype(bool)
+    table.loc[family, "p_holm"] = stats.holm(table.loc[family, "p"].to_numpy())
+
+    def shown(r) -> str:
+        if not r.family:
+            return f"left out (fewer than {MIN_SEEDS} seeds)"
+        if not pre_registered:
+            return (f"Holm p < {ALPHA:g}, estimate {'>' if r.estimate > 0 else '<'} 0"
+                    if r.p_holm < ALPHA else f"Holm p ≥ {ALPHA:g}")
+        return ("higher" if r.estimate > 0 else "lower") if r.p_holm < ALPHA else \
+            "no difference shown"
+
+    table["verdict"] = [shown(r) for r in table.itertuples()]
+    return table
+
+
 def primary_table(runs: pd.DataFrame, degradation: pd.DataFrame, *,
                   pre_registered: bool = True) -> pd.DataFrame:
     """The pre-registered family and the "holds" verdicts, one row each: estimate, 95% CI, test,
@@ -646,57 +712,17 @@ def primary_table(runs: pd.DataFrame, degradation: pd.DataFrame, *,
     family, the exact sign-flip test beside it. Holds: each of `HOLDS_METHODS`' final retention
     at the largest lag per task, the non-inferiority test with margin 0.2 (the 95% BCa interval's
     lower end above 0.8: holds; its upper end below 0.8: breaks; else undetermined)."""
-    from scipy import stats as scipy_stats
-
     oldest = runs[runs["sampling"] == "oldest"]
     if not len(oldest):
         return pd.DataFrame()
     largest = int(oldest["capacity"].max())
     at_lag = oldest[oldest["capacity"] == largest]
-    rows = []
-    for baseline in PRIMARY_BASELINES:
-        for value in ("score", "auc"):
-            per_task, counted = {}, []
-            for env, group in at_lag.groupby("env", sort=True):
-                a = group[group["method"] == TARGET].set_index("seed")[value]
-                b = group[group["method"] == baseline].set_index("seed")[value]
-                seeds = sorted(set(a.index) & set(b.index))
-                if len(seeds) < 2:
-                    continue
-                per_task[env] = a[seeds] - b[seeds]
-                if len(seeds) >= MIN_SEEDS:
-                    counted.append(env)
-            groups = {env: (d, env in counted) for env, d in per_task.items()}
-            if len(counted) > 1:
-                common = sorted(set.intersection(*(set(per_task[e].index) for e in counted)))
-                groups[POOLED] = (sum(per_task[e][common] for e in counted) / len(counted), True)
-            for task, (diff, in_family) in groups.items():
-                d = diff.to_numpy(np.float64)
-                mean, low, high = stats.paired_t_interval(d)
-                p = float(scipy_stats.ttest_1samp(d, 0.0).pvalue) if len(d) > 1 else np.nan
-                rows.append({"comparison": f"{TARGET} − {baseline}", "task": task,
-                             "setting": f"k={largest - 1}",
-                             "metric": "final score" if value == "score" else "AUC",
-                             "estimate": mean, "low": low, "high": high, "seeds": len(d),
-                             "test": "paired t (two-sided)", "p": p,
-                             "p_sign_flip": stats.sign_flip_test(d), "margin": 0.0,
-                             "family": in_family})
-    table = pd.DataFrame(rows)
-    if len(table):
-        family = table["family"]
-        table["p_holm"] = np.nan
-        table.loc[family, "p_holm"] = stats.holm(table.loc[family, "p"].to_numpy())
-
-        def shown(r) -> str:
-            if not r.family:
-                return f"left out (fewer than {MIN_SEEDS} seeds)"
-            if not pre_registered:
-                return (f"Holm p < {ALPHA:g}, estimate {'>' if r.estimate > 0 else '<'} 0"
-                        if r.p_holm < ALPHA else f"Holm p ≥ {ALPHA:g}")
-            return ("higher" if r.estimate > 0 else "lower") if r.p_holm < ALPHA else \
-                "no difference shown"
-
-        table["verdict"] = [shown(r) for r in table.itertuples()]
+    tests = [{"comparison": f"{TARGET} − {baseline}", "task": task, "setting": f"k={largest - 1}",
+              "metric": "final score" if value == "score" else "AUC",
+              "differences": diff.to_numpy(np.float64), "family": in_family}
+             for baseline in PRIMARY_BASELINES for value in ("score", "auc")
+             for task, (diff, in_family) in paired_differences(at_lag, baseline, value).items()]
+    table = paired_family(tests, pre_registered)
     holds = []
     final = degradation[(degradation["sampling"] == "oldest")
                         & (degradation["capacity"] == largest)

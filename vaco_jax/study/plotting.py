@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib.pyplot as plt
-from matplotlib.ticker import EngFormatter
+from matplotlib.ticker import EngFormatter, NullFormatter
 import numpy as np
 import pandas as pd
 
@@ -708,3 +708,157 @@ def save_lag_figures(report, out: Path, dpi: int = 120) -> tuple[dict[str, str],
     pooled = (" In the pooled column, a method pooled over fewer tasks than the others is dashed "
               "with hollow markers, and its legend entry says over how many.")
     return {name: caption for name, (_, caption) in drawn.items()}, rule + pooled
+
+
+# --- the settings studies (vaco_jax.study.settings) ---------------------------------------------
+def _settings_groups(methods: Sequence[str]) -> list[list[str]]:
+    """Rows of at most `LAG_PER_PANEL` methods: VACO, PPO-Clip, APPO and decoupled PPO first, then
+    the others beside VACO and PPO-Clip (so every panel can be read against the two)."""
+    ordered = lag._method_order(methods)
+    first = [m for m in ordered if m in (*LAG_REFERENCES, "decoupled_ppo")]
+    others = [m for m in ordered if m not in first]
+    anchors = [m for m in (lag.TARGET, "ppo_clip") if m in ordered]
+    step = LAG_PER_PANEL - len(anchors)
+    return [first] + [anchors + others[i:i + step] for i in range(0, len(others), step)]
+
+
+def forward_figure(retention: pd.DataFrame, methods: Sequence[str], task: str, title: str = ""):
+    """One task (or the pooled rows) of the forward × backward study: final-score retention (top)
+    and AUC retention (bottom) against the update-frequency setting, one column per constant lag k,
+    one line per method (95% BCa CIs); the break level dashed."""
+    from vaco_jax.study import settings
+
+    rows = retention[(retention["task"] == task) & retention["method"].isin(methods)]
+    lags = sorted(int(k) for k in rows["k"].unique())
+    order = settings._setting_order(retention["setting"])
+    colors = lag_colors(list(methods))
+    fig, axes = plt.subplots(2, len(lags), figsize=(3.6 * len(lags) + 0.4, 6.4), squeeze=False,
+                             sharey="row")
+    for j, k in enumerate(lags):
+        for i, (value, label) in enumerate((("retention", "final-score retention"),
+                                            ("auc_retention", "AUC retention"))):
+            ax = axes[i][j]
+            for n, method in enumerate(methods):
+                line = rows[(rows["method"] == method) & (rows["k"] == k)]
+                line = line.assign(_x=line["setting"].map(order.index)).sort_values("_x")
+                if line.empty:
+                    continue
+                x = line["_x"].to_numpy() + (n - (len(methods) - 1) / 2) * 0.07
+                y = line[value].to_numpy(np.float64)
+                err = np.abs(np.stack([y - line[f"{value}_low"], line[f"{value}_high"] - y]))
+                ax.errorbar(x, y, yerr=np.nan_to_num(err), marker="o", ms=4, lw=1.2, capsize=2,
+                            color=colors[method], label=method)
+            ax.axhline(lag.BREAK_LEVEL, color="0.5", ls="--", lw=0.8)
+            ax.axhline(1.0, color="0.8", lw=0.8)
+            ax.set_xticks(range(len(order)))
+            ax.set_xticklabels([s.replace(", ", "\n") for s in order], fontsize=7)
+            if i == 0:
+                ax.set_title(f"k = {k}", fontsize=10)
+            if j == 0:
+                ax.set_ylabel(label)
+    axes[0][-1].legend(fontsize=8, loc="best")
+    where = "pooled over tasks" if task == lag.POOLED else task
+    fig.suptitle(title or f"Update frequency × constant lag: {where} (against K = 4, lr 3e-4, "
+                          f"k = 0; dashed: {lag.BREAK_LEVEL:g})", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def stepsize_figure(scores: pd.DataFrame, title: str = ""):
+    """Synchronous learning-rate sweep: normalised final score (top) and mean in-update approx_kl
+    (bottom, log scale) against the learning rate, per task and pooled, PPO-Clip and VACO."""
+    swept = scores[scores["method"].isin(("ppo_clip", lag.TARGET))]
+    tasks = sorted(t for t in swept["task"].unique() if t != lag.POOLED)
+    tasks += [lag.POOLED] if (swept["task"] == lag.POOLED).any() else []
+    colors = lag_colors(["ppo_clip", lag.TARGET])
+    fig, axes = plt.subplots(2, len(tasks), figsize=(3.4 * len(tasks) + 0.4, 5.8), squeeze=False)
+    for j, task in enumerate(tasks):
+        for method in ("ppo_clip", lag.TARGET):
+            line = swept[(swept["task"] == task) & (swept["method"] == method)]
+            if line.empty:
+                continue
+            lr = np.array([float(s.split("=")[1]) for s in line["setting"]])
+            order = np.argsort(lr)
+            y = line["score"].to_numpy(np.float64)[order]
+            err = np.abs(np.stack([y - line["score_low"].to_numpy()[order],
+                                   line["score_high"].to_numpy()[order] - y]))
+            axes[0][j].errorbar(lr[order], y, yerr=np.nan_to_num(err), marker="o", ms=4,
+                                capsize=2, color=colors[method], label=method)
+            axes[1][j].plot(lr[order], line["approx_kl"].to_numpy()[order], marker="o", ms=4,
+                            color=colors[method], label=method)
+        axes[0][j].set_title("pooled over tasks" if task == lag.POOLED else task, fontsize=10)
+        for ax in (axes[0][j], axes[1][j]):
+            ax.set_xscale("log")
+            ax.set_xlabel("learning rate")
+        axes[1][j].set_yscale("log")
+    axes[0][0].set_ylabel("normalised final score")
+    axes[1][0].set_ylabel("mean in-update approx KL")
+    axes[0][-1].legend(fontsize=8)
+    fig.suptitle(title or "Synchronous step size (k = 0, K = 4; 95% BCa CIs)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def delta_lag_figure(scores: pd.DataFrame, retention: pd.DataFrame, title: str = ""):
+    """VACO's δ: normalised final score at each constant lag (top) and final-score retention at the
+    lags above 0 (bottom) against δ, per task and pooled (95% BCa CIs)."""
+    tasks = sorted(t for t in scores["task"].unique() if t != lag.POOLED)
+    tasks += [lag.POOLED] if (scores["task"] == lag.POOLED).any() else []
+    fig, axes = plt.subplots(2, len(tasks), figsize=(3.4 * len(tasks) + 0.4, 5.8), squeeze=False)
+    palette = ("tab:blue", "tab:orange", "tab:red", "tab:purple", "tab:green")
+    lags = sorted(int(k) for k in scores["k"].unique())
+    deltas = sorted({float(s.split("=")[1]) for s in scores["setting"]})
+    for j, task in enumerate(tasks):
+        for i, (frame, value) in enumerate(((scores, "score"), (retention, "retention"))):
+            for n, k in enumerate(lags):
+                line = frame[(frame["task"] == task) & (frame["k"] == k)]
+                if line.empty:
+                    continue
+                d = np.array([float(s.split("=")[1]) for s in line["setting"]])
+                order = np.argsort(d)
+                y = line[value].to_numpy(np.float64)[order]
+                err = np.abs(np.stack([y - line[f"{value}_low"].to_numpy()[order],
+                                       line[f"{value}_high"].to_numpy()[order] - y]))
+                axes[i][j].errorbar(d[order], y, yerr=np.nan_to_num(err), marker="o", ms=4,
+                                    capsize=2, color=palette[n % len(palette)],
+                                    label=f"k = {k}")
+            axes[i][j].set_xscale("log")
+            axes[i][j].set_xticks(deltas, [f"{d:g}" for d in deltas])
+            axes[i][j].xaxis.set_minor_formatter(NullFormatter())
+            axes[i][j].set_xlabel("δ")
+        axes[1][j].axhline(lag.BREAK_LEVEL, color="0.5", ls="--", lw=0.8)
+        axes[0][j].set_title("pooled over tasks" if task == lag.POOLED else task, fontsize=10)
+    axes[0][0].set_ylabel("normalised final score")
+    axes[1][0].set_ylabel("retention vs the same δ at k = 0")
+    axes[0][-1].legend(fontsize=8)
+    fig.suptitle(title or "VACO's δ at a constant lag (95% BCa CIs)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def save_settings_figures(report, out: Path, dpi: int = 120) -> dict[str, str]:
+    """The figures of a `settings.Report` into `out`; {file name: caption}."""
+    drawn = {}
+    if len(report.forward_retention):
+        retention = report.forward_retention
+        tasks = sorted(t for t in retention["task"].unique() if t != lag.POOLED)
+        tasks += [lag.POOLED] if (retention["task"] == lag.POOLED).any() else []
+        for g, methods in enumerate(_settings_groups(retention["method"].unique())):
+            for task in tasks:
+                name = (f"fig_forward_{g + 1}_{task.replace('dmc:', '').replace(':', '_')}"
+                        f".png")
+                drawn[name] = (forward_figure(retention, methods, task),
+                               f"{'pooled over tasks' if task == lag.POOLED else task}: "
+                               f"final-score and AUC retention of {', '.join(methods)} against "
+                               f"the update-frequency setting, per constant lag k")
+    if len(report.stepsize_scores):
+        drawn["fig_stepsize.png"] = (stepsize_figure(report.stepsize_scores),
+                                     "normalised final score and in-update KL vs learning rate")
+    if len(report.delta_scores):
+        drawn["fig_delta_lag.png"] = (delta_lag_figure(report.delta_scores,
+                                                       report.delta_retention),
+                                      "VACO's δ: final score and retention at each lag")
+    for name, (fig, _) in drawn.items():
+        fig.savefig(Path(out) / name, dpi=dpi)
+        plt.close(fig)
+    return {name: caption for name, (_, caption) in drawn.items()}

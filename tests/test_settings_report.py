@@ -1,0 +1,285 @@
+"""The settings studies' report (vaco_jax.study.settings, `vaco-report --study settings`) on
+synthetic sweeps written by hand, whose answers are known: the same-seed normalisation, retention
+against the base setting with the break rule, the pre-registered family, the step-size and δ
+tables; and the LLM study's pre-registered tests."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as scipy_stats
+
+from vaco_jax import io
+from vaco_jax.llm import experiment
+from vaco_jax.study import lag, references, settings, stats, sweep
+
+TASKS = {"task_a": (0.0, 100.0), "task_b": (-50.0, 200.0)}   # random return, scale
+BUDGET, EVALS, SEEDS = 4095, 5, tuple(range(100, 110))
+SOURCE = "5ca1ab1e5ca1ab1e"
+# (method, K, lr) → normalised level per capacity (k = C − 1). PPO-Clip collapses at K = 32,
+# k = 0 and keeps its score elsewhere; VACO keeps 0.9 everywhere; APPO keeps 1.0.
+FORWARD = {("ppo_clip", 4, 3e-4): {1: 1.0, 16: 0.95}, ("ppo_clip", 4, 3e-3): {1: 1.0, 16: 1.0},
+           ("ppo_clip", 32, 3e-4): {1: 0.3, 16: 0.3},
+           ("vaco", 4, 3e-4): {1: 0.9, 16: 0.9}, ("vaco", 4, 3e-3): {1: 0.9, 16: 0.9},
+           ("vaco", 32, 3e-4): {1: 0.9, 16: 0.9},
+           ("appo", 4, 3e-4): {1: 1.0, 16: 1.0}, ("appo", 4, 3e-3): {1: 1.0, 16: 1.0},
+           ("appo", 32, 3e-4): {1: 1.0, 16: 1.0}}
+DIVERGED = ("task_b", "appo", 4, 3e-3, 16, 104)     # diverges at its evaluation 3
+
+
+def _rows(study, task, algo, epochs, lr, capacity, delta, seed, level, rng, cell, swept_lr):
+    random, scale = TASKS[task]
+    seed_effect = 0.02 * (seed - 104.5)
+    rows = []
+    for e in range(EVALS):
+        ramp = min(1.0, (e + 1) / 2)
+        diverged = (task, algo, epochs, lr, capacity, seed) == DIVERGED and e >= 3
+        score = level * ramp + seed_effect + 0.01 * rng.normal()
+        row = {"cell": cell, "study": study, "env": task, "algo": algo, "variant": "v",
+               "capacity": capacity, "delta": delta, "seed": seed, "eval_index": e,
+               "step": (e + 1) * BUDGET // EVALS, "iteration": e + 1, "budget": BUDGET,
+               "snapshot_sampling": "oldest", "sgd_steps_per_iteration": epochs * 8,
+               "diverged": diverged, "eval_return": np.nan if diverged else random + scale * score,
+               "approx_kl": np.nan if diverged else lr * epochs * (2.0 if algo == "vaco" else 1.0),
+               "behavior_tv": 0.01 * capacity}
+        if swept_lr:
+            row["learning_rate"] = lr
+        rows.append(row)
+    return rows
+
+
+def _write(directory, study, programs, task):
+    """A finished sweep of `study` on `task`: programs (algo, K, lr list, capacities, deltas,
+    level(lr, capacity, delta)), written as `sweep.run_sweep` would."""
+    rng = np.random.default_rng(len(task) + len(study))
+    rows, records, plan = [], [], {}
+    for algo, epochs, rates, capacities, deltas, level in programs:
+        cell = f"{study}/{task}/{algo}/K={epochs}"
+        swept = len(rates) > 1 or study != "delta-lag"
+        plan[cell] = {"fingerprint": cell, "study": study, "env": task, "algo": algo,
+                      "variant": "v", "config": {"num_epochs": epochs, "learning_rate": 3e-4},
+                      "runs": []}
+        for lr in rates:
+            for capacity in capacities:
+                for delta in deltas:
+                    for seed in SEEDS:
+                        rows += _rows(study, task, algo, epochs, lr, capacity, delta, seed,
+                                      level(lr, capacity, delta), rng, cell, swept)
+        records.append({"cell": cell, "fingerprint": cell, "source": SOURCE,
+                        "git_commit": "c0ffee" * 6 + "c0ff"})
+    directory.mkdir(parents=True)
+    io.append_jsonl(directory / sweep.RESULTS, rows)
+    io.append_jsonl(directory / sweep.CELLS, records)
+    io.write_json_atomic(directory / sweep.PLAN, {"preset": {"name": "synthetic"}, "cells": plan})
+    return directory
+
+
+def _forward(directory, task):
+    by_k = {}
+    for (algo, epochs, lr), levels in FORWARD.items():
+        by_k.setdefault((algo, epochs), []).append(lr)
+    programs = [(algo, epochs, rates, (1, 16), (0.2,),
+                 lambda lr, c, d, a=algo, k=epochs: FORWARD[(a, k, lr)][c])
+                for (algo, epochs), rates in by_k.items()]
+    return _write(directory, "forward", programs, task)
+
+
+def _references(path):
+    entries = [{"preset": "synthetic", "env": task, "budget": BUDGET, "random_return": random,
+                "ppo_sync_return": 1e9, "last_evals": 3} for task, (random, _) in TASKS.items()]
+    io.write_json_atomic(path, {"schema_version": references.SCHEMA_VERSION, "entries": entries})
+    return path
+
+
+@pytest.fixture(scope="module")
+def forward(tmp_path_factory):
+    root = tmp_path_factory.mktemp("settings")
+    dirs = [_forward(root / task, task) for task in TASKS]
+    refs = _references(root / "refs.json")
+    patch = pytest.MonkeyPatch()
+    patch.setattr(lag, "git_descends_from", lambda commit, ancestor: True)
+    try:
+        report = settings.analyse(settings.load(dirs), references.load(refs), reps=1000)
+    finally:
+        patch.undo()
+    return dirs, refs, report
+
+
+def _one(frame, **where):
+    rows = frame
+    for column, value in where.items():
+        rows = rows[rows[column] == value]
+    assert len(rows) == 1, where
+    return rows.iloc[0]
+
+
+def _final(directory, **where):
+    """Per seed, the mean of a run's last 3 evaluation returns, read from results.jsonl."""
+    rows = pd.DataFrame(io.read_jsonl(directory / sweep.RESULTS))
+    for column, value in where.items():
+        rows = rows[np.isclose(rows[column], value)] if isinstance(value, float) else \
+            rows[rows[column] == value]
+    return rows[rows["eval_index"] >= EVALS - 3].groupby("seed")["eval_return"].mean()
+
+
+def test_scores_are_normalised_by_synchronous_ppo_clip_on_the_same_seeds(forward):
+    dirs, _, report = forward
+    sync = _final(dirs[1], algo="ppo_clip", learning_rate=3e-4, capacity=1,
+                  sgd_steps_per_iteration=32)
+    task = _one(report.tasks, task="task_b")
+    assert task.sync_return == pytest.approx(sync.mean()) and task.sync_seeds == len(SEEDS)
+    assert task.sync_from == "forward"              # not the references' (1e9)
+    final = _final(dirs[1], algo="vaco", learning_rate=3e-3, capacity=16)
+    run = _one(report.runs, env="task_b", method="vaco", setting="K=4, lr=0.003", capacity=16,
+               seed=103)
+    assert run.score == pytest.approx((final[103] + 50.0) / (sync.mean() + 50.0))
+    broken = _one(report.runs, env="task_b", method="appo", setting="K=4, lr=0.003", capacity=16,
+                  seed=104)
+    assert broken.diverged and broken.score == 0.0
+    assert broken.auc < 0.7   # its last 2 of 5 evaluations count as 0
+
+
+def test_retention_against_the_base_setting_with_the_break_rule(forward):
+    _, _, report = forward
+    r = report.forward_retention
+    ppo = _one(r, task=lag.POOLED, method="ppo_clip", setting="K=32, lr=0.0003", capacity=1)
+    assert ppo.retention == pytest.approx(0.3, abs=0.03) and ppo.retention_verdict == "breaks"
+    vaco = _one(r, task=lag.POOLED, method="vaco", setting="K=32, lr=0.0003", capacity=1)
+    assert vaco.retention == pytest.approx(1.0, abs=0.03) and vaco.retention_verdict == "holds"
+    assert vaco.retention_low <= vaco.retention <= vaco.retention_high
+    # the base setting itself has no retention row; its lag column does
+    assert r[(r["setting"] == settings.BASE_FORWARD) & (r["capacity"] == 1)].empty
+    assert _one(r, task="task_a", method="ppo_clip", setting=settings.BASE_FORWARD,
+                capacity=16).retention == pytest.approx(0.95, abs=0.03)
+    assert "PPO-Clip breaks in" in report.answer
+    assert "K=32, lr=0.0003, k = 0: PPO-Clip 0.30" in report.answer
+    assert "VACO holds" in report.answer
+
+
+def test_the_pre_registered_family_is_tested_by_hand(forward):
+    dirs, _, report = forward
+    p = report.primary
+    family = p[p["family"].astype(bool)]
+    # 2 settings × 2 baselines × 2 metrics × (2 tasks + pooled)
+    assert len(family) == 24 and set(family["task"]) == {"task_a", "task_b", lag.POOLED}
+    assert np.allclose(family["p_holm"], stats.holm(family["p"].to_numpy()))
+    row = _one(p, comparison="vaco − ppo_clip", task="task_a", setting="k=0, K=32, lr=0.0003",
+               metric="final score")
+    runs = report.runs[(report.runs["env"] == "task_a") & (report.runs["capacity"] == 1)
+                       & (report.runs["setting"] == "K=32, lr=0.0003")]
+    d = (runs[runs["method"] == "vaco"].set_index("seed")["score"]
+         - runs[runs["method"] == "ppo_clip"].set_index("seed")["score"])
+    assert row.estimate == pytest.approx(d.mean())
+    assert row.p == pytest.approx(scipy_stats.ttest_1samp(d, 0.0).pvalue)
+    assert row.verdict == "higher" and row.analysis == "pre-registered"
+    holds = _one(p, comparison="ppo_clip retention", task=lag.POOLED,
+                 setting="k=0, K=32, lr=0.0003")
+    assert holds.verdict == "breaks"
+    assert set(p.loc[p["comparison"] == "vaco retention", "verdict"]) == {"holds"}
+
+
+def test_results_made_before_the_pre_registration_call_no_verdict(forward, monkeypatch):
+    dirs, refs, _ = forward
+    monkeypatch.setattr(lag, "git_descends_from", lambda commit, ancestor: False)
+    report = settings.analyse(settings.load(dirs), references.load(refs), reps=200)
+    words = set(report.primary["verdict"]) | set(report.forward_retention["retention_verdict"])
+    assert not words & {"holds", "breaks", "undetermined", "higher", "lower"}
+    assert set(report.primary["analysis"]) == {"exploratory"}
+    assert report.answer.startswith("PPO-Clip has its 95% CI below 0.8 in")
+
+
+def test_without_synchronous_ppo_clip_the_scores_are_refused(tmp_path):
+    only_vaco = _write(tmp_path / "d", "delta-lag", [
+        ("vaco", 4, (3e-4,), (1, 16), (0.1, 0.2), lambda lr, c, d: 0.9)], "task_a")
+    with pytest.raises(ValueError, match="no synchronous PPO-Clip runs .* on task_a: .* add the "
+                                         "sweep directory"):
+        settings.analyse(settings.load([only_vaco]), references.load(_references(
+            tmp_path / "r.json")), reps=100)
+
+
+def test_step_size_best_rate_matched_kl_ablations_and_delta(tmp_path):
+    rates = (1e-4, 3e-4, 1e-3)
+    best = {"ppo_clip": 1e-3, "vaco": 1e-4}
+    step = _write(tmp_path / "s", "stepsize", [
+        (algo, 4, rates, (1,), (0.2,),
+         lambda lr, c, d, a=algo: 1.0 if lr == best[a] else 0.6) for algo in best] + [
+        ("gae+tv_filter", 4, (3e-4,), (1,), (0.2,), lambda lr, c, d: 0.4)], "task_a")
+    delta = _write(tmp_path / "d", "delta-lag", [
+        ("vaco", 4, (3e-4,), (1, 16), (0.1, 0.4),
+         lambda lr, c, d: 0.9 if c == 1 or d == 0.1 else 0.45)], "task_a")
+    report = settings.analyse(settings.load([step, delta]),
+                              references.load(_references(tmp_path / "r.json")), reps=500)
+    chosen = report.best_lr.set_index("method")["best"]
+    assert chosen["ppo_clip"] == "lr=0.001" and chosen["vaco"] == "lr=0.0001"
+    # approx_kl = lr × K × (2 for VACO): VACO at 1e-4 (8e-4) is closest to PPO-Clip at 3e-4 (1.2e-3)
+    matched = _one(report.matched, task="task_a")
+    assert (matched.vaco_lr, matched.ppo_clip_lr) == ("lr=0.0001", "lr=0.0003")
+    # scores are in units of synchronous PPO-Clip at lr 3e-4 (level 0.6 here)
+    assert _one(report.tasks, task="task_a").sync_from == "stepsize"
+    assert matched.score_difference == pytest.approx((1.0 - 0.6) / 0.6, abs=0.05)
+    ablation = _one(report.ablations, task="task_a", method="gae+tv_filter")
+    assert ablation.score_minus_vaco == pytest.approx((0.4 - 0.6) / 0.6, abs=0.05)
+    kept = _one(report.delta_retention, task="task_a", setting="δ=0.4", capacity=16)
+    assert kept.retention == pytest.approx(0.5, abs=0.05)
+    assert kept.retention_verdict == "95% CI below 0.8"     # exploratory wording
+    assert _one(report.delta_retention, task="task_a", setting="δ=0.1",
+                capacity=16).retention_verdict == "95% CI above 0.8"
+    assert report.primary.empty and report.forward_retention.empty
+
+
+def test_cli_writes_primary_csv_summary_and_figures(forward, tmp_path, capsys, monkeypatch):
+    from vaco_jax.commands import lag_report
+
+    dirs, refs, _ = forward
+    monkeypatch.setattr(lag, "git_descends_from", lambda commit, ancestor: True)
+    out = tmp_path / "report"
+    code = lag_report.main(["--study", "settings", "--sweeps", *map(str, dirs), "--references",
+                            str(refs), "--out", str(out), "--reps", "200"])
+    assert code == 0
+    primary = pd.read_csv(out / "primary.csv")
+    assert len(primary) == 24 + 2 * 3 * 3     # the family, then the "holds" rows
+    text = (out / "summary.md").read_text()
+    first_table = text.index("| comparison | task | setting |")
+    assert text.index("## Pre-registered tests") < first_table < text.index("## Tasks")
+    figures = sorted(p.name for p in out.glob("fig_forward_*.png"))
+    assert figures == ["fig_forward_1_pooled.png", "fig_forward_1_task_a.png",
+                       "fig_forward_1_task_b.png"]
+    assert lag_report.main(["--study", "settings", "--sweeps", *map(str, dirs), "--references",
+                            str(tmp_path / "none.json")]) == 2
+    assert "no reference returns at" in capsys.readouterr().err
+
+
+def test_llm_primary_tests_pair_seeds_and_adjust_over_the_family(monkeypatch):
+    monkeypatch.setattr(lag, "git_descends_from", lambda commit, ancestor: True)
+    rng = np.random.default_rng(0)
+    rows = []
+    for n in (1, 16):
+        for seed in range(10):
+            base = 0.8 + 0.01 * rng.normal()
+            gain = 0.0 if n == 1 else 0.03 + 0.003 * rng.normal()
+            for objective, shift in (("ppo_clip", 0.0), ("vaco", gain)):
+                rows.append({"n": n, "seed": seed, "objective": objective,
+                             "final_accuracy": base + shift,
+                             "final_sampled_accuracy": base - shift + 0.001 * seed * (n > 1)})
+    table = experiment.primary_tests(rows, commit="c0ffee")
+    assert len(table) == 4 and set(table["analysis"]) == {"pre-registered"}
+    same = _one(table, setting="N=1", metric="held-out greedy accuracy")
+    assert same.p == 1.0 and same.verdict == "no difference shown"
+    greedy = _one(table, setting="N=16", metric="held-out greedy accuracy")
+    assert greedy.estimate == pytest.approx(0.03, abs=0.003) and greedy.verdict == "higher"
+    sampled = _one(table, setting="N=16", metric="held-out sampled accuracy")
+    assert sampled.verdict == "lower"
+    assert np.allclose(table["p_holm"], stats.holm(table["p"].to_numpy()))
+    assert set(experiment.primary_tests(rows, commit=None)["analysis"]) == {"exploratory"}
+
+
+def test_llm_primary_csv_is_written_beside_the_results(tmp_path, monkeypatch):
+    monkeypatch.setattr(lag, "git_descends_from", lambda commit, ancestor: False)
+    rows = [{"n": 8, "seed": s, "objective": o, "final_accuracy": 0.5 + 0.01 * s * (o == "vaco"),
+             "final_sampled_accuracy": 0.4} for s in range(3) for o in ("vaco", "ppo_clip")]
+    io.append_jsonl(tmp_path / "results.jsonl", rows)
+    (tmp_path / "config.json").write_text(json.dumps({"config": {}, "git_commit": "abc"}))
+    path = experiment.write_primary(tmp_path)
+    table = pd.read_csv(path)
+    assert list(table["setting"]) == ["N=8", "N=8"] and set(table["analysis"]) == {"exploratory"}

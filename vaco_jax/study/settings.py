@@ -1,0 +1,750 @@
+"""The studies over settings that docs/experiments.md pre-registers beside the controlled-lag study
+(`presets.STUDIES`):
+
+* `forward`: both sources of policy lag at once, the update frequency (K epochs per batch, the
+  learning rate) crossed with a constant lag k = C − 1;
+* `stepsize`: PPO-Clip's and VACO's synchronous learning rates, and the Align/Filter ablations;
+* `delta-lag`: VACO's δ at k = 0 and at a constant lag.
+
+A run is scored as the pre-registration says: its final score is the mean of its last
+`FINAL_EVALS` evaluations and its AUC the mean of all its evaluations, each normalised per task,
+(R − R_random) / (R_sync − R_random), R_random the uniform random policy's return (the references
+file) and R_sync the mean final return of synchronous PPO-Clip at the base setting (K = 4,
+lr 3·10⁻⁴, k = 0) **on the same seeds**, from these sweeps; a diverged run scores 0 from its
+divergence on (a diverged PPO-Clip run counts at R_random in R_sync).
+
+Retention in a setting = the method's mean score there / its mean score in its base setting
+(K = 4, lr 3·10⁻⁴, k = 0; for δ, the same δ at k = 0), paired by seed, with a 95% BCa interval over
+seeds (tasks as strata when pooled): the final-score retention and, alike, the AUC retention. The
+break rule: "breaks" when the interval's upper end is below 0.8, "holds" when its lower end is
+above 0.8 (non-inferiority, margin 0.2), else "undetermined"; in the forward study these are
+pre-registered verdicts (for results made after the pre-registration), elsewhere exploratory and
+worded by where the interval lies.
+
+The pre-registered family of the forward study: VACO − PPO-Clip and VACO − APPO, final score and
+AUC, (i) at the largest lag with K = 4 (lr 3·10⁻⁴) and (ii) at the highest update frequency,
+K = 32 at k = 0 (lr 3·10⁻⁴), per task with at least `lag.MIN_SEEDS` seeds and pooled: paired
+t-tests with Holm's correction over the family, the exact sign-flip test beside each.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from vaco_jax.study import analysis, lag, presets, stats, sweep
+
+STUDIES = ("forward", "stepsize", "delta-lag")
+FINAL_EVALS = presets.FINAL_EVALS
+BASE_EPOCHS = 4
+BASE_LR = 3e-4
+BASE_DELTA = 0.2
+SYNC_METHOD = "ppo_clip"
+TARGET = lag.TARGET
+POOLED = lag.POOLED
+BREAK_LEVEL = lag.BREAK_LEVEL
+PRIMARY_BASELINES = lag.PRIMARY_BASELINES
+HOLDS_METHODS = lag.HOLDS_METHODS
+HIGHEST_EPOCHS = 32
+"""The pre-registered high-update-frequency setting of the forward study: K = 32 at k = 0."""
+RUN = ["study", "env", "method", "setting", "capacity", "seed"]
+COLUMN = ["method", "setting", "capacity"]
+
+
+def forward_setting(epochs: int, learning_rate: float) -> str:
+    return f"K={int(epochs)}, lr={learning_rate:g}"
+
+
+def lr_setting(learning_rate: float) -> str:
+    return f"lr={learning_rate:g}"
+
+
+def delta_setting(delta: float) -> str:
+    return f"δ={delta:g}"
+
+
+BASE_FORWARD = forward_setting(BASE_EPOCHS, BASE_LR)
+BASE_STEPSIZE = lr_setting(BASE_LR)
+
+
+# --- loading --------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Sweeps:
+    """Rows of the settings studies (`results`, with `tidy`'s columns) and their cell records."""
+
+    results: pd.DataFrame
+    cells: pd.DataFrame
+
+
+def load(directories: Sequence[str | Path], *, allow_code_change: bool = False) -> Sweeps:
+    """The rows of `STUDIES` in every sweep directory, refusing a cell found in two directories
+    and, unless `allow_code_change`, cells made by different vaco_jax source."""
+    tables, records = [], []
+    for directory in map(Path, directories):
+        table = sweep.load_results(directory)
+        table = table[table["study"].isin(STUDIES)]
+        plan_path = directory / sweep.PLAN
+        plan = json.loads(plan_path.read_text()) if plan_path.exists() else {}
+        tables.append(tidy(table, plan.get("cells", {})).assign(sweep=str(directory)))
+        cells = sweep.load_cells(directory)
+        if len(cells):
+            ours = cells["cell"].str.split("/").str[0].isin(STUDIES)
+            records.append(cells[ours].dropna(axis=1, how="all").assign(sweep=str(directory)))
+    results = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
+    if results.empty:
+        raise ValueError(f"no rows of the {', '.join(STUDIES)} studies in "
+                         f"{[str(d) for d in directories]}; run `vaco-sweep --preset forward-cpu` "
+                         f"(or stepsize-cpu, delta-lag-cpu) first")
+    cells = pd.concat(records, ignore_index=True)
+    lag.check_one_code(cells, allow_code_change, what=f"the {', '.join(STUDIES)} cells")
+    return Sweeps(results, cells)
+
+
+def tidy(results: pd.DataFrame, plan_cells: dict) -> pd.DataFrame:
+    """`results` with `method` (the algorithm), `epochs` (K), `learning_rate`, `k` (= capacity − 1)
+    and `setting` (the study's label: "K=16, lr=0.0003", "lr=0.001", "δ=0.1"). K and the default
+    learning rate come from each cell's config in the plan (`plan_cells`); a swept learning rate
+    from the row."""
+    if results.empty:
+        return results.assign(method=[], epochs=[], learning_rate=[], k=[], setting=[])
+    results = results.copy()
+    missing = sorted(set(results["cell"]) - set(plan_cells))
+    if missing:
+        raise ValueError(f"cells {missing[:3]} are not in the sweep's plan (sweep.json): their "
+                         f"K and learning rate are unknown")
+    config = {cell: plan_cells[cell]["config"] for cell in results["cell"].unique()}
+    results["method"] = results["algo"]
+    results["epochs"] = results["cell"].map({c: int(v["num_epochs"]) for c, v in config.items()})
+    default_lr = results["cell"].map({c: float(v["learning_rate"]) for c, v in config.items()})
+    swept = results["learning_rate"] if "learning_rate" in results else np.nan
+    results["learning_rate"] = pd.Series(swept, index=results.index).fillna(default_lr)
+    results["capacity"] = results["capacity"].astype(int)
+    results["k"] = results["capacity"] - 1
+    results["setting"] = [
+        forward_setting(e, lr) if s == "forward" else lr_setting(lr) if s == "stepsize"
+        else delta_setting(d)
+        for s, e, lr, d in zip(results["study"], results["epochs"], results["learning_rate"],
+                               results["delta"])]
+    diverged = (results["diverged"].fillna(False).astype(bool) if "diverged" in results
+                else pd.Series(False, index=results.index))
+    results["diverged"] = diverged | ~np.isfinite(results["eval_return"].to_numpy(np.float64))
+    order = results.sort_values(RUN + ["eval_index"])
+    results["diverged"] = order.groupby(RUN, sort=False)["diverged"].cummax()
+    return results
+
+
+# --- scores ---------------------------------------------------------------------------------------
+def _finite_mean(values: np.ndarray) -> float:
+    finite = values[np.isfinite(values)]
+    return float(finite.mean()) if finite.size else np.nan
+
+
+def raw_runs(results: pd.DataFrame, last_evals: int = FINAL_EVALS) -> pd.DataFrame:
+    """One row per run: its final return (the mean of its last `last_evals` evaluations; NaN if it
+    diverged), whether and when it diverged, its mean in-update `approx_kl` and behaviour TV, and
+    its curve (`steps`, `returns`, with NaN from its divergence on)."""
+    frame = results.sort_values(RUN + ["eval_index"])
+    twice = frame.duplicated(RUN + ["eval_index"])
+    if twice.any():
+        first = frame.loc[twice, RUN + ["eval_index"]].iloc[0].to_dict()
+        raise ValueError(f"{int(twice.sum())} evaluations appear twice (e.g. {first}); a run may "
+                         f"be in two sweep directories: analyse each once")
+    rows = []
+    for key, run in frame.groupby(RUN, sort=False):
+        if len(run) < last_evals:
+            raise ValueError(f"run {dict(zip(RUN, key))} has {len(run)} evaluations; its score "
+                             f"averages the last {last_evals}")
+        returns = run["eval_return"].to_numpy(np.float64)
+        diverged = run["diverged"].to_numpy(bool)
+        returns = np.where(diverged, np.nan, returns)
+        failed = bool(diverged.any())
+        first = run.iloc[0]
+        kl = run["approx_kl"].to_numpy(np.float64) if "approx_kl" in run else np.array([np.nan])
+        tv = run["behavior_tv"].to_numpy(np.float64) if "behavior_tv" in run else np.array([np.nan])
+        rows.append({
+            **dict(zip(RUN, key)), "k": int(first["k"]), "epochs": int(first["epochs"]),
+            "learning_rate": float(first["learning_rate"]), "delta": float(first["delta"]),
+            "budget": int(first["budget"]), "evaluations": len(run),
+            "final_return": np.nan if failed else float(returns[-last_evals:].mean()),
+            "diverged": failed,
+            "diverged_at_step": int(run["step"].to_numpy()[diverged].min()) if failed else None,
+            "approx_kl": _finite_mean(kl), "behavior_tv": _finite_mean(tv),
+            "steps": run["step"].to_numpy(np.float64), "returns": returns,
+            "sweep": first.get("sweep", "")})
+    return pd.DataFrame(rows)
+
+
+def sync_references(runs: pd.DataFrame, random: dict[str, float]) -> pd.DataFrame:
+    """Per task: R_sync, the mean final return of synchronous PPO-Clip at the base setting over
+    its seeds (a diverged run counted at R_random), from the forward study where it has them, else
+    the step-size study; R_random; the seeds and where they come from."""
+    base = runs[(runs["method"] == SYNC_METHOD) & (runs["k"] == 0)
+                & (runs["epochs"] == BASE_EPOCHS) & np.isclose(runs["learning_rate"], BASE_LR)
+                & np.isclose(runs["delta"], BASE_DELTA) & runs["study"].isin(("forward", "stepsize"))]
+    rows = []
+    for env in sorted(runs["env"].unique()):
+        here = base[base["env"] == env]
+        study = next((s for s in ("forward", "stepsize") if (here["study"] == s).any()), None)
+        if study is None:
+            raise ValueError(
+                f"no synchronous PPO-Clip runs (K = {BASE_EPOCHS}, lr {BASE_LR:g}, k = 0) on "
+                f"{env}: the scores are normalised by them on the same seeds; add the sweep "
+                f"directory of the forward or step-size study of {env} to --sweeps")
+        here = here[here["study"] == study]
+        finals = here["final_return"].fillna(random[env]).to_numpy(np.float64)
+        rows.append({"task": env, "random_return": random[env],
+                     "sync_return": float(finals.mean()), "sync_seeds": len(finals),
+                     "sync_from": study, "sync_diverged": int(here["diverged"].sum())})
+    return pd.DataFrame(rows)
+
+
+def scored_runs(runs: pd.DataFrame, tasks: pd.DataFrame) -> pd.DataFrame:
+    """`runs` with `score` (normalised final; 0 for a diverged run) and `auc` (the normalised
+    area under the curve, 0 from a divergence on)."""
+    ref = tasks.set_index("task")
+    scores, aucs = [], []
+    for r in runs.itertuples():
+        random, sync = ref.loc[r.env, "random_return"], ref.loc[r.env, "sync_return"]
+        curve = np.nan_to_num(stats.normalize(r.returns, random, sync), nan=0.0)
+        aucs.append(float(stats.area_under_curve(curve, r.steps)))
+        scores.append(0.0 if r.diverged else float(stats.normalize(r.final_return, random, sync)))
+    return runs.assign(score=scores, auc=aucs)
+
+
+def random_returns(table: dict, runs: pd.DataFrame) -> dict[str, float]:
+    """Each task's random-policy return from the references table (at the runs' budget)."""
+    out = {}
+    for env, budget in runs[["env", "budget"]].drop_duplicates().itertuples(index=False):
+        if runs.loc[runs["env"] == env, "budget"].nunique() > 1:
+            raise ValueError(f"{env} has runs at several budgets; a task is compared at one budget")
+        matches = [e for e in table["entries"] if e["env"] == env and e["budget"] == int(budget)]
+        if not matches:
+            raise KeyError(f"no reference returns for env {env!r} at budget {int(budget):,} "
+                           f"steps; run `vaco-references` for it")
+        out[env] = float(matches[-1]["random_return"])
+    return out
+
+
+# --- tables ---------------------------------------------------------------------------------------
+def _values(runs: pd.DataFrame, value: str) -> dict[tuple, pd.Series]:
+    """(env, method, setting, capacity) → the seed-indexed `value` of its runs."""
+    return {key: group.set_index("seed")[value]
+            for key, group in runs.groupby(["env", *COLUMN], sort=False)}
+
+
+def score_table(runs: pd.DataFrame, *, reps: int, seed: int) -> pd.DataFrame:
+    """Mean final score and mean AUC per (task, method, setting, k) with 95% BCa intervals, then
+    pooled over tasks; and the mean `approx_kl` and behaviour TV over seeds."""
+    out = None
+    for value in ("score", "auc"):
+        values = _values(runs, value)
+        comparisons = lag._with_pooled(values, {key: [(key[0], [key[1:]])] for key in values})
+        estimated = lag.estimates(values, comparisons, lag.mean_of, reps=reps, seed=seed,
+                                  levels={"": 0.95})
+        frame = pd.DataFrame([{"task": t, "method": m, "setting": s, "capacity": c,
+                               value: e["point"], f"{value}_low": e["low"],
+                               f"{value}_high": e["high"], "seeds": e["seeds"], "tasks": e["tasks"]}
+                              for (t, m, s, c), e in estimated.items()])
+        out = frame if out is None else out.merge(frame, on=["task", *COLUMN, "seeds", "tasks"])
+    means = runs.groupby(["env", *COLUMN])[["approx_kl", "behavior_tv"]].mean()
+    pooled = means.groupby(level=[1, 2, 3]).mean()
+    out["approx_kl"] = [means.loc[(t, m, s, c), "approx_kl"] if t != POOLED
+                        else pooled.loc[(m, s, c), "approx_kl"] for t, m, s, c in
+                        out[["task", *COLUMN]].itertuples(index=False)]
+    out["behavior_tv"] = [means.loc[(t, m, s, c), "behavior_tv"] if t != POOLED
+                          else pooled.loc[(m, s, c), "behavior_tv"] for t, m, s, c in
+                          out[["task", *COLUMN]].itertuples(index=False)]
+    return _ordered(out.assign(k=out["capacity"] - 1))
+
+
+def _setting_order(settings) -> list[str]:
+    def key(s: str):
+        parts = dict(p.split("=") for p in s.replace(" ", "").split(","))
+        return tuple(float(parts.get(name, 0)) for name in ("K", "lr", "δ"))
+    return sorted(set(settings), key=key)
+
+
+def _ordered(frame: pd.DataFrame) -> pd.DataFrame:
+    """Tasks sorted, pooled last; methods VACO first (as the lag study); settings, then k, in order."""
+    if frame.empty:
+        return frame
+    tasks = sorted(t for t in frame["task"].unique() if t != POOLED) + [POOLED]
+    methods = lag._method_order(frame["method"].unique())
+    settings = _setting_order(frame["setting"])
+    keyed = frame.assign(_t=frame["task"].map(tasks.index), _m=frame["method"].map(methods.index),
+                         _s=frame["setting"].map(settings.index))
+    return (keyed.sort_values(["_t", "_m", "_s", "capacity"]).drop(columns=["_t", "_m", "_s"])
+            .reset_index(drop=True))
+
+
+def verdict(low: float, high: float, pre_registered: bool) -> str:
+    """The break rule's verdict on a retention interval: "holds" / "breaks" / "undetermined"; not
+    pre-registered: where the interval lies ("95% CI above 0.8", ...)."""
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return "undefined"
+    words = (("holds", "breaks", "undetermined") if pre_registered else
+             tuple(f"95% CI {w} {BREAK_LEVEL:g}" for w in ("above", "below", "spans")))
+    return words[0] if low > BREAK_LEVEL else words[1] if high < BREAK_LEVEL else words[2]
+
+
+def retention_table(runs: pd.DataFrame, base: dict[str, tuple[str, int]] | None = None, *,
+                    reps: int, seed: int, pre_registered: bool) -> pd.DataFrame:
+    """Final-score and AUC retention per (task, method, setting, k) against the method's base
+    column — `base(setting)` → (base setting, base capacity); default: the forward study's
+    (K = 4, lr 3·10⁻⁴, k = 0) — with 95% BCa intervals and the break rule's verdicts; pooled over
+    tasks (seeds resampled within each task)."""
+    def base_of(setting: str) -> tuple[str, int]:
+        return base[setting] if base is not None else (BASE_FORWARD, 1)
+
+    out = None
+    for value, name in (("score", "retention"), ("auc", "auc_retention")):
+        values = _values(runs, value)
+        per_cell = {}
+        for env, method, setting, capacity in values:
+            reference = (method, *base_of(setting))
+            if (method, setting, capacity) == reference:
+                continue
+            per_cell[(env, method, setting, capacity)] = [
+                (env, [(method, setting, capacity), reference])]
+        comparisons = lag._with_pooled(values, per_cell)
+        estimated = lag.estimates(values, comparisons, lag.degradation_of, reps=reps, seed=seed,
+                                  levels={"": 0.95})
+        frame = pd.DataFrame(
+            [{"task": t, "method": m, "setting": s, "capacity": c, name: e["point"],
+              f"{name}_low": e["low"], f"{name}_high": e["high"],
+              f"{name}_verdict": verdict(e["low"], e["high"], pre_registered),
+              "seeds": e["seeds"], "tasks": e["tasks"]}
+             for (t, m, s, c), e in estimated.items()],
+            columns=["task", *COLUMN, name, f"{name}_low", f"{name}_high", f"{name}_verdict",
+                     "seeds", "tasks"])
+        out = frame if out is None else out.merge(frame, on=["task", *COLUMN, "seeds", "tasks"],
+                                                  how="outer")
+    return _ordered(out.assign(k=out["capacity"] - 1))
+
+
+# --- the pre-registered family ----------------------------------------------------------------------
+def forward_primary_settings(runs: pd.DataFrame) -> dict[str, tuple[str, int]]:
+    """The family's two settings in the forward study: (i) the largest lag at the base setting,
+    (ii) K = 32 (lr 3·10⁻⁴) at k = 0; as name → (setting, capacity)."""
+    largest = int(runs["capacity"].max())
+    return {f"k={largest - 1}, {BASE_FORWARD}": (BASE_FORWARD, largest),
+            f"k=0, {forward_setting(HIGHEST_EPOCHS, BASE_LR)}":
+                (forward_setting(HIGHEST_EPOCHS, BASE_LR), 1)}
+
+
+def primary_table(runs: pd.DataFrame, retention: pd.DataFrame, *,
+                  pre_registered: bool) -> pd.DataFrame:
+    """The forward study's pre-registered family (module docstring) and the "holds" verdicts of
+    VACO, PPO-Clip and APPO in its two settings; columns as `lag.primary_table`'s."""
+    tests = []
+    for label, (setting, capacity) in forward_primary_settings(runs).items():
+        cell = runs[(runs["setting"] == setting) & (runs["capacity"] == capacity)]
+        tests += [{"comparison": f"{TARGET} − {baseline}", "task": task, "setting": label,
+                   "metric": "final score" if value == "score" else "AUC",
+                   "differences": diff.to_numpy(np.float64), "family": in_family}
+                  for baseline in PRIMARY_BASELINES for value in ("score", "auc")
+                  for task, (diff, in_family) in lag.paired_differences(cell, baseline,
+                                                                        value).items()]
+    table = lag.paired_family(tests, pre_registered)
+    holds = []
+    for label, (setting, capacity) in forward_primary_settings(runs).items():
+        rows = retention[(retention["setting"] == setting) & (retention["capacity"] == capacity)
+                         & retention["method"].isin(HOLDS_METHODS)]
+        for r in rows.itertuples():
+            enough = r.seeds >= lag.MIN_SEEDS * (r.tasks if r.task == POOLED else 1)
+            holds.append({"comparison": f"{r.method} retention", "task": r.task,
+                          "setting": label, "metric": "final score retention",
+                          "estimate": r.retention, "low": r.retention_low,
+                          "high": r.retention_high, "seeds": r.seeds,
+                          "test": f"non-inferiority: 95% BCa lower end > {BREAK_LEVEL:g}",
+                          "p": np.nan, "p_sign_flip": np.nan, "margin": 1 - BREAK_LEVEL,
+                          "family": False, "p_holm": np.nan,
+                          "verdict": r.retention_verdict if enough else
+                          f"left out (fewer than {lag.MIN_SEEDS} seeds)"})
+    table = pd.concat([table, pd.DataFrame(holds)], ignore_index=True)
+    table["analysis"] = "pre-registered" if pre_registered else "exploratory"
+    return table
+
+
+def forward_answer(retention: pd.DataFrame, pre_registered: bool) -> str:
+    """The forward study's question in one sentence: is there a setting where PPO-Clip breaks
+    (the break rule on its final-score retention), and does VACO hold there?"""
+    ppo = retention[retention["method"] == SYNC_METHOD]
+    vaco = retention[retention["method"] == TARGET].set_index(["task", "setting", "capacity"])
+    if ppo.empty:
+        return "PPO-Clip has no runs outside its base setting: the question cannot be answered."
+    broken = ppo[ppo["retention_high"] < BREAK_LEVEL]
+    word = "breaks" if pre_registered else f"has its 95% CI below {BREAK_LEVEL:g}"
+    settings = "; ".join(_setting_order(ppo["setting"]))
+    if broken.empty:
+        worst = ppo.loc[ppo["retention_high"].idxmin()]
+        return (f"PPO-Clip {word} in no setting tested ({settings}; k up to "
+                f"{int(ppo['k'].max())}): its lowest retention interval is "
+                f"{lag._ci(worst.retention, worst.retention_low, worst.retention_high)} "
+                f"({worst.task}, {worst.setting}, k = {int(worst.k)}).")
+    parts = []
+    for r in broken.itertuples():
+        key = (r.task, r.setting, r.capacity)
+        there = (f"VACO {vaco.loc[key, 'retention_verdict']} "
+                 f"({lag._ci(*vaco.loc[key, ['retention', 'retention_low', 'retention_high']])})"
+                 if key in vaco.index else "VACO not run there")
+        parts.append(f"{r.task}, {r.setting}, k = {int(r.k)}: PPO-Clip "
+                     f"{lag._ci(r.retention, r.retention_low, r.retention_high)}; {there}")
+    return f"PPO-Clip {word} in {len(broken)} setting(s): " + "; ".join(parts) + "."
+
+
+# --- the step-size study --------------------------------------------------------------------------
+def best_learning_rates(scores: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """Per task (pooled too) and method of the learning-rate sweep (PPO-Clip, VACO): the learning
+    rate with the highest mean final score (ties: AUC), its score, AUC and approx_kl; and, per
+    task, VACO − PPO-Clip at their best learning rates (paired t interval; exploratory)."""
+    swept = scores[scores["method"].isin((SYNC_METHOD, TARGET))]
+    rates = swept.groupby(["task", "method"])["setting"].nunique()
+    rows = []
+    for (task, method), group in swept.groupby(["task", "method"], sort=False):
+        if rates[(task, method)] < 2:
+            continue
+        best = group.sort_values(["score", "auc"], ascending=False).iloc[0]
+        rows.append({"task": task, "method": method, "best": best["setting"],
+                     **{c: best[c] for c in ("score", "score_low", "score_high", "auc", "auc_low",
+                                             "auc_high", "approx_kl", "seeds")}})
+    table = pd.DataFrame(rows)
+    if table.empty:
+        return table
+    best = table.set_index(["task", "method"])["best"]
+    diffs = []
+    for task in table["task"].unique():
+        if (task, TARGET) not in best.index or (task, SYNC_METHOD) not in best.index:
+            continue
+        d = _difference(runs, task, (TARGET, best[(task, TARGET)]),
+                        (SYNC_METHOD, best[(task, SYNC_METHOD)]))
+        mean, low, high = stats.paired_t_interval(d)
+        diffs.append({"task": task, "vaco_minus_ppo_clip": mean, "difference_low": low,
+                      "difference_high": high})
+    return table.merge(pd.DataFrame(diffs), on="task", how="left") if diffs else table
+
+
+def _difference(runs: pd.DataFrame, task: str, a: tuple[str, str], b: tuple[str, str],
+                value: str = "score", capacity: int = 1) -> np.ndarray:
+    """Per seed: `value` of (method, setting) a minus b, on `task` (pooled: the mean over tasks of
+    the per-task differences, on the seeds every task has)."""
+    tasks = sorted(runs["env"].unique()) if task == POOLED else [task]
+    per_task = []
+    for env in tasks:
+        here = runs[(runs["env"] == env) & (runs["capacity"] == capacity)]
+        x = here[(here["method"] == a[0]) & (here["setting"] == a[1])].set_index("seed")[value]
+        y = here[(here["method"] == b[0]) & (here["setting"] == b[1])].set_index("seed")[value]
+        per_task.append(x - y)
+    common = sorted(set.intersection(*(set(s.dropna().index) for s in per_task)))
+    return (sum(s[common] for s in per_task) / len(per_task)).to_numpy(np.float64)
+
+
+def matched_kl(scores: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """Per task: the learning rates of VACO and PPO-Clip whose mean in-update approx_kl are
+    closest (on a log scale: the smallest |log KL_VACO − log KL_PPO-Clip|), their KLs, and VACO −
+    PPO-Clip in final score and AUC there (paired t intervals; exploratory)."""
+    rows = []
+    for task, group in scores[scores["task"] != POOLED].groupby("task", sort=True):
+        v = group[group["method"] == TARGET]
+        p = group[group["method"] == SYNC_METHOD]
+        if len(v) < 2 or len(p) < 2:
+            continue
+        pairs = [(abs(math.log(a.approx_kl) - math.log(b.approx_kl)), a, b)
+                 for a in v.itertuples() for b in p.itertuples()
+                 if a.approx_kl > 0 and b.approx_kl > 0]
+        if not pairs:
+            continue
+        _, a, b = min(pairs, key=lambda x: x[0])
+        row = {"task": task, "vaco_lr": a.setting, "vaco_approx_kl": a.approx_kl,
+               "ppo_clip_lr": b.setting, "ppo_clip_approx_kl": b.approx_kl}
+        for value in ("score", "auc"):
+            d = _difference(runs, task, (TARGET, a.setting), (SYNC_METHOD, b.setting), value)
+            mean, low, high = stats.paired_t_interval(d)
+            row.update({f"{value}_difference": mean, f"{value}_low": low, f"{value}_high": high})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def ablation_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """At the base learning rate, synchronous: each method minus VACO in final score and AUC per
+    task and pooled (paired t intervals; exploratory) — the Align/Filter ablations against VACO."""
+    base = runs[(runs["setting"] == BASE_STEPSIZE) & (runs["capacity"] == 1)]
+    rows = []
+    tasks = sorted(base["env"].unique())
+    for method in lag._method_order(base["method"].unique()):
+        if method == TARGET:
+            continue
+        for task in tasks + ([POOLED] if len(tasks) > 1 else []):
+            row = {"task": task, "method": method}
+            for value in ("score", "auc"):
+                d = _difference(base, task, (method, BASE_STEPSIZE), (TARGET, BASE_STEPSIZE), value)
+                mean, low, high = stats.paired_t_interval(d) if len(d) else (np.nan,) * 3
+                row.update({f"{value}_minus_vaco": mean, f"{value}_low": low,
+                            f"{value}_high": high, "seeds": len(d)})
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+# --- the report -------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Report:
+    """Every table of the settings studies present in the sweeps (empty frames for absent ones)."""
+
+    runs: pd.DataFrame
+    tasks: pd.DataFrame
+    forward_scores: pd.DataFrame
+    forward_retention: pd.DataFrame
+    primary: pd.DataFrame
+    answer: str
+    stepsize_scores: pd.DataFrame
+    best_lr: pd.DataFrame
+    matched: pd.DataFrame
+    ablations: pd.DataFrame
+    delta_scores: pd.DataFrame
+    delta_retention: pd.DataFrame
+    diverged: pd.DataFrame
+    provenance: pd.DataFrame
+    pre_registration: str
+    pre_registration_detail: str
+    reps: int
+    last_evals: int
+
+
+def analyse(sweeps: Sweeps, table: dict, *, reps: int = 10_000, seed: int = 0,
+            last_evals: int = FINAL_EVALS) -> Report:
+    raw = raw_runs(sweeps.results, last_evals)
+    tasks = sync_references(raw, random_returns(table, raw))
+    runs = scored_runs(raw, tasks)
+    status, detail = lag.pre_registration(sweeps.cells)
+    pre_registered = status == "after"
+    options = dict(reps=reps, seed=seed)
+    empty = pd.DataFrame()
+    forward = runs[runs["study"] == "forward"]
+    stepsize = runs[(runs["study"] == "stepsize") & (runs["k"] == 0)]   # synchronous, as defined
+    delta = runs[runs["study"] == "delta-lag"]
+    f_scores = score_table(forward, **options) if len(forward) else empty
+    f_retention = (retention_table(forward, **options, pre_registered=pre_registered)
+                   if len(forward) else empty)
+    s_scores = score_table(stepsize, **options) if len(stepsize) else empty
+    d_retention = empty
+    if len(delta):
+        bases = {s: (s, 1) for s in delta["setting"].unique()}
+        d_retention = retention_table(delta, bases, **options, pre_registered=False)
+    diverged = runs.loc[runs["diverged"], [*RUN, "diverged_at_step"]].reset_index(drop=True)
+    return Report(
+        runs=runs.drop(columns=["steps", "returns"]), tasks=tasks, forward_scores=f_scores,
+        forward_retention=f_retention,
+        primary=(primary_table(forward, f_retention, pre_registered=pre_registered)
+                 if len(forward) else empty),
+        answer=forward_answer(f_retention, pre_registered) if len(forward) else "",
+        stepsize_scores=s_scores,
+        best_lr=best_learning_rates(s_scores, stepsize) if len(stepsize) else empty,
+        matched=matched_kl(s_scores, stepsize) if len(stepsize) else empty,
+        ablations=ablation_table(stepsize) if len(stepsize) else empty,
+        delta_scores=score_table(delta, **options) if len(delta) else empty,
+        delta_retention=d_retention, diverged=diverged, provenance=_provenance(sweeps),
+        pre_registration=status, pre_registration_detail=detail, reps=reps,
+        last_evals=last_evals)
+
+
+def _provenance(sweeps: Sweeps) -> pd.DataFrame:
+    rows = []
+    for directory, group in sweeps.cells.groupby("sweep", sort=True):
+        rows.append({"sweep": directory, "cells": len(group),
+                     "source": ", ".join(sorted(set(group.get("source", pd.Series(
+                         ["unrecorded"])).fillna("unrecorded")))),
+                     "commits": ", ".join(sorted({str(c)[:12] for c in group.get(
+                         "git_commit", pd.Series(["unrecorded"])).fillna("unrecorded")}))})
+    return pd.DataFrame(rows)
+
+
+def _ci_text(frame: pd.DataFrame, value: str, sign: bool = False) -> list[str]:
+    return [lag._ci(p, lo, hi, sign=sign) for p, lo, hi in
+            zip(frame[value], frame[f"{value}_low"], frame[f"{value}_high"])]
+
+
+def _wide(frame: pd.DataFrame, texts: Sequence[str], index: Sequence[str], columns: str) -> str:
+    """A markdown table: one row per `index`, one column per value of `columns`, cells `texts`."""
+    if frame.empty:
+        return "—"
+    index = list(index)
+    cells = frame.assign(_text=list(texts))
+    order = (sorted(set(cells[columns]), key=lambda c: int(c.split("=")[1])) if columns == "lag"
+             else _setting_order(cells[columns]))
+    wide = cells.pivot(index=index, columns=columns, values="_text").reindex(columns=order)
+    wide = frame[index].drop_duplicates().merge(wide.fillna("—").reset_index(), on=index,
+                                                 how="left")
+    wide["task"] = wide["task"].replace({POOLED: "pooled (mean over tasks)"})
+    wide.columns = [str(c) for c in wide.columns]
+    return analysis.markdown_rows(wide)
+
+
+def _k_label(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.assign(lag=[f"k={int(k)}" for k in frame["k"]])
+
+
+def _retention_texts(frame: pd.DataFrame, name: str) -> list[str]:
+    return [f"{t} ({v})" for t, v in zip(_ci_text(frame, name), frame[f"{name}_verdict"])]
+
+
+def summary(r: Report, *, sweeps: Sequence[str], references_path: str,
+            figures: dict[str, str]) -> str:
+    """summary.md: the pre-registered family first, then every table."""
+    lines = ["# The settings studies: update frequency × lag, step size, δ × lag", "",
+             f"Sweeps: {', '.join(f'`{s}`' for s in sweeps)}; random returns: "
+             f"`{references_path}`.", "",
+             f"A run's final score is the mean of its last {r.last_evals} evaluations and its AUC "
+             f"the mean of all its evaluations, normalised per task by the random policy (0) and "
+             f"synchronous PPO-Clip at K = {BASE_EPOCHS}, lr {BASE_LR:g}, k = 0 on the same seeds "
+             f"(1); a diverged run scores 0 from its divergence on. Retention = the mean score in "
+             f"a setting / the method's mean score in its base setting, paired by seed; 95% BCa "
+             f"intervals over seeds ({r.reps:,} resamples), tasks as strata when pooled.", ""]
+    made = r.pre_registration_detail
+    if len(r.primary):
+        if r.pre_registration == "after":
+            lines += ["## Pre-registered tests", "",
+                      f"Fixed before the runs (docs/experiments.md, \"Pre-registered tests\"; "
+                      f"these results were {made}): VACO minus PPO-Clip and minus APPO, final "
+                      f"score and AUC, at the largest lag (K = {BASE_EPOCHS}) and at K = "
+                      f"{HIGHEST_EPOCHS}, k = 0, paired t-tests with Holm's correction over the "
+                      f"family, the exact sign-flip test beside them; the retention's 95% BCa "
+                      f"interval against {BREAK_LEVEL:g} for VACO, PPO-Clip and APPO. Everything "
+                      f"after the answer below is exploratory unless it says otherwise.", ""]
+        else:
+            lines += [f"## The pre-registered tests, computed on these results (exploratory: "
+                      f"{lag.PRE_REGISTRATION_STATUS[r.pre_registration]})", "",
+                      f"These results were {made}; the tests call no verdict here.", ""]
+        lines += [lag._primary_markdown(r.primary), "",
+                  "## The forward × backward question", "",
+                  "Is there a setting, reachable on a CPU, where PPO-Clip breaks — and does VACO "
+                  "hold there? " + r.answer, ""]
+    lines += ["## Tasks and references", "", analysis.markdown_rows(_rounded(r.tasks)), "",
+              "## Provenance", "", analysis.markdown_rows(r.provenance), "",
+              "## Diverged runs (scored 0)", "",
+              analysis.markdown_rows(r.diverged) if len(r.diverged) else "None.", ""]
+    if len(r.forward_retention):
+        fr = _k_label(r.forward_retention)
+        fs = _k_label(r.forward_scores)
+        lines += ["## Forward × backward: final-score retention", "",
+                  "Against the method's own score at K = 4, lr 3e-4, k = 0; the verdict by the "
+                  "break rule in brackets.", "",
+                  _wide(fr, _retention_texts(fr, "retention"), ("task", "method", "setting"), "lag"),
+                  "", "## Forward × backward: AUC retention", "",
+                  _wide(fr, _retention_texts(fr, "auc_retention"), ("task", "method", "setting"),
+                        "lag"), "",
+                  "## Forward × backward: normalised final score", "",
+                  _wide(fs, _ci_text(fs, "score"), ("task", "method", "setting"), "lag"), "",
+                  "## Forward × backward: mean in-update approx_kl (exploratory)", "",
+                  _wide(fs, [f"{x:.4f}" for x in fs["approx_kl"]], ("task", "method", "setting"),
+                        "lag"), ""]
+    if len(r.stepsize_scores):
+        ss = r.stepsize_scores
+        lines += ["## Step size (synchronous; exploratory)", "",
+                  "Normalised final score [95% CI], and mean in-update approx_kl, per learning "
+                  "rate.", "",
+                  _wide(ss, [f"{t}; KL {kl:.4f}" for t, kl in zip(_ci_text(ss, "score"),
+                                                                ss["approx_kl"])],
+                        ("task", "method"), "setting"), "",
+                  "### Each method at its best learning rate", "",
+                  "The highest mean final score (ties: AUC); then VACO − PPO-Clip, each at its "
+                  "best learning rate, paired by seed (Student-t interval).", "",
+                  _best_markdown(r.best_lr), "",
+                  "### At matched in-update KL", "",
+                  "The learning rates at which the two methods' mean approx_kl are closest (log "
+                  "scale); VACO − PPO-Clip there, paired by seed (Student-t intervals).", "",
+                  _matched_markdown(r.matched), "",
+                  "### The Align/Filter ablations against VACO at lr 3e-4", "",
+                  "Each method − VACO, synchronous, paired by seed (Student-t intervals).", "",
+                  _ablation_markdown(r.ablations), ""]
+    if len(r.delta_scores):
+        ds, dr = _k_label(r.delta_scores), _k_label(r.delta_retention)
+        lines += ["## VACO's δ at a constant lag (exploratory)", "",
+                  "Normalised final score [95% CI]:", "",
+                  _wide(ds, _ci_text(ds, "score"), ("task", "setting"), "lag"), "",
+                  "Final-score retention against the same δ at k = 0:", "",
+                  _wide(dr, _retention_texts(dr, "retention"), ("task", "setting"), "lag"), ""]
+    lines += ["## Figures", "", *[f"* [{name}]({name}): {caption}"
+                                  for name, caption in figures.items()]]
+    return "\n".join(lines) + "\n"
+
+
+def _best_markdown(best: pd.DataFrame) -> str:
+    if best.empty:
+        return "—"
+    table = pd.DataFrame({
+        "task": best["task"].replace({POOLED: "pooled (mean over tasks)"}),
+        "method": best["method"], "best learning rate": best["best"],
+        "final score": _ci_text(best, "score"), "AUC": _ci_text(best, "auc"),
+        "approx_kl": best["approx_kl"].map("{:.4f}".format)})
+    lines = [analysis.markdown_rows(table)]
+    if "vaco_minus_ppo_clip" in best:
+        for task, row in best.drop_duplicates("task").set_index("task").iterrows():
+            if np.isfinite(row["vaco_minus_ppo_clip"]):
+                lines.append(f"* {task}: VACO − PPO-Clip at their best learning rates "
+                             f"{lag._ci(row['vaco_minus_ppo_clip'], row['difference_low'], row['difference_high'], sign=True)}")
+    return "\n\n".join(lines[:1]) + ("\n\n" + "\n".join(lines[1:]) if len(lines) > 1 else "")
+
+
+def _matched_markdown(matched: pd.DataFrame) -> str:
+    if matched.empty:
+        return "—"
+    return analysis.markdown_rows(pd.DataFrame({
+        "task": matched["task"], "VACO lr (approx_kl)": [
+            f"{s} ({k:.4f})" for s, k in zip(matched["vaco_lr"], matched["vaco_approx_kl"])],
+        "PPO-Clip lr (approx_kl)": [
+            f"{s} ({k:.4f})" for s, k in zip(matched["ppo_clip_lr"],
+                                            matched["ppo_clip_approx_kl"])],
+        "VACO − PPO-Clip, final score": _signed(matched, "score_difference", "score"),
+        "VACO − PPO-Clip, AUC": _signed(matched, "auc_difference", "auc")}))
+
+
+def _signed(frame: pd.DataFrame, value: str, prefix: str) -> list[str]:
+    return [lag._ci(p, lo, hi, sign=True) for p, lo, hi in
+            zip(frame[value], frame[f"{prefix}_low"], frame[f"{prefix}_high"])]
+
+
+def _ablation_markdown(ablations: pd.DataFrame) -> str:
+    if ablations.empty:
+        return "—"
+    return analysis.markdown_rows(pd.DataFrame({
+        "task": ablations["task"].replace({POOLED: "pooled (mean over tasks)"}),
+        "method": ablations["method"],
+        "final score − VACO": _signed(ablations, "score_minus_vaco", "score"),
+        "AUC − VACO": _signed(ablations, "auc_minus_vaco", "auc"), "seeds": ablations["seeds"]}))
+
+
+def _rounded(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.apply(lambda c: c.map(lambda x: f"{x:.3g}") if c.dtype.kind == "f" else c)
+
+
+def write(report: Report, out: str | Path, *, sweeps: Sequence[str], references_path: str,
+          dpi: int = 120) -> list[Path]:
+    """Every table (CSV; the family as primary.csv), the figures and summary.md into `out`."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    tables = {"runs": report.runs, "tasks": report.tasks, "primary": report.primary,
+              "forward_scores": report.forward_scores,
+              "forward_retention": report.forward_retention,
+              "stepsize_scores": report.stepsize_scores, "best_learning_rate": report.best_lr,
+              "matched_kl": report.matched, "ablations": report.ablations,
+              "delta_scores": report.delta_scores, "delta_retention": report.delta_retention,
+              "diverged": report.diverged, "provenance": report.provenance}
+    written = []
+    for name, frame in tables.items():
+        if len(frame):
+            frame.to_csv(out / f"{name}.csv", index=False)
+            written.append(out / f"{name}.csv")
+    from vaco_jax.study import plotting   # matplotlib: only to draw
+
+    figures = plotting.save_settings_figures(report, out, dpi=dpi)
+    written += [out / name for name in figures]
+    (out / "summary.md").write_text(summary(report, sweeps=sweeps,
+                                            references_path=references_path, figures=figures))
+    written.append(out / "summary.md")
+    return written
