@@ -5,8 +5,8 @@
 
 Reads the directory's summary.json and config.json (as `vaco-llm` writes them) and draws greedy
 and sampled held-out accuracy, the clip and filter fractions against N, and the accuracy over
-training (`vaco_jax.llm.experiment.plot`); writes the pre-registered tests of VACO against
-PPO-Clip to primary.csv beside it (`vaco_jax.llm.experiment.primary_tests`).
+training (`vaco_jax.llm.experiment.plot`); redrawn in place, it also writes the pre-registered
+tests of VACO against PPO-Clip to <directory>/primary.csv (`vaco_jax.llm.experiment.primary_tests`).
 """
 
 from __future__ import annotations

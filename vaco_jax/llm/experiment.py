@@ -240,8 +240,11 @@ def primary_tests(rows, commit: str | None = None):
 
 def write_primary(directory) -> Path | None:
     """`primary_tests` of a results directory (results.jsonl, config.json) into its primary.csv;
-    None when there is nothing to test (no N with both VACO and PPO-Clip on 2 seeds)."""
+    None when there is nothing to test (no results.jsonl, or no N with both VACO and PPO-Clip on
+    2 seeds)."""
     directory = Path(directory)
+    if not (directory / "results.jsonl").exists():
+        return None
     rows = io.read_jsonl(directory / "results.jsonl")
     config = json.loads((directory / "config.json").read_text())
     table = primary_tests(rows, config.get("git_commit"))
@@ -378,13 +381,16 @@ def figure(summary, title=""):
 
 def replot(directory, path=None) -> Path:
     """Draw a finished sweep's figure again, from `directory`'s summary.json and config.json
-    (no training), into `path` (default `directory/forward_lag.png`); returns the path."""
+    (no training), into `path` (default `directory/forward_lag.png`, and then the pre-registered
+    tests into `directory/primary.csv` too, `write_primary`); returns the path."""
     directory = Path(directory)
     summary = json.loads((directory / "summary.json").read_text())
     grpo = json.loads((directory / "config.json").read_text())["config"]["grpo"]
+    in_place = not path
     path = Path(path) if path else directory / FIGURE
     plot(summary, path, figure_title(grpo, summary["num_params"]))
-    write_primary(directory)
+    if in_place:
+        write_primary(directory)
     return path
 
 

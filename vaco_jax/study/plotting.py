@@ -365,14 +365,16 @@ def leaderboard_figure(table: pd.DataFrame):
     table = table.sort_values("lag_retention")
     fig, ax = plt.subplots(figsize=(7.5, 0.35 * len(table) + 1.2))
     y = np.arange(len(table))
-    ax.errorbar(table.lag_retention, y, xerr=[table.lag_retention - table.lag_low,
-                                              table.lag_high - table.lag_retention],
-                fmt="o", color="k", capsize=2, label="largest lag")
-    if "forward_retention" in table:
-        ax.errorbar(table.forward_retention, y + 0.2,
-                    xerr=[table.forward_retention - table.forward_low,
-                          table.forward_high - table.forward_retention],
-                    fmt="s", color="tab:orange", capsize=2, label="high update frequency")
+    column = lambda name: table[name].to_numpy(np.float64)  # noqa: E731 (arrays: no pandas in mpl)
+    for prefix, shift, fmt, color, label in (("lag", 0.0, "o", "k", "largest lag"),
+                                             ("forward", 0.2, "s", "tab:orange",
+                                              "high update frequency")):
+        if f"{prefix}_retention" not in table:
+            continue
+        point = column(f"{prefix}_retention")
+        ax.errorbar(point, y + shift, xerr=[point - column(f"{prefix}_low"),
+                                            column(f"{prefix}_high") - point],
+                    fmt=fmt, color=color, capsize=2, label=label)
     ax.axvline(0.8, color="grey", ls=":", lw=1)
     ax.set_yticks(y)
     ax.set_yticklabels(table.method)
