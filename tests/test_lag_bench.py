@@ -198,6 +198,15 @@ def test_the_leaderboard_agrees_or_not_with_a_lag_study_by_rank_and_by_drops(tmp
     assert "agree on which methods drop (retention below 0.8) for 4 of 5" in text
     assert "| spo | idp | 0.85 | 0.23 | no | yes |" in text
 
+    # The benchmark runs IMPALA at the protocol's 4 epochs: it is the study's 4-epoch variant, not
+    # the study's one-pass `impala` row.
+    study = pd.DataFrame({"task": ["idp"] * 2, "sampling": ["oldest"] * 2, "lag": ["k=15"] * 2,
+                          "method": ["impala", "impala [epochs=4]"], "degradation": [-0.01, 0.06]})
+    study.to_csv(tmp_path / "degradation.csv", index=False)
+    impala = pd.DataFrame({"method": ["impala"], "task": ["idp"], "lag_retention": [0.03]})
+    impala.attrs["largest_lag"] = 15
+    assert list(leaderboard.agreement(impala, tmp_path / "degradation.csv").study) == [0.06]
+
 
 def test_the_table_command_writes_the_agreement_with_a_study(board, tmp_path):
     import pandas as pd
