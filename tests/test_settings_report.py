@@ -100,7 +100,7 @@ def forward(tmp_path_factory):
     patch = pytest.MonkeyPatch()
     patch.setattr(lag, "git_descends_from", lambda commit, ancestor: True)
     try:
-        report = settings.analyse(settings.load(dirs), references.load(refs), reps=1000)
+        report = settings.analyse(settings.load_study(dirs), references.load(refs), reps=1000)
     finally:
         patch.undo()
     return dirs, refs, report
@@ -182,7 +182,7 @@ def test_the_pre_registered_family_is_tested_by_hand(forward):
 def test_results_made_before_the_pre_registration_call_no_verdict(forward, monkeypatch):
     dirs, refs, _ = forward
     monkeypatch.setattr(lag, "git_descends_from", lambda commit, ancestor: False)
-    report = settings.analyse(settings.load(dirs), references.load(refs), reps=200)
+    report = settings.analyse(settings.load_study(dirs), references.load(refs), reps=200)
     words = set(report.primary["verdict"]) | set(report.forward_retention["retention_verdict"])
     assert not words & {"holds", "breaks", "undetermined", "higher", "lower"}
     assert set(report.primary["analysis"]) == {"exploratory"}
@@ -194,7 +194,7 @@ def test_without_synchronous_ppo_clip_the_scores_are_refused(tmp_path):
         ("vaco", 4, (3e-4,), (1, 16), (0.1, 0.2), lambda lr, c, d: 0.9)], "task_a")
     with pytest.raises(ValueError, match="no synchronous PPO-Clip runs .* on task_a: .* add the "
                                          "sweep directory"):
-        settings.analyse(settings.load([only_vaco]), references.load(_references(
+        settings.analyse(settings.load_study([only_vaco]), references.load(_references(
             tmp_path / "r.json")), reps=100)
 
 
@@ -208,7 +208,7 @@ def test_step_size_best_rate_matched_kl_ablations_and_delta(tmp_path):
     delta = _write(tmp_path / "d", "delta-lag", [
         ("vaco", 4, (3e-4,), (1, 16), (0.1, 0.4),
          lambda lr, c, d: 0.9 if c == 1 or d == 0.1 else 0.45)], "task_a")
-    report = settings.analyse(settings.load([step, delta]),
+    report = settings.analyse(settings.load_study([step, delta]),
                               references.load(_references(tmp_path / "r.json")), reps=500)
     chosen = report.best_lr.set_index("method")["best"]
     assert chosen["ppo_clip"] == "lr=0.001" and chosen["vaco"] == "lr=0.0001"

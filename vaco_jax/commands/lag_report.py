@@ -66,8 +66,7 @@ def main(argv: list[str] | None = None, prog: str = "vaco-report") -> int:
         if not Path(references_path).exists():
             raise FileNotFoundError(f"no reference returns at {references_path}: pass "
                                     f"--references (`vaco-references` measures them)")
-        study = (lag.load_study if args.study == "lag" else settings.load)(
-            args.sweeps, allow_code_change=args.allow_code_change)
+        study = module.load_study(args.sweeps, allow_code_change=args.allow_code_change)
         report = module.analyse(study, references.load(references_path), reps=args.reps,
                                 seed=args.seed, last_evals=args.last_evals)
     except (SweepError, ValueError, KeyError, FileNotFoundError) as error:

@@ -138,14 +138,20 @@ def with_columns(results: pd.DataFrame) -> pd.DataFrame:
         results["sampling"] = [v.rpartition(",")[2] for v in results["variant"]]
     results["capacity"] = results["capacity"].astype(int)
     results["lag"] = [lag_label(s, c) for s, c in zip(results["sampling"], results["capacity"])]
+    results["diverged"] = diverged_from_then_on(results, RUN)
+    return results
+
+
+def diverged_from_then_on(results: pd.DataFrame, run: Sequence[str]) -> pd.Series:
+    """Per row, whether its run (the columns `run`) has diverged by that evaluation: the sweep's
+    `diverged`, or a non-finite evaluation return (physics that blew up during an evaluation),
+    which fails the run from that evaluation on, as a divergence does: its score is never averaged
+    as NaN or dropped."""
     diverged = (results["diverged"].fillna(False).astype(bool) if "diverged" in results
                 else pd.Series(False, index=results.index))
-    # A non-finite evaluation return (physics that blew up during an evaluation) fails the run
-    # from that evaluation on, as a divergence does: its score is never averaged as NaN or dropped.
-    results["diverged"] = diverged | ~np.isfinite(results["eval_return"].to_numpy(np.float64))
-    results["diverged"] = (results.sort_values(RUN + ["eval_index"])
-                           .groupby(RUN, sort=False)["diverged"].cummax())   # aligned by index
-    return results
+    diverged = diverged | ~np.isfinite(results["eval_return"].to_numpy(np.float64))
+    order = results.assign(diverged=diverged).sort_values([*run, "eval_index"])
+    return order.groupby(list(run), sort=False)["diverged"].cummax()   # aligned by index
 
 
 # --- the study's design and what is missing -------------------------------------------------------
@@ -635,6 +641,17 @@ def pre_registration(cells: pd.DataFrame) -> tuple[str, str]:
                        f"history)")
 
 
+def break_verdict(low: float, high: float, pre_registered: bool) -> str:
+    """The break rule's verdict on a retention interval: "holds" (lower end above `BREAK_LEVEL`),
+    "breaks" (upper end below it) or "undetermined"; not pre-registered: where the interval lies
+    ("95% CI above 0.8", ...); "undefined" for an interval that is not finite."""
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return "undefined"
+    words = (("holds", "breaks", "undetermined") if pre_registered else
+             tuple(f"95% CI {w} {BREAK_LEVEL:g}" for w in ("above", "below", "spans")))
+    return words[0] if low > BREAK_LEVEL else words[1] if high < BREAK_LEVEL else words[2]
+
+
 def paired_differences(at: pd.DataFrame, baseline: str, value: str,
                        target: str = TARGET) -> dict[str, tuple[pd.Series, bool]]:
     """task → (the seed-paired differences `target` − `baseline` of `value` among the runs `at`
@@ -732,10 +749,8 @@ def primary_table(runs: pd.DataFrame, degradation: pd.DataFrame, *,
         # A pooled verdict counts only when every task it pools has enough seeds.
         enough = (not any(m == r.method for m, _ in few) if r.task == POOLED
                   else r.seeds >= MIN_SEEDS)
-        words = ("holds", "breaks", "undetermined") if pre_registered else tuple(
-            f"95% CI {where} {BREAK_LEVEL:g}" for where in ("above", "below", "spans"))
-        verdict = (words[0] if r.low > BREAK_LEVEL else words[1] if r.high < BREAK_LEVEL
-                   else words[2]) if enough else f"left out (fewer than {MIN_SEEDS} seeds)"
+        verdict = (break_verdict(r.low, r.high, pre_registered) if enough
+                   else f"left out (fewer than {MIN_SEEDS} seeds)")
         holds.append({"comparison": f"{r.method} retention", "task": r.task,
                       "setting": f"k={largest - 1}", "metric": "final score retention",
                       "estimate": r.degradation, "low": r.low, "high": r.high, "seeds": r.seeds,

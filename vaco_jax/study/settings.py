@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from vaco_jax.study import analysis, lag, presets, stats, sweep
+from vaco_jax.study import analysis, lag, presets, references, stats, sweep
 
 STUDIES = ("forward", "stepsize", "delta-lag")
 FINAL_EVALS = presets.FINAL_EVALS
@@ -82,7 +82,8 @@ class Sweeps:
     cells: pd.DataFrame
 
 
-def load(directories: Sequence[str | Path], *, allow_code_change: bool = False) -> Sweeps:
+def load_study(directories: Sequence[str | Path], *,
+               allow_code_change: bool = False) -> Sweeps:
     """The rows of `STUDIES` in every sweep directory, refusing a cell found in two directories
     and, unless `allow_code_change`, cells made by different vaco_jax source."""
     tables, records = [], []
@@ -131,11 +132,7 @@ def tidy(results: pd.DataFrame, plan_cells: dict) -> pd.DataFrame:
         else delta_setting(d)
         for s, e, lr, d in zip(results["study"], results["epochs"], results["learning_rate"],
                                results["delta"])]
-    diverged = (results["diverged"].fillna(False).astype(bool) if "diverged" in results
-                else pd.Series(False, index=results.index))
-    results["diverged"] = diverged | ~np.isfinite(results["eval_return"].to_numpy(np.float64))
-    order = results.sort_values(RUN + ["eval_index"])
-    results["diverged"] = order.groupby(RUN, sort=False)["diverged"].cummax()
+    results["diverged"] = lag.diverged_from_then_on(results, RUN)
     return results
 
 
@@ -217,18 +214,16 @@ def scored_runs(runs: pd.DataFrame, tasks: pd.DataFrame) -> pd.DataFrame:
     return runs.assign(score=scores, auc=aucs)
 
 
-def random_returns(table: dict, runs: pd.DataFrame) -> dict[str, float]:
-    """Each task's random-policy return from the references table (at the runs' budget)."""
-    out = {}
-    for env, budget in runs[["env", "budget"]].drop_duplicates().itertuples(index=False):
-        if runs.loc[runs["env"] == env, "budget"].nunique() > 1:
-            raise ValueError(f"{env} has runs at several budgets; a task is compared at one budget")
-        matches = [e for e in table["entries"] if e["env"] == env and e["budget"] == int(budget)]
-        if not matches:
-            raise KeyError(f"no reference returns for env {env!r} at budget {int(budget):,} "
-                           f"steps; run `vaco-references` for it")
-        out[env] = float(matches[-1]["random_return"])
-    return out
+def random_returns(table: dict, runs: pd.DataFrame, last_evals: int) -> dict[str, float]:
+    """Each task's random-policy return from the references table at the runs' budget
+    (`references.lookup`)."""
+    budgets = runs.groupby("env")["budget"].unique()
+    mixed = {env: sorted(map(int, b)) for env, b in budgets.items() if len(b) > 1}
+    if mixed:
+        raise ValueError(f"tasks with runs at several budgets {mixed}: a task is compared at one "
+                         f"budget")
+    return {env: float(references.lookup(table, env, int(b[0]), last_evals)["random_return"])
+            for env, b in budgets.items()}
 
 
 # --- tables ---------------------------------------------------------------------------------------
@@ -283,16 +278,6 @@ def _ordered(frame: pd.DataFrame) -> pd.DataFrame:
             .reset_index(drop=True))
 
 
-def verdict(low: float, high: float, pre_registered: bool) -> str:
-    """The break rule's verdict on a retention interval: "holds" / "breaks" / "undetermined"; not
-    pre-registered: where the interval lies ("95% CI above 0.8", ...)."""
-    if not (np.isfinite(low) and np.isfinite(high)):
-        return "undefined"
-    words = (("holds", "breaks", "undetermined") if pre_registered else
-             tuple(f"95% CI {w} {BREAK_LEVEL:g}" for w in ("above", "below", "spans")))
-    return words[0] if low > BREAK_LEVEL else words[1] if high < BREAK_LEVEL else words[2]
-
-
 def retention_table(runs: pd.DataFrame, base: dict[str, tuple[str, int]] | None = None, *,
                     reps: int, seed: int, pre_registered: bool) -> pd.DataFrame:
     """Final-score and AUC retention per (task, method, setting, k) against the method's base
@@ -318,7 +303,7 @@ def retention_table(runs: pd.DataFrame, base: dict[str, tuple[str, int]] | None 
         frame = pd.DataFrame(
             [{"task": t, "method": m, "setting": s, "capacity": c, name: e["point"],
               f"{name}_low": e["low"], f"{name}_high": e["high"],
-              f"{name}_verdict": verdict(e["low"], e["high"], pre_registered),
+              f"{name}_verdict": lag.break_verdict(e["low"], e["high"], pre_registered),
               "seeds": e["seeds"], "tasks": e["tasks"]}
              for (t, m, s, c), e in estimated.items()],
             columns=["task", *COLUMN, name, f"{name}_low", f"{name}_high", f"{name}_verdict",
@@ -519,7 +504,7 @@ class Report:
 def analyse(sweeps: Sweeps, table: dict, *, reps: int = 10_000, seed: int = 0,
             last_evals: int = FINAL_EVALS) -> Report:
     raw = raw_runs(sweeps.results, last_evals)
-    tasks = sync_references(raw, random_returns(table, raw))
+    tasks = sync_references(raw, random_returns(table, raw, last_evals))
     runs = scored_runs(raw, tasks)
     status, detail = lag.pre_registration(sweeps.cells)
     pre_registered = status == "after"
@@ -548,20 +533,9 @@ def analyse(sweeps: Sweeps, table: dict, *, reps: int = 10_000, seed: int = 0,
         matched=matched_kl(s_scores, stepsize) if len(stepsize) else empty,
         ablations=ablation_table(stepsize) if len(stepsize) else empty,
         delta_scores=score_table(delta, **options) if len(delta) else empty,
-        delta_retention=d_retention, diverged=diverged, provenance=_provenance(sweeps),
+        delta_retention=d_retention, diverged=diverged, provenance=lag.provenance(sweeps),
         pre_registration=status, pre_registration_detail=detail, reps=reps,
         last_evals=last_evals)
-
-
-def _provenance(sweeps: Sweeps) -> pd.DataFrame:
-    rows = []
-    for directory, group in sweeps.cells.groupby("sweep", sort=True):
-        rows.append({"sweep": directory, "cells": len(group),
-                     "source": ", ".join(sorted(set(group.get("source", pd.Series(
-                         ["unrecorded"])).fillna("unrecorded")))),
-                     "commits": ", ".join(sorted({str(c)[:12] for c in group.get(
-                         "git_commit", pd.Series(["unrecorded"])).fillna("unrecorded")}))})
-    return pd.DataFrame(rows)
 
 
 def _ci_text(frame: pd.DataFrame, value: str, sign: bool = False) -> list[str]:
