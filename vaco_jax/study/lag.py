@@ -641,6 +641,15 @@ def pre_registration(cells: pd.DataFrame) -> tuple[str, str]:
                        f"history)")
 
 
+def enough_seeds(rows: pd.DataFrame) -> list[bool]:
+    """Per row (columns method, task, seeds) of a retention table at one setting, whether its
+    verdict counts: a task with at least `MIN_SEEDS` seeds; a pooled row only when every task of
+    its method has."""
+    few = {r.method for r in rows.itertuples() if r.task != POOLED and r.seeds < MIN_SEEDS}
+    return [r.method not in few if r.task == POOLED else r.seeds >= MIN_SEEDS
+            for r in rows.itertuples()]
+
+
 def break_verdict(low: float, high: float, pre_registered: bool) -> str:
     """The break rule's verdict on a retention interval: "holds" (lower end above `BREAK_LEVEL`),
     "breaks" (upper end below it) or "undetermined"; not pre-registered: where the interval lies
@@ -744,11 +753,7 @@ def primary_table(runs: pd.DataFrame, degradation: pd.DataFrame, *,
     final = degradation[(degradation["sampling"] == "oldest")
                         & (degradation["capacity"] == largest)
                         & degradation["method"].isin(HOLDS_METHODS)]
-    few = {(r.method, r.task) for r in final.itertuples() if r.task != POOLED and r.seeds < MIN_SEEDS}
-    for r in final.itertuples():
-        # A pooled verdict counts only when every task it pools has enough seeds.
-        enough = (not any(m == r.method for m, _ in few) if r.task == POOLED
-                  else r.seeds >= MIN_SEEDS)
+    for r, enough in zip(final.itertuples(), enough_seeds(final)):
         verdict = (break_verdict(r.low, r.high, pre_registered) if enough
                    else f"left out (fewer than {MIN_SEEDS} seeds)")
         holds.append({"comparison": f"{r.method} retention", "task": r.task,

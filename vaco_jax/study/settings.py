@@ -341,8 +341,7 @@ def primary_table(runs: pd.DataFrame, retention: pd.DataFrame, *,
     for label, (setting, capacity) in forward_primary_settings(runs).items():
         rows = retention[(retention["setting"] == setting) & (retention["capacity"] == capacity)
                          & retention["method"].isin(HOLDS_METHODS)]
-        for r in rows.itertuples():
-            enough = r.seeds >= lag.MIN_SEEDS * (r.tasks if r.task == POOLED else 1)
+        for r, enough in zip(rows.itertuples(), lag.enough_seeds(rows)):
             holds.append({"comparison": f"{r.method} retention", "task": r.task,
                           "setting": label, "metric": "final score retention",
                           "estimate": r.retention, "low": r.retention_low,
