@@ -324,9 +324,34 @@ def test_each_evaluation_tells_optimisation_from_generalisation(tmp_path):
         row["final_train_greedy_accuracy"] - row["final_accuracy"])
 
 
+def test_runs_split_over_calls_give_each_run_the_results_of_one_program():
+    # --runs-per-call bounds the memory of a program; the last chunk is padded and the padding
+    # dropped; each (objective, seed) keeps its keys and hyper-parameters, so its results agree
+    # with the one-program run up to the rounding of reductions over a differently sized batch.
+    config = llm_config.replace(TINY, grpo=dict(num_seeds=3))
+    train_set, test_set = experiment.load_problems(config)
+    params = model.init_params(config.model, jax.random.PRNGKey(0))
+    lines = []
+    one, split = (experiment.train_one_n(config, 1, ("ppo_clip",), params, train_set, test_set,
+                                         log=lines.append, runs_per_call=k,
+                                         compiler_options=experiment.FAST_COMPILE) for k in (0, 2))
+    assert "3 runs (2 runs on 1 device in 2 calls of 2)" in lines[-1]
+    assert [(r["objective"], r["seed"]) for r in split] == [(r["objective"], r["seed"]) for r in one]
+    arrays = lambda r: np.concatenate([np.ravel(v) for _, v in sorted(r.items())  # noqa: E731
+                                       if isinstance(v, np.ndarray)]).tobytes()
+    assert len({arrays(r) for r in one}) == 3   # the seeds differ: a mixed-up order would show
+    for a, b in zip(one, split):
+        for key, value in a.items():
+            if isinstance(value, (np.ndarray, float)) and not key.endswith("seconds"):
+                np.testing.assert_allclose(b[key], value, rtol=1e-5, atol=1e-6, err_msg=key)
+    assert experiment._chunks(5, 2) == [slice(0, 2), slice(2, 4), slice(4, 5)]
+    assert experiment._chunks(30, 10) == [slice(0, 10), slice(10, 20), slice(20, 30)]
+    assert experiment._chunks(7, 0) == experiment._chunks(7, 9) == [slice(0, 7)]
+
+
 # --- the sweep driver (no compilation: training is replaced by a stub) ---------------------------
 def fake_rows(config, n, objectives, params, train_set, test_set, log=print,
-              compiler_options=None, program=None):
+              compiler_options=None, program=None, runs_per_call=0):
     rows = []
     for o in objectives:
         for seed in range(config.grpo.num_seeds):
@@ -395,6 +420,8 @@ def test_sweep_resumes_summarises_and_refuses_other_configs(tmp_path, monkeypatc
         experiment.run(other, log=lambda _: None)
     with pytest.raises(ConfigError, match="objectives"):
         experiment.run(dataclasses.replace(run, objectives=("ppo",)), log=lambda _: None)
+    with pytest.raises(ConfigError, match="--runs-per-call"):
+        experiment.run(dataclasses.replace(run, runs_per_call=-1), log=lambda _: None)
 
 
 def test_the_figure_shows_sampled_beside_greedy_accuracy_and_is_redrawn_from_results(tmp_path):

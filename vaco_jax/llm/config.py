@@ -403,6 +403,10 @@ class Experiment:
     """Also measure sampling (KV cache vs none) and training tokens/s."""
     overwrite: bool = False
     """Start afresh even if `out` holds results of a different configuration."""
+    runs_per_call: int = 0
+    """At most this many (objective, seed) runs in one compiled program (0: all of an N's runs in
+    one); the chunks run one after another. A smaller program needs less memory (one run of the
+    `cpu` preset holds about 1 GB); each run's results are the same up to floating-point rounding."""
     fast_compile: bool = False
     """Compile with XLA's cheapest optimisation level: about half the compile time, slower to run
     (for tiny runs, where compiling dominates)."""

@@ -22,7 +22,7 @@ import jax
 import numpy as np
 
 from vaco_jax import algorithms, cache, io, loggers, program as program_lib, runtime
-from vaco_jax.errors import invalid
+from vaco_jax.errors import invalid, invalid_option
 from vaco_jax.options import LoggerOptions, validate_logging
 from vaco_jax.llm import benchmark, dataset, problems, sft
 from vaco_jax.llm.config import (OBJECTIVES, Experiment, LLMConfig, hparams, program_objectives,
@@ -76,28 +76,38 @@ def sweep_keys(config: LLMConfig, objectives, program=None):
 
 
 def train_one_n(config: LLMConfig, n: int, objectives, params, train_set, test_set, log=print,
-                compiler_options=None, program=None):
+                compiler_options=None, program=None, runs_per_call: int = 0):
     """Train every (objective, seed) pair at N = n in one compiled program (one that can run every
-    objective of `program`, default `program_objectives(objectives)`); rows to save."""
+    objective of `program`, default `program_objectives(objectives)`), or, with `runs_per_call`,
+    in chunks of at most that many runs that share one compiled program; rows to save."""
     cfg = replace(config, grpo=dict(num_minibatches=n))
     program = program_objectives(objectives) if program is None else tuple(program)
     validate(cfg, program)
     pairs, keys, hps = sweep_keys(cfg, objectives, program)
     trainer = GRPO(cfg, train_set, test_set, objectives=program)
-    # Every (objective, seed) pair is a run: spread over every device (vaco_jax.program).
-    placed = program_lib.layout(len(pairs))
+    # Every (objective, seed) pair is a run: spread over every device (vaco_jax.program); the
+    # chunks are equal in size (the last padded with copies of its last run, then dropped).
+    chunks = _chunks(len(pairs), runs_per_call)
+    size = chunks[0].stop - chunks[0].start
+    placed = program_lib.layout(size)
     train = program_lib.jit_runs(trainer.train, placed, in_run_axes=(True, False, True, False))
-    keys, hps = placed.put((keys, hps))
     shared_params, data = placed.replicate((params, trainer.data))
-    args = (keys, shared_params, hps, data)
+    compiled, compile_s, parts = None, 0.0, []
     start = time.perf_counter()
-    compiled = train.lower(*args).compile(compiler_options)
-    compile_s = time.perf_counter() - start
-    start = time.perf_counter()
-    _, metrics = compiled(*args)
-    metrics = placed.unpad(metrics)
-    run_s = time.perf_counter() - start
-    log(f"N={n:>2}: {len(pairs)} runs ({placed.describe()}) in {run_s:.0f} s "
+    for chunk in chunks:
+        take = lambda x: _pad_to(np.asarray(x)[chunk], size)   # noqa: E731
+        chunk_keys, chunk_hps = placed.put((take(keys), jax.tree.map(take, hps)))
+        args = (chunk_keys, shared_params, chunk_hps, data)
+        if compiled is None:
+            compile_start = time.perf_counter()
+            compiled = train.lower(*args).compile(compiler_options)
+            compile_s = time.perf_counter() - compile_start
+        _, metrics = compiled(*args)
+        parts.append(jax.tree.map(lambda x: x[:chunk.stop - chunk.start], placed.unpad(metrics)))
+    metrics = jax.tree.map(lambda *xs: np.concatenate(xs), *parts)
+    run_s = time.perf_counter() - start - compile_s
+    calls = f" in {len(chunks)} calls of {size}" if len(chunks) > 1 else ""
+    log(f"N={n:>2}: {len(pairs)} runs ({placed.describe()}{calls}) in {run_s:.0f} s "
         f"(+{compile_s:.0f} s compile)")
     rows = []
     for i, (objective, seed) in enumerate(pairs):
@@ -120,6 +130,21 @@ def train_one_n(config: LLMConfig, n: int, objectives, params, train_set, test_s
         rows[-1]["final_sampled_accuracy"] = float(evaluations["eval_sampled_accuracy"][-1])
         rows[-1]["final_train_greedy_accuracy"] = float(evaluations["train_greedy_accuracy"][-1])
     return rows
+
+
+def _chunks(num_runs: int, runs_per_call: int) -> list[slice]:
+    """The runs `0..num_runs` in consecutive chunks of at most `runs_per_call` (0: one chunk), as
+    equal as can be so that the padding of the last is least."""
+    if runs_per_call <= 0 or runs_per_call >= num_runs:
+        return [slice(0, num_runs)]
+    count = -(-num_runs // runs_per_call)
+    size = -(-num_runs // count)
+    return [slice(k, min(k + size, num_runs)) for k in range(0, num_runs, size)]
+
+
+def _pad_to(x: np.ndarray, size: int) -> np.ndarray:
+    """`x [k, ...]` → `[size, ...]`, the padding copies of its last entry."""
+    return np.concatenate([x, np.repeat(x[-1:], size - len(x), axis=0)]) if len(x) < size else x
 
 
 def scalars_by_iteration(row: dict) -> dict[int, dict[str, float]]:
@@ -432,6 +457,9 @@ def run(experiment: Experiment, log=print) -> dict:
     for n in experiment.ns:
         validate(replace(config, grpo=dict(num_minibatches=n)), experiment.objectives)
     validate_logging(experiment.logging)
+    if experiment.runs_per_call < 0:
+        raise invalid_option("--runs-per-call", experiment.runs_per_call,
+                      "0 (every run of an N in one program) or a positive number of runs")
     cache.default_compile_cache()   # before the warm start compiles (the command chose already)
     out = Path(experiment.out)
     results_path = out / "results.jsonl"
@@ -470,7 +498,7 @@ def run(experiment: Experiment, log=print) -> dict:
             log(f"N={n:>2}: already in {results_path}, skipped")
             continue
         new_rows = train_one_n(config, n, todo, params, train_set, test_set, log, options,
-                               program=program)
+                               program=program, runs_per_call=experiment.runs_per_call)
         for row in new_rows:   # the code that made it: a resumed sweep may mix versions
             row["source"] = io.source_hash()
             if row["objective"] in codes:
