@@ -2,9 +2,10 @@
 
     python -m experiments.plot_minatar_cnn
 
-One panel per setting (normalised observations, the default; raw; normalised for three times the
-steps, the pre-registered comparison of `results/minatar-cnn/long`); in each, the mean evaluation
-return over seeds of the MLP and the CNN run, with every seed as a thin line.
+One panel per setting of Breakout-MinAtar (normalised observations, the default; raw; normalised for
+three times the steps, the pre-registered comparison of `results/minatar-cnn/long`) and one for
+SpaceInvaders-MinAtar (pre-registered, `results/minatar-cnn/space-invaders`); in each, the mean
+evaluation return over seeds of the MLP and the CNN run, with every seed as a thin line.
 """
 
 from __future__ import annotations
@@ -23,14 +24,15 @@ from vaco_jax.commands.plot_runs import load_run  # noqa: E402
 REPOSITORY = Path(__file__).resolve().parent.parent
 RESULTS = REPOSITORY / "results" / "minatar-cnn"
 FIGURE = REPOSITORY / "docs" / "minatar_cnn_vs_mlp.png"
-PANELS = {"normalized": "normalised observations (default), 3 seeds",
-          "raw": "raw observations, 3 seeds",
-          "long": "normalised, 3x the steps, 5 seeds (pre-registered)"}
+PANELS = {"normalized": "Breakout: normalised observations\n(default), 3 seeds",
+          "raw": "Breakout: raw observations, 3 seeds",
+          "long": "Breakout: normalised, 3x the steps,\n5 seeds (pre-registered)",
+          "space-invaders": "SpaceInvaders: normalised, 5 seeds\n(pre-registered)"}
 COLORS = {"mlp": "tab:blue", "cnn": "tab:orange"}
 
 
 def draw(out: str | Path = FIGURE) -> None:
-    fig, axes = plt.subplots(1, len(PANELS), figsize=(15, 3.8))
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(18, 4.2))
     for ax, (setting, title) in zip(axes, PANELS.items()):
         for network, color in COLORS.items():
             runs = load_run(RESULTS / setting / network)
@@ -38,14 +40,14 @@ def draw(out: str | Path = FIGURE) -> None:
             for seed in wide:
                 ax.plot(wide.index, wide[seed], color=color, alpha=0.3, linewidth=0.8)
             ax.plot(wide.index, wide.mean(axis=1), color=color, linewidth=2,
-                    label=f"{network} (mean of {wide.shape[1]} seeds)")
+                    label=f"{network}: mean (thick), each seed (thin)")
         ax.set_title(title)
         ax.set_xlabel("env steps per seed")
         ax.xaxis.set_major_formatter(lambda x, _: f"{x / 1000:.0f}k")
         ax.grid(alpha=0.3)
-    axes[0].set_ylabel("eval return")
+        ax.set_ylabel("eval return")
     axes[0].legend(loc="lower right")
-    fig.suptitle("gymnax:Breakout-MinAtar, VACO (synchronous): CNN vs flattened MLP")
+    fig.suptitle("gymnax MinAtar (Breakout, SpaceInvaders), VACO (synchronous): CNN vs flattened MLP")
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     print(f"wrote {out}")
