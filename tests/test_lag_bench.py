@@ -65,7 +65,8 @@ def test_methods_and_protocols_are_checked_before_compiling():
 def test_result_code_leaves_out_analysis_only_modules():
     sources = bench.result_sources()
     assert "trainer.py" in sources and "objectives.py" in sources and "study/sweep.py" in sources
-    assert not any(name.startswith(("study/scorecard", "study/stats", "llm/")) for name in sources)
+    assert not any(name.startswith(("study/scorecard", "study/stats", "study/settings",
+                                    "study/leaderboard", "commands/plot", "llm/")) for name in sources)
     other = dict(sources, **{"trainer.py": "0" * 12})
     assert bench.code_difference(sources, other) == ["trainer.py"]
 
@@ -120,6 +121,27 @@ def test_references_made_by_other_code_are_named_not_compared(board, tmp_path):
     assert note["method"] == "ppo_clip" and "trainer.py" in note["why"]
     assert "vaco-bench --algo ppo_clip --protocol tiny" in note["recompute"]
     assert "Recompute" in scorecard.markdown(card)
+
+
+def test_before_a_run_a_leaderboard_of_other_code_is_said_with_the_way_to_compare(board, tmp_path):
+    proto = bench.protocol("tiny")
+    assert bench.leaderboard_code_note(board, proto) is None   # made by this code: compared
+    assert bench.leaderboard_code_note(tmp_path / "none", proto) is None
+    other = tmp_path / "board"
+    shutil.copytree(board, other)
+    for method in ("ppo_clip", "vaco"):
+        info = json.loads((other / method / "bench.json").read_text())
+        info["result_sources"]["trainer.py"] = "0" * 12
+        info.update(result_code=bench.result_code(info["result_sources"]), git_commit="abcdef0123")
+        (other / method / "bench.json").write_text(json.dumps(info))
+    note = bench.leaderboard_code_note(other, proto)
+    assert note and "2 methods" in note and "trainer.py" in note and "commit abcdef0" in note
+    assert bench.result_code(bench.result_sources()) in note and "worktree" in note
+    # One entry of this code is enough: the scorecard compares with it.
+    shutil.copytree(board / "vaco", other / "vaco_same")
+    assert bench.leaderboard_code_note(other, proto) is None
+    # Entries of another protocol are not this benchmark's.
+    assert bench.leaderboard_code_note(other, bench.protocol("cpu")) is None
 
 
 def test_the_report_says_which_cells_are_missing(board, tmp_path):

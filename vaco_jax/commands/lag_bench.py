@@ -101,6 +101,9 @@ def main(argv: list[str] | None = None, prog: str = "vaco-bench") -> int:
             print(f"{cell.cell_id}: {len(cell.runs)} runs × {cell.config.env_steps:,} steps")
         return 0
     if not args.report_only:
+        note = bench.leaderboard_code_note(leaderboard_dir, proto)
+        if note:
+            print(note, file=sys.stderr)
         runtime.start(runtime.Cluster(), compile_cache=args.compile_cache)
         try:
             bench.run_bench(method, proto, out, shard=shard, progress=args.progress,

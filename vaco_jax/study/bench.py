@@ -46,7 +46,9 @@ def committed_leaderboard(protocol: str) -> Path:
 
 # Modules that read results but never make them: editing them leaves every benchmark result valid.
 ANALYSIS_ONLY = ("study/analysis.py", "study/lag.py", "study/plotting.py", "study/scorecard.py",
-                 "study/stats.py", "loggers.py", "llm/")
+                 "study/stats.py", "study/settings.py", "study/leaderboard.py", "loggers.py", "llm/",
+                 "commands/lag_report.py", "commands/plots.py", "commands/plot_diagnostics.py",
+                 "commands/plot_forward_lag.py", "commands/plot_runs.py")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,6 +210,34 @@ def result_sources() -> dict[str, str]:
 def result_code(sources: dict[str, str]) -> str:
     """One hash of `result_sources()`."""
     return hashlib.sha256(json.dumps(sources, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def leaderboard_code_note(directory: Path, proto: Protocol, sources: dict[str, str] | None = None
+                          ) -> str | None:
+    """Said before a run: when the leaderboard in `directory` has entries on this protocol and
+    version but none made by this code (`result_sources()`), the scorecard will be compared with
+    none of them. The note names their result code and commit, the files that differ and the two
+    ways to a comparison. None when some entry shares the code, or there are none."""
+    entries = []
+    for path in sorted(Path(directory).glob(f"*/{BENCH_FILE}")) if Path(directory).is_dir() else []:
+        info = json.loads(path.read_text())
+        if (info.get("protocol"), info.get("protocol_version")) == (proto.name, proto.version):
+            entries.append(info)
+    sources = result_sources() if sources is None else sources
+    ours = result_code(sources)
+    if not entries or any(info["result_code"] == ours for info in entries):
+        return None
+    codes = sorted({(info["result_code"], str(info.get("git_commit") or "unrecorded")[:7])
+                    for info in entries})
+    first = next(info for info in entries if info["result_code"] == codes[0][0])
+    files = code_difference(sources, first["result_sources"])
+    made = "; ".join(f"result code {code} (commit {commit})" for code, commit in codes)
+    shown = ", ".join(files[:6]) + (f" and {len(files) - 6} more" if len(files) > 6 else "")
+    return (f"note: the {len(entries)} methods of the leaderboard in {directory} were made by other "
+            f"code ({made}; this checkout: {ours}, differing in {shown}), so this scorecard will "
+            f"not be compared with them. To compare, run this benchmark with their code (a git "
+            f"worktree at commit {codes[0][1]}: docs/benchmark.md, \"The scorecard\"), or "
+            f"recompute the methods you want beside it with this code.")
 
 
 def code_difference(ours: dict[str, str], theirs: dict[str, str]) -> list[str]:
