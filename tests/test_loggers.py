@@ -17,7 +17,7 @@ TINY = preset("tiny")
 
 
 def stub_rows(config, n, objectives, params, train_set, test_set, log=print, compiler_options=None,
-              program=None):
+              program=None, runs_per_call=0):
     """What `train_one_n` returns for 4 iterations evaluated after the 2nd and the 4th."""
     return [{"n": n, "objective": o, "seed": seed, "eval_iterations": [2, 4],
              "eval_accuracy": [0.4, 0.5 + seed], "final_accuracy": 0.5 + seed,

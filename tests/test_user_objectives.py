@@ -376,7 +376,7 @@ def test_the_llm_sweep_takes_a_module_objective_records_it_and_refuses_its_edite
     calls = []
 
     def fake_train_one_n(config, n, objectives, params, train_set, test_set, log=print,
-                         compiler_options=None, program=None):
+                         compiler_options=None, program=None, runs_per_call=0):
         calls.append((n, tuple(objectives), program))
         return [{"n": n, "objective": o, "seed": s, "eval_iterations": [4], "eval_accuracy": [0.5],
                  "eval_sampled_accuracy": [0.4], "train_greedy_accuracy": [0.6],
