@@ -459,7 +459,7 @@ def run(experiment: Experiment, log=print) -> dict:
     validate_logging(experiment.logging)
     if experiment.runs_per_call < 0:
         raise invalid_option("--runs-per-call", experiment.runs_per_call,
-                      "0 (every run of an N in one program) or a positive number of runs")
+                             "0 (every run of an N in one program) or a positive number of runs")
     cache.default_compile_cache()   # before the warm start compiles (the command chose already)
     out = Path(experiment.out)
     results_path = out / "results.jsonl"

@@ -84,8 +84,9 @@ def markdown(frame: pd.DataFrame, notes: list[str]) -> str:
 
 
 # The controlled-lag study's names (`vaco-report`'s degradation.csv) of the leaderboard's methods
-# where they differ: its report names variants by their overrides. Every benchmark method runs at the protocol's K = 4 epochs, IMPALA too, so the benchmark's
-# `impala` is the study's 4-epoch variant (the study's `impala` row is the one-pass form).
+# where they differ: its report names variants by their overrides. Every benchmark method runs at
+# the protocol's K = 4 epochs, IMPALA too, so the benchmark's `impala` is the study's 4-epoch
+# variant (the study's `impala` row is the one-pass form).
 STUDY_NAMES = {"ppo_kl_adaptive": "ppo_kl [kl_adaptive]",
                "ppo_kl_adaptive_learner": "ppo_kl [kl_adaptive_learner]",
                "impala": "impala [epochs=4]"}

@@ -327,8 +327,9 @@ def primary_table(runs: pd.DataFrame, retention: pd.DataFrame, *,
                   pre_registered: bool) -> pd.DataFrame:
     """The forward study's pre-registered family (module docstring) and the "holds" verdicts of
     VACO, PPO-Clip and APPO in its two settings; columns as `lag.primary_table`'s."""
+    family_settings = forward_primary_settings(runs)
     tests = []
-    for label, (setting, capacity) in forward_primary_settings(runs).items():
+    for label, (setting, capacity) in family_settings.items():
         cell = runs[(runs["setting"] == setting) & (runs["capacity"] == capacity)]
         tests += [{"comparison": f"{TARGET} − {baseline}", "task": task, "setting": label,
                    "metric": "final score" if value == "score" else "AUC",
@@ -341,7 +342,7 @@ def primary_table(runs: pd.DataFrame, retention: pd.DataFrame, *,
     # every comparison is in (each setting, baseline, metric, task of the study, pooled), none has
     # a verdict.
     tasks = sorted(runs["env"].unique()) + ([POOLED] if runs["env"].nunique() > 1 else [])
-    expected = {(f"{TARGET} − {b}", t, label, m) for label in forward_primary_settings(runs)
+    expected = {(f"{TARGET} − {b}", t, label, m) for label in family_settings
                 for b in PRIMARY_BASELINES for m in ("final score", "AUC") for t in tasks}
     present = set() if table.empty else {
         (r.comparison, r.task, r.setting, r.metric) for r in table.itertuples() if r.family}
@@ -350,7 +351,7 @@ def primary_table(runs: pd.DataFrame, retention: pd.DataFrame, *,
             f"no verdict: {len(expected & present)} of the family's {len(expected)} comparisons "
             "are in (Holm needs them all)")
     holds = []
-    for label, (setting, capacity) in forward_primary_settings(runs).items():
+    for label, (setting, capacity) in family_settings.items():
         rows = retention[(retention["setting"] == setting) & (retention["capacity"] == capacity)
                          & retention["method"].isin(HOLDS_METHODS)]
         for r, enough in zip(rows.itertuples(), lag.enough_seeds(rows)):
