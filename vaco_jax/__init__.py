@@ -4,20 +4,28 @@ import os as _os
 import sys as _sys
 
 
-def headless_gl_backend(platform: str, environ) -> str | None:
+def headless_gl_backend(platform: str, environ, has_egl=None) -> str | None:
     """The OpenGL backend MuJoCo should render with, or None to leave MuJoCo's own choice.
 
     MuJoCo picks its backend when it is first imported. A Linux machine without a display
     (servers, CI, notebooks on a cluster) can render only through EGL (or OSMesa, chosen by
     setting `MUJOCO_GL=osmesa`), so EGL is chosen there. macOS and Windows render through their
     own windowing system (CGL, WGL) with or without `DISPLAY`, and have no EGL. A backend the user
-    set is always kept. Only rendering (`vaco_jax.evaluate --video`) uses it.
+    set is always kept. Only rendering (`vaco_jax.evaluate --video`) uses it, but MuJoCo loads the
+    chosen backend's library when it is imported: on a machine without libEGL (a GPU container
+    with no OpenGL libraries, say) choosing EGL would stop `import mujoco`, and so all training.
+    `has_egl()` says whether libEGL can be found (default: ctypes' library search); it is asked
+    only when EGL would be chosen.
     """
     if environ.get("MUJOCO_GL") or not platform.startswith("linux"):
         return None
     if environ.get("DISPLAY") or environ.get("WAYLAND_DISPLAY"):
         return None
-    return "egl"
+    if has_egl is None:
+        def has_egl():
+            import ctypes.util
+            return ctypes.util.find_library("EGL") is not None
+    return "egl" if has_egl() else None
 
 
 _backend = headless_gl_backend(_sys.platform, _os.environ)
