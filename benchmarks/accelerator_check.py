@@ -123,7 +123,9 @@ def sweep_cell(scratch: Path, name: str, args: list[str], steps: int, deadline) 
 def describe(name: str, result: dict) -> str:
     """The line printed for one measurement."""
     if "error" in result:
-        return f"{name}: {result['error'].splitlines()[0]}"
+        # The command that failed and, where it printed one, its last line (the exception).
+        lines = [line for line in result["error"].splitlines() if line.strip()]
+        return f"{name}: {lines[0]}" + (f" {lines[-1].strip()}" if len(lines) > 1 else "")
     if name == "quick start":
         returns = [r if r is None else round(r, 1) for r in result["final_eval_return"]]
         return (f"quick start: {result['sps']:,.0f} env steps/s, compile "

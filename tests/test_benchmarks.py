@@ -208,6 +208,18 @@ def test_the_accelerator_check_measures_its_three_things_at_toy_shapes(tmp_path,
     assert (cell["runs"], cell["env_steps_per_run"]) == (6, 2048) and cell["sps"] > 0
 
 
+def test_a_failed_measurement_prints_the_exception_that_stopped_it(tmp_path, capsys, monkeypatch):
+    from benchmarks import accelerator_check
+
+    monkeypatch.setitem(accelerator_check.MODES["smoke"], "quickstart",
+                        ["--env", "no_such_env", "--no-progress"])
+    result = accelerator_check.main(["--smoke", "--only", "quickstart"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("quick start: `python -m vaco_jax.train --env no_such_env")
+    assert lines[1].endswith(result["quickstart"]["error"].strip().splitlines()[-1].strip())
+    assert "no_such_env" in lines[1].split("failed:")[1], lines[1]
+
+
 def test_the_accelerator_check_keeps_what_it_measured_when_its_time_runs_out(tmp_path, capsys):
     from benchmarks import accelerator_check
 
