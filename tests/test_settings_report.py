@@ -3,6 +3,7 @@ synthetic sweeps written by hand, whose answers are known: the same-seed normali
 against the base setting with the break rule, the pre-registered family, the step-size and δ
 tables; and the LLM study's pre-registered tests."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -191,6 +192,28 @@ def test_a_family_not_yet_whole_gets_no_verdict(forward):
                                       "(Holm needs them all)"}
     whole = settings.primary_table(report.runs, report.forward_retention, pre_registered=True)
     assert "higher" in set(whole["verdict"])
+
+
+def test_a_planned_task_with_no_runs_yet_counts_as_missing_from_the_family(tmp_path,
+                                                                           monkeypatch):
+    # Each task fills its own directory: with only task_a's in, the family (planned over task_a,
+    # task_b and pooled: 24 comparisons) is a third complete, so no comparison gets a verdict.
+    only_a = _forward(tmp_path / "task_a", "task_a")
+    plan = json.loads((only_a / sweep.PLAN).read_text())
+    plan["preset"] = {"name": "synthetic", "envs": ["task_a"]}
+    io.write_json_atomic(only_a / sweep.PLAN, plan)
+    monkeypatch.setattr(settings.presets, "PRESETS", {
+        "synthetic": dataclasses.replace(
+            settings.presets.PRESETS["forward-cpu"], name="synthetic", envs=("task_a", "task_b"))})
+    monkeypatch.setattr(lag, "git_descends_from", lambda commit, ancestor: True)
+    sweeps = settings.load_study([only_a])
+    assert sweeps.forward_tasks == ("task_a", "task_b")
+    report = settings.analyse(sweeps, references.load(_references(tmp_path / "r.json")),
+                              reps=200)
+    family = report.primary[report.primary["family"].astype(bool)]
+    assert len(family) == 8 and set(family["task"]) == {"task_a"}
+    assert set(family["verdict"]) == {"no verdict: 8 of the family's 24 comparisons are in "
+                                      "(Holm needs them all)"}
 
 
 def test_results_made_before_the_pre_registration_call_no_verdict(forward, monkeypatch):

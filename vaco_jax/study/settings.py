@@ -80,18 +80,31 @@ class Sweeps:
 
     results: pd.DataFrame
     cells: pd.DataFrame
+    forward_tasks: tuple[str, ...] = ()
+    """The forward study's planned tasks: every task of the presets its sweeps were made with (a
+    named preset's whole list, though each task may fill its own directory), so that a task with
+    no runs yet counts as missing from the pre-registered family rather than as not planned."""
+
+
+def _planned_tasks(plan: dict) -> tuple[str, ...]:
+    """The tasks of the preset a sweep's plan names (its own list if the name is not a preset)."""
+    preset = plan.get("preset", {})
+    known = presets.PRESETS.get(preset.get("name", ""))
+    return tuple(known.envs if known is not None else preset.get("envs", ()))
 
 
 def load_study(directories: Sequence[str | Path], *,
                allow_code_change: bool = False) -> Sweeps:
     """The rows of `STUDIES` in every sweep directory, refusing a cell found in two directories
     and, unless `allow_code_change`, cells made by different vaco_jax source."""
-    tables, records = [], []
+    tables, records, forward_tasks = [], [], set()
     for directory in map(Path, directories):
         table = sweep.load_results(directory)
         table = table[table["study"].isin(STUDIES)]
         plan_path = directory / sweep.PLAN
         plan = json.loads(plan_path.read_text()) if plan_path.exists() else {}
+        if (table["study"] == "forward").any():
+            forward_tasks.update(_planned_tasks(plan))
         tables.append(tidy(table, plan.get("cells", {})).assign(sweep=str(directory)))
         cells = sweep.load_cells(directory)
         if len(cells):
@@ -104,7 +117,7 @@ def load_study(directories: Sequence[str | Path], *,
                          f"(or stepsize-cpu, delta-lag-cpu) first")
     cells = pd.concat(records, ignore_index=True)
     lag.check_one_code(cells, allow_code_change, what=f"the {', '.join(STUDIES)} cells")
-    return Sweeps(results, cells)
+    return Sweeps(results, cells, tuple(sorted(forward_tasks)))
 
 
 def tidy(results: pd.DataFrame, plan_cells: dict) -> pd.DataFrame:
@@ -323,10 +336,11 @@ def forward_primary_settings(runs: pd.DataFrame) -> dict[str, tuple[str, int]]:
                 (forward_setting(HIGHEST_EPOCHS, BASE_LR), 1)}
 
 
-def primary_table(runs: pd.DataFrame, retention: pd.DataFrame, *,
-                  pre_registered: bool) -> pd.DataFrame:
+def primary_table(runs: pd.DataFrame, retention: pd.DataFrame, *, pre_registered: bool,
+                  planned_tasks: Sequence[str] = ()) -> pd.DataFrame:
     """The forward study's pre-registered family (module docstring) and the "holds" verdicts of
-    VACO, PPO-Clip and APPO in its two settings; columns as `lag.primary_table`'s."""
+    VACO, PPO-Clip and APPO in its two settings; columns as `lag.primary_table`'s. The family is
+    whole only with every task of `planned_tasks` (and of `runs`) in it, pooled too."""
     family_settings = forward_primary_settings(runs)
     tests = []
     for label, (setting, capacity) in family_settings.items():
@@ -341,7 +355,8 @@ def primary_table(runs: pd.DataFrame, retention: pd.DataFrame, *,
     # Holm over part of the family would be another test than the one fixed in advance: until
     # every comparison is in (each setting, baseline, metric, task of the study, pooled), none has
     # a verdict.
-    tasks = sorted(runs["env"].unique()) + ([POOLED] if runs["env"].nunique() > 1 else [])
+    planned = sorted(set(runs["env"]) | set(planned_tasks))
+    tasks = planned + ([POOLED] if len(planned) > 1 else [])
     expected = {(f"{TARGET} − {b}", t, label, m) for label in family_settings
                 for b in PRIMARY_BASELINES for m in ("final score", "AUC") for t in tasks}
     present = set() if table.empty else {
@@ -537,8 +552,8 @@ def analyse(sweeps: Sweeps, table: dict, *, reps: int = 10_000, seed: int = 0,
     return Report(
         runs=runs.drop(columns=["steps", "returns"]), tasks=tasks, forward_scores=f_scores,
         forward_retention=f_retention,
-        primary=(primary_table(forward, f_retention, pre_registered=pre_registered)
-                 if len(forward) else empty),
+        primary=(primary_table(forward, f_retention, pre_registered=pre_registered,
+                               planned_tasks=sweeps.forward_tasks) if len(forward) else empty),
         answer=forward_answer(f_retention, pre_registered) if len(forward) else "",
         stepsize_scores=s_scores,
         best_lr=best_learning_rates(s_scores, stepsize) if len(stepsize) else empty,
