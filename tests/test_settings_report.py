@@ -214,6 +214,7 @@ def test_a_planned_task_with_no_runs_yet_counts_as_missing_from_the_family(tmp_p
     assert len(family) == 8 and set(family["task"]) == {"task_a"}
     assert set(family["verdict"]) == {"no verdict: 8 of the family's 24 comparisons are in "
                                       "(Holm needs them all)"}
+    assert report.answer.endswith(" Not yet run: task_b.")
 
 
 def test_results_made_before_the_pre_registration_call_no_verdict(forward, monkeypatch):

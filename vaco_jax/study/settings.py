@@ -384,9 +384,17 @@ def primary_table(runs: pd.DataFrame, retention: pd.DataFrame, *, pre_registered
     return table
 
 
-def forward_answer(retention: pd.DataFrame, pre_registered: bool) -> str:
+def forward_answer(retention: pd.DataFrame, pre_registered: bool,
+                   planned_tasks: Sequence[str] = ()) -> str:
     """The forward study's question in one sentence: is there a setting where PPO-Clip breaks
-    (the break rule on its final-score retention), and does VACO hold there?"""
+    (the break rule on its final-score retention), and does VACO hold there? Planned tasks with
+    no runs yet are named after it."""
+    missing = sorted(set(planned_tasks) - set(retention["task"]))
+    return _forward_answer(retention, pre_registered) + (
+        f" Not yet run: {', '.join(missing)}." if missing else "")
+
+
+def _forward_answer(retention: pd.DataFrame, pre_registered: bool) -> str:
     ppo = retention[retention["method"] == SYNC_METHOD]
     vaco = retention[retention["method"] == TARGET].set_index(["task", "setting", "capacity"])
     if ppo.empty:
@@ -554,7 +562,8 @@ def analyse(sweeps: Sweeps, table: dict, *, reps: int = 10_000, seed: int = 0,
         forward_retention=f_retention,
         primary=(primary_table(forward, f_retention, pre_registered=pre_registered,
                                planned_tasks=sweeps.forward_tasks) if len(forward) else empty),
-        answer=forward_answer(f_retention, pre_registered) if len(forward) else "",
+        answer=(forward_answer(f_retention, pre_registered, sweeps.forward_tasks)
+                if len(forward) else ""),
         stepsize_scores=s_scores,
         best_lr=best_learning_rates(s_scores, stepsize) if len(stepsize) else empty,
         matched=matched_kl(s_scores, stepsize) if len(stepsize) else empty,
