@@ -40,6 +40,37 @@ def test_paired_t_interval_is_students():
     assert (mean, low, high) == pytest.approx((d.mean(), d.mean() - half, d.mean() + half))
 
 
+def test_the_sign_flip_interval_is_the_set_of_shifts_the_test_keeps():
+    # By hand: d = 1..6. The test at shift Δ is exact over 64 patterns; the interval's ends are the
+    # last shifts on a fine grid whose p stays ≥ 0.05, found here by brute force.
+    d = np.arange(1.0, 7.0)
+    grid = np.linspace(-2.0, 9.0, 11_001)
+    kept = grid[[stats.sign_flip_test(d - g) >= 0.05 for g in grid]]
+    mean, low, high = stats.sign_flip_interval(d)
+    assert mean == 3.5
+    assert low == pytest.approx(kept.min(), abs=1e-3) and high == pytest.approx(kept.max(), abs=1e-3)
+    assert stats.sign_flip_test(d - low) >= 0.05 > stats.sign_flip_test(d - (low - 1e-3))
+
+
+def test_the_sign_flip_interval_agrees_with_the_test_where_students_does_not():
+    # One large difference and nine small ones, all positive: the exact test gives 2/1024, the
+    # t interval spans 0, the inverted test's interval does not.
+    d = np.array([10.0] + [0.01] * 9)
+    assert stats.sign_flip_test(d) == pytest.approx(2 / 1024)
+    assert stats.paired_t_interval(d)[1] < 0 < stats.sign_flip_interval(d)[1]
+    rng = np.random.default_rng(3)
+    for n in (6, 8, 10, 12):
+        for _ in range(20):
+            d = rng.lognormal(size=n) - rng.uniform(0.5, 2.0)
+            _, low, high = stats.sign_flip_interval(d)
+            assert (low <= 0 <= high) == (stats.sign_flip_test(d) >= 0.05), d
+
+
+def test_with_five_seeds_the_sign_flip_interval_is_unbounded():
+    # 2/32 = 0.0625 is the smallest p five seeds can give: no shift is rejected at 5%.
+    assert stats.sign_flip_interval([1.0, 2.0, 3.0, 4.0, 5.0])[1:] == (-np.inf, np.inf)
+
+
 # --- protocols and methods ------------------------------------------------------------------------
 def test_methods_and_protocols_are_checked_before_compiling():
     with pytest.raises(ConfigError, match="option `protocol`"):

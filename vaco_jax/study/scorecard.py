@@ -18,8 +18,9 @@ What a scorecard says, per task and pooled over tasks (the mean of the tasks' va
 * **comparisons named in advance**: the method minus each of the protocol's reference methods
   (PPO-Clip, APPO, VACO) in normalised score, final and AUC, at the largest lag and in the
   high-update-frequency setting, pooled over tasks: paired by seed (seed s of both methods used the
-  same key), the exact sign-flip permutation test with Holm's correction over this family, and a
-  95% Student-t interval of the mean difference. The same comparisons with every other method of
+  same key), the exact sign-flip permutation test with Holm's correction over this family, and the
+  95% interval that inverting the same test gives (the shifts it does not reject; it excludes 0
+  exactly when the unadjusted p is below 0.05). The same comparisons with every other method of
   the leaderboard are reported as exploratory (unadjusted p-values).
 A reference made by other result code (`bench.result_sources`) or another protocol version is
 never compared: the scorecard names what differs and the command that recomputes it.
@@ -227,7 +228,7 @@ def comparisons(result: BenchResult, others: dict[str, BenchResult], proto: benc
                 elif len(tasks) == 1 and per_task:
                     groups = {"pooled": next(iter(per_task.values()))}
                 for task, diff in groups.items():
-                    mean, low, high = stats.paired_t_interval(diff.to_numpy())
+                    mean, low, high = stats.sign_flip_interval(diff.to_numpy())
                     rows.append({"against": name, "task": task, "setting": setting, "lag": lag,
                                  "metric": value[:-2], "difference": mean, "low": low,
                                  "high": high, "seeds": len(diff),
@@ -347,8 +348,9 @@ def markdown(card: Scorecard) -> str:
     lines += ["## Against the leaderboard (normalised score, paired by seed)", "",
               "Pre-registered family: against " + ", ".join(proto.references) +
               ", final and AUC, at the largest lag and in the high-update-frequency setting, "
-              "pooled over tasks; exact sign-flip test, Holm-adjusted; 95% t interval. Every other "
-              "row is exploratory (unadjusted p).", ""]
+              "pooled over tasks; exact sign-flip test, Holm-adjusted; 95% interval by inverting "
+              "that test (the shifts it keeps at 5%, unadjusted). Every other row is exploratory "
+              "(unadjusted p).", ""]
     if len(card.comparisons):
         lines += ["| against | task | setting | metric | difference (95% CI) | p | p (Holm) | verdict |",
                   "|---|---|---|---|---|---|---|---|"]

@@ -290,6 +290,21 @@ def _quantiles(ordered: np.ndarray, levels: np.ndarray) -> np.ndarray:
 EXACT_SIGN_FLIPS = 16   # up to 2**16 sign patterns are enumerated; more are sampled
 
 
+def _sign_patterns(n: int, samples: int, seed: int) -> tuple[np.ndarray, bool]:
+    """The sign patterns of the sign-flip test: all 2**n (exact) for n ≤ `EXACT_SIGN_FLIPS`, else
+    `samples` random ones; and whether they are exact."""
+    if n <= EXACT_SIGN_FLIPS:
+        return (((np.arange(2 ** n)[:, None] >> np.arange(n)) & 1) * 2 - 1).astype(np.float64), True
+    return np.random.default_rng(seed).choice((-1.0, 1.0), size=(samples, n)), False
+
+
+def _sign_flip_p(d: np.ndarray, patterns: np.ndarray, exact: bool) -> float:
+    observed = abs(d.mean())
+    tolerance = 1e-12 * max(1.0, np.abs(d).max())
+    hits = np.sum(np.abs(patterns @ d) / d.size >= observed - tolerance)
+    return float(hits / len(patterns)) if exact else float((hits + 1) / (len(patterns) + 1))
+
+
 def sign_flip_test(differences, *, samples: int = 200_000, seed: int = 0) -> float:
     """Two-sided p-value of the paired permutation (sign-flip) test that the mean of `differences`
     (one per seed: method A − method B on the same seed) is 0.
@@ -301,19 +316,49 @@ def sign_flip_test(differences, *, samples: int = 200_000, seed: int = 0) -> flo
     """
     d = np.asarray(differences, np.float64)
     d = d[np.isfinite(d)]
-    n = d.size
-    if n == 0:
+    if d.size == 0:
         return float("nan")
-    observed = abs(d.mean())
-    tolerance = 1e-12 * max(1.0, np.abs(d).max())
-    if n <= EXACT_SIGN_FLIPS:
-        patterns = ((np.arange(2 ** n)[:, None] >> np.arange(n)) & 1) * 2 - 1
-        means = np.abs(patterns @ d) / n
-        return float(np.mean(means >= observed - tolerance))
-    rng = np.random.default_rng(seed)
-    signs = rng.choice((-1.0, 1.0), size=(samples, n))
-    hits = np.sum(np.abs(signs @ d) / n >= observed - tolerance)
-    return float((hits + 1) / (samples + 1))
+    return _sign_flip_p(d, *_sign_patterns(d.size, samples, seed))
+
+
+def sign_flip_interval(differences, confidence: float = 0.95, *, samples: int = 200_000,
+                       seed: int = 0) -> tuple[float, float, float]:
+    """(mean, low, high): the mean of paired differences and the interval of shifts Δ that the
+    sign-flip test of `differences − Δ` does not reject at 1 − `confidence` (p ≥ 1 − confidence).
+
+    Inverting the test makes the interval agree with it: 0 lies outside exactly when the test's p
+    at 0 is below 1 − confidence, which a Student-t interval beside the test does not promise on
+    skewed few-seed differences. The ends are found by bisection between the mean (p = 1) and the
+    extreme differences, where p is its floor 2 / 2**n: with so few seeds that the floor itself is
+    not below 1 − confidence (n ≤ 5 at 95%) no shift is rejected and the ends are ∓inf. The same
+    patterns (exact or seeded) serve every Δ, so the ends are reproducible.
+    """
+    d = np.asarray(differences, np.float64)
+    d = d[np.isfinite(d)]
+    n = d.size
+    mean = float(d.mean()) if n else float("nan")
+    if n < 2:
+        return mean, float("nan"), float("nan")
+    patterns, exact = _sign_patterns(n, samples, seed)
+    alpha = 1.0 - confidence
+
+    def kept(shift: float) -> bool:
+        return _sign_flip_p(d - shift, patterns, exact) >= alpha
+
+    span = float(d.max() - d.min()) or max(1.0, abs(mean))
+
+    def end(direction: float) -> float:
+        inside, outside = mean, mean + direction * span
+        if kept(outside):                       # beyond every difference: the p-value's floor
+            return direction * float("inf")
+        for _ in range(100):
+            middle = 0.5 * (inside + outside)
+            if middle in (inside, outside):
+                break
+            inside, outside = (middle, outside) if kept(middle) else (inside, middle)
+        return inside
+
+    return mean, end(-1.0), end(1.0)
 
 
 def paired_t_interval(differences, confidence: float = 0.95) -> tuple[float, float, float]:
