@@ -290,6 +290,13 @@ def _quantiles(ordered: np.ndarray, levels: np.ndarray) -> np.ndarray:
 EXACT_SIGN_FLIPS = 16   # up to 2**16 sign patterns are enumerated; more are sampled
 
 
+def _finite_and_mean(differences) -> tuple[np.ndarray, float]:
+    """The finite differences and their mean (NaN if none)."""
+    d = np.asarray(differences, np.float64)
+    d = d[np.isfinite(d)]
+    return d, float(d.mean()) if d.size else float("nan")
+
+
 def _sign_patterns(n: int, samples: int, seed: int) -> tuple[np.ndarray, bool]:
     """The sign patterns of the sign-flip test: all 2**n (exact) for n ≤ `EXACT_SIGN_FLIPS`, else
     `samples` random ones; and whether they are exact."""
@@ -333,10 +340,8 @@ def sign_flip_interval(differences, confidence: float = 0.95, *, samples: int = 
     not below 1 − confidence (n ≤ 5 at 95%) no shift is rejected and the ends are ∓inf. The same
     patterns (exact or seeded) serve every Δ, so the ends are reproducible.
     """
-    d = np.asarray(differences, np.float64)
-    d = d[np.isfinite(d)]
+    d, mean = _finite_and_mean(differences)
     n = d.size
-    mean = float(d.mean()) if n else float("nan")
     if n < 2:
         return mean, float("nan"), float("nan")
     patterns, exact = _sign_patterns(n, samples, seed)
@@ -365,10 +370,8 @@ def paired_t_interval(differences, confidence: float = 0.95) -> tuple[float, flo
     """(mean, low, high): the mean of paired differences and its Student-t interval."""
     from scipy import stats as scipy_stats
 
-    d = np.asarray(differences, np.float64)
-    d = d[np.isfinite(d)]
+    d, mean = _finite_and_mean(differences)
     n = d.size
-    mean = float(d.mean()) if n else float("nan")
     if n < 2:
         return mean, float("nan"), float("nan")
     half = scipy_stats.t.ppf(0.5 + confidence / 2, n - 1) * d.std(ddof=1) / np.sqrt(n)
