@@ -266,6 +266,27 @@ def test_step_size_best_rate_matched_kl_ablations_and_delta(tmp_path):
     assert report.primary.empty and report.forward_retention.empty
 
 
+def test_the_forward_figure_joins_points_along_one_arm_of_settings_never_across(forward):
+    # The settings vary the learning rate at K = 4 or K at lr 3e-4: a line from K=4, lr=3e-3 to
+    # K=32, lr=3e-4 would read as a trend that no setting between them measured.
+    from vaco_jax.study import plotting
+
+    _, _, report = forward
+    retention = report.forward_retention
+    fig = plotting.forward_figure(retention, ["vaco", "ppo_clip", "appo"], "task_a")
+    order = settings._setting_order(retention["setting"])
+    joined = []
+    for ax in fig.axes:
+        for container in ax.containers:
+            x = np.round(container.lines[0].get_xdata()).astype(int)
+            joined.append({order[i].split(",")[0] for i in x})
+    assert {"K=4"} in joined and {"K=32"} in joined
+    assert all(len(arm) == 1 for arm in joined), joined
+    assert any(line.get_xdata()[0] == 1.5 for ax in fig.axes for line in ax.lines
+               if line.get_linestyle() == "-" and len(set(line.get_xdata())) == 1)   # the rule
+    plotting.plt.close(fig)
+
+
 def test_cli_writes_primary_csv_summary_and_figures(forward, tmp_path, capsys, monkeypatch):
     from vaco_jax.commands import lag_report
 

@@ -727,12 +727,18 @@ def _settings_groups(methods: Sequence[str]) -> list[list[str]]:
 def forward_figure(retention: pd.DataFrame, methods: Sequence[str], task: str, title: str = ""):
     """One task (or the pooled rows) of the forward × backward study: final-score retention (top)
     and AUC retention (bottom) against the update-frequency setting, one column per constant lag k,
-    one line per method (95% BCa CIs); the break level dashed."""
+    one colour per method (95% BCa CIs); the break level dashed. The settings vary along two arms
+    from the base (K = 4, lr 3·10⁻⁴): the learning rate at K = 4, then the larger K, drawn apart (a
+    rule between them); a line joins a method's points along one arm, never across the two."""
     from vaco_jax.study import settings
 
     rows = retention[(retention["task"] == task) & retention["method"].isin(methods)]
     lags = sorted(int(k) for k in rows["k"].unique())
     order = settings._setting_order(retention["setting"])
+    parsed = {s: dict(p.split("=") for p in s.replace(" ", "").split(",")) for s in order}
+    epochs = {s: int(v["K"]) for s, v in parsed.items()}
+    arms = [[s for s in order if epochs[s] == settings.BASE_EPOCHS],
+            [s for s in order if epochs[s] != settings.BASE_EPOCHS]]
     colors = lag_colors(list(methods))
     fig, axes = plt.subplots(2, len(lags), figsize=(3.6 * len(lags) + 0.4, 6.4), squeeze=False,
                              sharey="row")
@@ -741,15 +747,22 @@ def forward_figure(retention: pd.DataFrame, methods: Sequence[str], task: str, t
                                             ("auc_retention", "AUC retention"))):
             ax = axes[i][j]
             for n, method in enumerate(methods):
-                line = rows[(rows["method"] == method) & (rows["k"] == k)]
-                line = line.assign(_x=line["setting"].map(order.index)).sort_values("_x")
-                if line.empty:
-                    continue
-                x = line["_x"].to_numpy() + (n - (len(methods) - 1) / 2) * 0.07
-                y = line[value].to_numpy(np.float64)
-                err = np.abs(np.stack([y - line[f"{value}_low"], line[f"{value}_high"] - y]))
-                ax.errorbar(x, y, yerr=np.nan_to_num(err), marker="o", ms=4, lw=1.2, capsize=2,
-                            color=colors[method], label=method)
+                here = rows[(rows["method"] == method) & (rows["k"] == k)].set_index("setting")
+                shift = (n - (len(methods) - 1) / 2) * 0.07
+                labelled = False
+                for arm in arms:
+                    line = here.reindex([s for s in arm if s in here.index])
+                    if line.empty:
+                        continue
+                    x = np.array([order.index(s) for s in line.index]) + shift
+                    y = line[value].to_numpy(np.float64)
+                    err = np.abs(np.stack([y - line[f"{value}_low"], line[f"{value}_high"] - y]))
+                    ax.errorbar(x, y, yerr=np.nan_to_num(err), marker="o", ms=4, lw=1.2,
+                                capsize=2, color=colors[method],
+                                label=None if labelled else method)
+                    labelled = True
+            if arms[0] and arms[1]:
+                ax.axvline(len(arms[0]) - 0.5, color="0.6", lw=0.8)
             ax.axhline(lag.BREAK_LEVEL, color="0.5", ls="--", lw=0.8)
             ax.axhline(1.0, color="0.8", lw=0.8)
             ax.set_xticks(range(len(order)))
@@ -761,7 +774,8 @@ def forward_figure(retention: pd.DataFrame, methods: Sequence[str], task: str, t
     axes[0][-1].legend(fontsize=8, loc="best")
     where = "pooled over tasks" if task == lag.POOLED else task
     fig.suptitle(title or f"Update frequency × constant lag: {where} (against K = 4, lr 3e-4, "
-                          f"k = 0; dashed: {lag.BREAK_LEVEL:g})", fontsize=10)
+                          f"k = 0; dashed: {lag.BREAK_LEVEL:g})\nleft of the rule: the learning rate "
+                          f"at K = 4; right of it: more epochs K at lr 3e-4", fontsize=10)
     fig.tight_layout()
     return fig
 
