@@ -313,7 +313,7 @@ def test_llm_primary_tests_pair_seeds_and_adjust_over_the_family(monkeypatch):
     monkeypatch.setattr(lag, "git_descends_from", lambda commit, ancestor: True)
     rng = np.random.default_rng(0)
     rows = []
-    for n in (1, 16):
+    for n in (1, 8, 16, 32):
         for seed in range(10):
             base = 0.8 + 0.01 * rng.normal()
             gain = 0.0 if n == 1 else 0.03 + 0.003 * rng.normal()
@@ -322,7 +322,7 @@ def test_llm_primary_tests_pair_seeds_and_adjust_over_the_family(monkeypatch):
                              "final_accuracy": base + shift,
                              "final_sampled_accuracy": base - shift + 0.001 * seed * (n > 1)})
     table = experiment.primary_tests(rows, commit="c0ffee")
-    assert len(table) == 4 and set(table["analysis"]) == {"pre-registered"}
+    assert len(table) == 8 and set(table["analysis"]) == {"pre-registered"}
     same = _one(table, setting="N=1", metric="held-out greedy accuracy")
     assert same.p == 1.0 and same.verdict == "no difference shown"
     greedy = _one(table, setting="N=16", metric="held-out greedy accuracy")
@@ -331,6 +331,20 @@ def test_llm_primary_tests_pair_seeds_and_adjust_over_the_family(monkeypatch):
     assert sampled.verdict == "lower"
     assert np.allclose(table["p_holm"], stats.holm(table["p"].to_numpy()))
     assert set(experiment.primary_tests(rows, commit=None)["analysis"]) == {"exploratory"}
+    # Part of the family (N = 32 missing), or fewer seeds than fixed, gets no verdict; an N that
+    # was not pre-registered is an exploratory row outside Holm.
+    part = experiment.primary_tests([r for r in rows if r["n"] != 32], commit="c0ffee")
+    assert set(part["verdict"]) == {"no verdict: 6 of the family's 8 comparisons are in with 10 "
+                                    "seeds (Holm needs them all)"}
+    few = experiment.primary_tests([r for r in rows if r["seed"] < 5], commit="c0ffee")
+    assert set(few["verdict"]) == {"no verdict: 0 of the family's 8 comparisons are in with 10 "
+                                   "seeds (Holm needs them all)"}
+    extra = experiment.primary_tests(rows + [{**r, "n": 4} for r in rows if r["n"] == 16],
+                                     commit="c0ffee")
+    outside = extra[extra["setting"] == "N=4"]
+    assert len(outside) == 2 and outside["p_holm"].isna().all()
+    assert set(outside["verdict"]) == {"exploratory (N not pre-registered)"}
+    assert extra[extra["setting"] != "N=4"]["p_holm"].tolist() == table["p_holm"].tolist()
 
 
 def test_llm_primary_csv_is_written_beside_the_results(tmp_path, monkeypatch):
