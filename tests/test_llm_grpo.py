@@ -424,6 +424,33 @@ def test_sweep_resumes_summarises_and_refuses_other_configs(tmp_path, monkeypatc
         experiment.run(dataclasses.replace(run, runs_per_call=-1), log=lambda _: None)
 
 
+def test_more_than_four_objectives_are_drawn_apart_each_beside_ppo_clip_and_vaco(tmp_path):
+    import matplotlib.pyplot as plt
+
+    objectives = ("cispo", "decoupled_ppo", "icepop", "m2po", "ppo_clip", "vaco")
+    rows = [r for n in (1, 4) for r in fake_rows(TINY, n, objectives, None, None, None)]
+    summary = experiment.summarize(rows, 0.45)
+    assert experiment.split_objectives(objectives) == (["decoupled_ppo", "ppo_clip", "vaco"],
+                                                       ["cispo", "icepop", "m2po"])
+    assert experiment.split_objectives(objectives[:4]) == (list(objectives[:4]), [])
+    written = experiment.plot(summary, tmp_path / "f.png")
+    assert [p.name for p in written] == ["f.png", "f_objectives.png"]
+    assert all(p.stat().st_size > 10_000 for p in written)
+    fig = experiment.objectives_figure(summary, ["cispo", "icepop", "m2po"])
+    assert len(fig.axes) == 6                                        # 2 rows × 3 objectives
+    for index, ax in enumerate(fig.axes):
+        column, key = ("cispo", "icepop", "m2po")[index % 3], \
+            ("mean", "sampled_accuracy")[index // 3]                 # greedy top, sampled below
+        drawn = {line.get_gid(): line for line in ax.get_lines() if line.get_gid()}
+        assert set(drawn) == {"ppo_clip", "vaco", column}          # three to a panel
+        np.testing.assert_allclose(
+            drawn[column].get_ydata(),
+            [summary["by_objective"][column][n][key] for n in ("1", "4")])
+    assert sorted(ax.get_title() for ax in fig.axes if ax.get_title()) == ["cispo", "icepop",
+                                                                           "m2po"]
+    plt.close(fig)
+
+
 def test_the_figure_shows_sampled_beside_greedy_accuracy_and_is_redrawn_from_results(tmp_path):
     import matplotlib.pyplot as plt
 

@@ -20,14 +20,15 @@ def main(argv: list[str] | None = None, prog: str = "vaco-plot-llm") -> int:
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("directory", help="a sweep's results directory (summary.json, config.json)")
     parser.add_argument("--out", default="",
-                        help="the figure's path (default <directory>/forward_lag.png)")
+                        help="the figure's path (default <directory>/forward_lag.png; a second figure, "
+                             "<name>_objectives.png, beside it when more than four objectives ran)")
     args = parser.parse_args(argv)
     from vaco_jax.llm import experiment   # after parsing: --help imports nothing heavy
 
     try:
-        path = experiment.replot(args.directory, args.out or None)
+        paths = experiment.replot(args.directory, args.out or None)
     except (FileNotFoundError, KeyError) as error:
         print(f"error: {args.directory} holds no finished sweep ({error})", file=sys.stderr)
         return 2
-    print(f"wrote {path}")
+    print("\n".join(f"wrote {path}" for path in paths))
     return 0

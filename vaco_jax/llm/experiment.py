@@ -5,7 +5,9 @@ program that trains every (objective, seed) pair side by side (`jax.vmap` over k
 hyper-parameters: the objective is a leaf). Each N's rows are appended to `results.jsonl` as soon as
 they finish, so a crashed or interrupted sweep resumes where it stopped. `summary.json` holds the
 per-(objective, N) statistics over seeds; `plot` draws greedy and sampled accuracy and the
-fractions against N (`out/forward_lag.png`; `replot` draws it again from a finished sweep).
+fractions against N (`out/forward_lag.png`, and with more than four objectives the others beside
+PPO-Clip and VACO in `out/forward_lag_objectives.png`; `replot` draws them again from a finished
+sweep).
 Everything a run writes is under `out`; only the warm start is cached elsewhere, per user
 (`vaco_jax.cache`).
 """
@@ -32,6 +34,12 @@ from vaco_jax.llm.model import num_params
 
 
 FIGURE = "forward_lag.png"   # written into the results directory
+# More objectives than `MAX_PER_PANEL` in a sweep: the main figure keeps those of `MAIN_OBJECTIVES`
+# that ran, and each other objective gets its own panels beside PPO-Clip and VACO in a second
+# figure, the main one's name with `_objectives` added.
+MAX_PER_PANEL = 4
+MAIN_OBJECTIVES = ("ppo_clip", "vaco", "decoupled_ppo")
+REFERENCES = ("ppo_clip", "vaco")
 
 # What each evaluation measures (`GRPO.evaluations`), `[num_evals]` per row.
 EVALUATIONS = ("eval_accuracy", "eval_sampled_accuracy", "train_greedy_accuracy")
@@ -323,14 +331,92 @@ def figure_title(grpo: dict, num_params: int) -> str:
             f"PPO ε = {grpo['clip_eps']:g}, VACO δ = {grpo['delta']:g}")
 
 
-def plot(summary, path, title=""):
-    """Save `figure(summary, title)` as `path` (PNG)."""
-    fig = figure(summary, title)
-    import matplotlib.pyplot as plt   # figure chose the backend
+def split_objectives(objectives) -> tuple[list[str], list[str]]:
+    """The objectives of the main figure and those drawn apart (`MAX_PER_PANEL`)."""
+    objectives = sorted(objectives)
+    if len(objectives) <= MAX_PER_PANEL:
+        return objectives, []
+    main = [o for o in objectives if o in MAIN_OBJECTIVES]
+    return main, [o for o in objectives if o not in main]
 
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+
+def _only(summary, objectives) -> dict:
+    return {**summary, "by_objective": {o: summary["by_objective"][o] for o in objectives}}
+
+
+def plot(summary, path, title="") -> list[Path]:
+    """Save `figure` as `path` (PNG), and where the sweep has more objectives than
+    `MAX_PER_PANEL`, `objectives_figure` of the others beside it (`<path stem>_objectives.png`);
+    returns the paths written."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    main, others = split_objectives(summary["by_objective"])
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    drawn = [(figure(_only(summary, main), title), path)]
+    if others:
+        drawn.append((objectives_figure(summary, others, title),
+                      path.with_name(f"{path.stem}_objectives{path.suffix}")))
+    for fig, where in drawn:
+        fig.savefig(where, dpi=120)
+        plt.close(fig)
+    return [where for _, where in drawn]
+
+
+def objectives_figure(summary, objectives, title=""):
+    """Each of `objectives` in its own column beside the references (PPO-Clip and VACO, where they
+    ran): final held-out greedy accuracy (top) and sampled accuracy (bottom) against N (log
+    scale), the mean over seeds with a ± std band, each seed a dot; one y scale per row, colours
+    and markers as in `figure`."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by_objective = summary["by_objective"]
+    style = styles(by_objective)
+    references = [o for o in REFERENCES if o in by_objective]
+    fig, axes = plt.subplots(2, len(objectives), figsize=(3.2 * len(objectives) + 0.6, 6.4),
+                             squeeze=False, sharey="row")
+    rows = (("mean", "final_accuracy", "held-out greedy accuracy"),
+            ("sampled_accuracy", "sampled_accuracy_by_seed", "held-out sampled accuracy"))
+    all_ns = sorted({int(n) for table in by_objective.values() for n in table})
+    for j, objective in enumerate(objectives):
+        shown = [*references, objective]
+        for i, (mean_key, seeds_key, label) in enumerate(rows):
+            ax = axes[i][j]
+            for k, name in enumerate(shown):
+                table = by_objective[name]
+                ns = np.array(sorted(int(n) for n in table))
+                if not all(seeds_key in table[str(n)] for n in ns):
+                    continue
+                seeds = [np.asarray(table[str(n)][seeds_key], float) for n in ns]
+                mean = np.array([table[str(n)].get(mean_key, np.mean(v))
+                                 for n, v in zip(ns, seeds)])
+                std = np.array([v.std(ddof=1) if len(v) > 1 else 0.0 for v in seeds])
+                xs = ns * 2.0 ** (0.05 * (k - (len(shown) - 1) / 2))
+                s = style[name]
+                ax.plot(xs, mean, "-", marker=s["marker"], color=s["color"], mfc="none", ms=6,
+                        label=name, gid=name, lw=1.6 if name == objective else 1.0)
+                ax.fill_between(xs, mean - std, mean + std, color=s["color"], alpha=0.1)
+                if name == objective:
+                    for x, v in zip(xs, seeds):
+                        ax.scatter([x] * len(v), v, color=s["color"], s=8, alpha=0.5)
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(all_ns, [str(n) for n in all_ns])
+            ax.grid(alpha=0.3)
+            if i == 0:
+                ax.set_title(objective, fontsize=10)
+                ax.legend(fontsize=7)
+            else:
+                ax.set_xlabel("N: minibatch updates per batch")
+            if j == 0:
+                ax.set_ylabel(f"{label}\n(mean ± std over seeds)")
+    fig.suptitle((title or "GRPO under forward lag") + ": each objective beside "
+                 + " and ".join(references), fontsize=10)
+    fig.tight_layout()
+    return fig
 
 
 def figure(summary, title=""):
@@ -419,19 +505,19 @@ def figure(summary, title=""):
     return fig
 
 
-def replot(directory, path=None) -> Path:
-    """Draw a finished sweep's figure again, from `directory`'s summary.json and config.json
-    (no training), into `path` (default `directory/forward_lag.png`, and then the pre-registered
-    tests into `directory/primary.csv` too, `write_primary`); returns the path."""
+def replot(directory, path=None) -> list[Path]:
+    """Draw a finished sweep's figures again (`plot`), from `directory`'s summary.json and
+    config.json (no training), into `path` (default `directory/forward_lag.png`, and then the
+    pre-registered tests into `directory/primary.csv` too, `write_primary`); returns the paths."""
     directory = Path(directory)
     summary = json.loads((directory / "summary.json").read_text())
     grpo = json.loads((directory / "config.json").read_text())["config"]["grpo"]
     in_place = not path
     path = Path(path) if path else directory / FIGURE
-    plot(summary, path, figure_title(grpo, summary["num_params"]))
+    written = plot(summary, path, figure_title(grpo, summary["num_params"]))
     if in_place:
         write_primary(directory)
-    return path
+    return written
 
 
 def same_config(stored, spec, defaults=None) -> bool:
@@ -555,8 +641,7 @@ def run(experiment: Experiment, log=print) -> dict:
     if primary_path is not None:
         log(f"pre-registered tests: {primary_path}")
     if experiment.plot:
-        figure = out / FIGURE
-        plot(summary, figure, figure_title(spec["grpo"], num_params(params)))
-        log(f"plot: {figure}")
+        for figure in plot(summary, out / FIGURE, figure_title(spec["grpo"], num_params(params))):
+            log(f"plot: {figure}")
     log(f"done in {summary['wall_seconds']:.0f} s")
     return summary
