@@ -387,14 +387,10 @@ def objectives_figure(summary, objectives, title=""):
         for i, (mean_key, seeds_key, label) in enumerate(rows):
             ax = axes[i][j]
             for k, name in enumerate(shown):
-                table = by_objective[name]
-                ns = np.array(sorted(int(n) for n in table))
-                if not all(seeds_key in table[str(n)] for n in ns):
+                series = _accuracy_series(by_objective[name], mean_key, seeds_key)
+                if series is None:
                     continue
-                seeds = [np.asarray(table[str(n)][seeds_key], float) for n in ns]
-                mean = np.array([table[str(n)].get(mean_key, np.mean(v))
-                                 for n, v in zip(ns, seeds)])
-                std = np.array([v.std(ddof=1) if len(v) > 1 else 0.0 for v in seeds])
+                ns, mean, std, seeds = series
                 xs = ns * 2.0 ** (0.05 * (k - (len(shown) - 1) / 2))
                 s = style[name]
                 ax.plot(xs, mean, "-", marker=s["marker"], color=s["color"], mfc="none", ms=6,
@@ -417,6 +413,18 @@ def objectives_figure(summary, objectives, title=""):
                  + " and ".join(references), fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def _accuracy_series(table, mean_key, seeds_key):
+    """One objective's accuracy against N from its summary table: (ns, mean, std over seeds,
+    per-seed values), or None where the results did not record `seeds_key`."""
+    ns = np.array(sorted(int(n) for n in table))
+    if not all(seeds_key in table[str(n)] for n in ns):
+        return None
+    seeds = [np.asarray(table[str(n)][seeds_key], float) for n in ns]
+    mean = np.array([table[str(n)].get(mean_key, np.mean(v)) for n, v in zip(ns, seeds)])
+    std = np.array([v.std(ddof=1) if len(v) > 1 else 0.0 for v in seeds])
+    return ns, mean, std, seeds
 
 
 def figure(summary, title=""):
@@ -446,11 +454,10 @@ def figure(summary, title=""):
         for ax, mean_key, seeds_key in ((ax_acc, "mean", "final_accuracy"),
                                         (ax_sampled, "sampled_accuracy",
                                          "sampled_accuracy_by_seed")):
-            if not all(seeds_key in table[str(n)] for n in ns):
+            series = _accuracy_series(table, mean_key, seeds_key)
+            if series is None:
                 continue
-            seeds = [np.asarray(table[str(n)][seeds_key], float) for n in ns]
-            mean = np.array([table[str(n)].get(mean_key, np.mean(v)) for n, v in zip(ns, seeds)])
-            std = np.array([v.std(ddof=1) if len(v) > 1 else 0.0 for v in seeds])
+            _, mean, std, seeds = series
             ax.plot(xs, mean, "-", marker=s["marker"], color=s["color"], mfc="none", ms=7,
                     label=objective, gid=objective)
             ax.fill_between(xs, mean - std, mean + std, color=s["color"], alpha=0.12)
