@@ -424,6 +424,35 @@ def test_sweep_resumes_summarises_and_refuses_other_configs(tmp_path, monkeypatc
         experiment.run(dataclasses.replace(run, runs_per_call=-1), log=lambda _: None)
 
 
+def test_a_resume_from_another_warm_start_is_refused(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(experiment, "train_one_n",
+                        lambda *a, **k: calls.append((a[1], tuple(a[2]))) or fake_rows(*a, **k))
+    seed = {"value": 0}
+
+    def warm_start(*a, **k):
+        params = model.init_params(TINY.model, jax.random.PRNGKey(seed["value"]))
+        return params, {"base_accuracy": 0.45, "final_loss": 1.0, "seconds": 0.0,
+                        "cached": True, "key": "x"}
+
+    monkeypatch.setattr(experiment.sft, "warm_start", warm_start)
+    run = dataclasses.replace(experiment.Experiment(TINY), ns=(1,), out=str(tmp_path / "out"),
+                              throughput=False, plot=False)
+    experiment.run(run, log=lambda _: None)
+    first = experiment.sft.digest(model.init_params(TINY.model, jax.random.PRNGKey(0)))
+    rows = io.read_jsonl(tmp_path / "out" / "results.jsonl")
+    assert {r["warm_start"] for r in rows} == {first} and len(first) == 16
+    # The same warm start resumes; other parameters under the same key are refused, naming both.
+    calls.clear()
+    experiment.run(dataclasses.replace(run, ns=(1, 4)), log=lambda _: None)
+    assert calls == [(4, ("ppo_clip", "vaco"))]
+    seed["value"] = 1
+    calls.clear()
+    with pytest.raises(ConfigError, match=f"cache_dir.*another warm start.*{first}") as refused:
+        experiment.run(dataclasses.replace(run, ns=(1, 4, 8)), log=lambda _: None)
+    assert calls == [] and experiment.sft.digest(warm_start()[0]) in str(refused.value)
+
+
 def test_more_than_four_objectives_are_drawn_apart_each_beside_ppo_clip_and_vaco(tmp_path):
     import matplotlib.pyplot as plt
 

@@ -596,8 +596,17 @@ def run(experiment: Experiment, log=print) -> dict:
     options = FAST_COMPILE if experiment.fast_compile else None
     params, warm = sft.warm_start(config, train_set, test_set, experiment.cache_dir or None, log=log,
                                   compiler_options=options)
+    warm_start = sft.digest(params)
     log(f"model: {num_params(params):,} parameters; {len(train_set)} train / {len(test_set)} test "
-        f"problems; warm-start held-out accuracy {warm['base_accuracy']:.3f}")
+        f"problems; warm-start held-out accuracy {warm['base_accuracy']:.3f} (parameters "
+        f"{warm_start})")
+    others = sorted({r["warm_start"] for r in rows if r.get("warm_start", warm_start) != warm_start})
+    if others:   # a resume on another machine may have trained its own warm start
+        raise invalid("cache_dir", experiment.cache_dir or "(the user cache)",
+                      f"{results_path} holds results made from another warm start (parameters "
+                      f"{', '.join(others)}; this one {warm_start}, held-out accuracy "
+                      f"{warm['base_accuracy']:.3f}): point --cache-dir at the warm start they "
+                      "were made from, or choose another --out")
 
     for n in experiment.ns:
         todo = [o for o in experiment.objectives
@@ -609,6 +618,7 @@ def run(experiment: Experiment, log=print) -> dict:
                                program=program, runs_per_call=experiment.runs_per_call)
         for row in new_rows:   # the code that made it: a resumed sweep may mix versions
             row["source"] = io.source_hash()
+            row["warm_start"] = warm_start
             if row["objective"] in codes:
                 row["objective_code"] = codes[row["objective"]]
         if primary:

@@ -86,6 +86,12 @@ def make_sft(config):
     return train
 
 
+def digest(params) -> str:
+    """Which warm start a result came from: 16 hex digits of SHA-256 over the serialised
+    parameters. The same cache key trained on another machine can give other parameters."""
+    return hashlib.sha256(serialization.to_bytes(jax.device_get(params))).hexdigest()[:16]
+
+
 def warm_start(config, train_set: ProblemSet, test_set: ProblemSet, cache_dir=None,
                log=print, compiler_options=None):
     """SFT parameters and info (`base_accuracy`, `final_loss`, `seconds`, `cached`), cached on disk.
