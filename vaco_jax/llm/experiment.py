@@ -600,7 +600,8 @@ def run(experiment: Experiment, log=print) -> dict:
     log(f"model: {num_params(params):,} parameters; {len(train_set)} train / {len(test_set)} test "
         f"problems; warm-start held-out accuracy {warm['base_accuracy']:.3f} (parameters "
         f"{warm_start})")
-    others = sorted({r["warm_start"] for r in rows if r.get("warm_start", warm_start) != warm_start})
+    others = sorted({r["warm_start"] for r in rows
+                     if r.get("warm_start", warm_start) != warm_start})
     if others:   # a resume on another machine may have trained its own warm start
         raise invalid("cache_dir", experiment.cache_dir or "(the user cache)",
                       f"{results_path} holds results made from another warm start (parameters "

@@ -622,8 +622,8 @@ def summary(r: Report, *, sweeps: Sequence[str], references_path: str,
                       f"Fixed before the runs (docs/experiments.md, \"Pre-registered tests\"; "
                       f"these results were {made}): VACO minus PPO-Clip and minus APPO, final "
                       f"score and AUC, at the largest lag with K = {BASE_EPOCHS} and at K = "
-                      f"{HIGHEST_EPOCHS} with k = 0 (both at lr {BASE_LR:g}), paired t-tests with Holm's correction over the "
-                      f"family, the exact sign-flip test beside them; the retention's 95% BCa "
+                      f"{HIGHEST_EPOCHS} with k = 0 (both at lr {BASE_LR:g}), paired t-tests with "
+                      f"Holm's correction over the family, the exact sign-flip test beside them; the retention's 95% BCa "
                       f"interval against {BREAK_LEVEL:g} for VACO, PPO-Clip and APPO. Everything "
                       f"after the answer below is exploratory unless it says otherwise.", ""]
         else:
