@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vaco_jax import io
+from vaco_jax import cache, io
 
 
 def test_write_json_atomic_round_trips_and_makes_non_finite_values_valid_json(tmp_path):
@@ -71,3 +71,16 @@ def test_provenance_names_the_code_imported_not_files_edited_since(tmp_path):
                            str(tmp_path / "vaco_jax" / "envs.py")], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["True", "False"]   # recorded: as imported; on disk: changed
+
+
+def test_provenance_names_the_cpu_model_and_its_instruction_sets(tmp_path):
+    # Two CPUs can give different numbers from one seed (XLA compiles per instruction set): the
+    # record names the model and a tag that differs when the flags differ.
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.write_text("processor\t: 0\nmodel name\t: Example CPU 9000\nflags\t\t: fpu sse avx2\n")
+    b.write_text("processor\t: 0\nmodel name\t: Example CPU 9000\nflags\t\t: fpu sse avx512f\n")
+    assert io.cpu_model(str(a)) == "Example CPU 9000"
+    assert cache.host_tag(str(a)) != cache.host_tag(str(b))
+    host = io.provenance()["host"]
+    assert host["cpu"] == io.cpu_model() and host["cpu_tag"] == cache.host_tag()
+    assert set(host) == {"machine", "cpus", "cpu", "cpu_tag"}

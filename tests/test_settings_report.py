@@ -356,3 +356,14 @@ def test_llm_primary_csv_is_written_beside_the_results(tmp_path, monkeypatch):
     path = experiment.write_primary(tmp_path)
     table = pd.read_csv(path)
     assert list(table["setting"]) == ["N=8", "N=8"] and set(table["analysis"]) == {"exploratory"}
+
+
+def test_provenance_names_the_kinds_of_cpu_that_ran_each_sweep(forward):
+    _, _, report = forward
+    assert set(report.provenance["cpus"]) == {"unrecorded"}   # these cells predate the record
+    cells = pd.DataFrame([
+        {"sweep": "a", "source": "s", "git_commit": "c", "host": {"cpu_tag": "x86_64-aaa"}},
+        {"sweep": "a", "source": "s", "git_commit": "c", "host": {"cpu_tag": "x86_64-bbb"}},
+        {"sweep": "b", "source": "s", "git_commit": "c", "host": {"machine": "x86_64"}}])
+    table = lag.provenance(lag.Study(pd.DataFrame(), cells, {}))
+    assert list(table["cpus"]) == ["x86_64-aaa, x86_64-bbb", "unrecorded"]

@@ -833,16 +833,21 @@ def analyse(study: Study, table: dict, *, reps: int = 10_000, seed: int = 0,
 
 
 def provenance(study: Study) -> pd.DataFrame:
-    """Per sweep directory: finished lag cells, vaco_jax source hash(es) and git commit(s)."""
+    """Per sweep directory: finished lag cells, vaco_jax source hash(es), git commit(s) and the
+    kinds of CPU that ran them (`cpu_tag` of the cells' `host`; cells recorded before it was
+    kept say "unrecorded")."""
     rows = []
     for directory, group in study.cells.groupby("sweep", sort=True):
         sources = group["source"].fillna("unrecorded") if "source" in group else ["unrecorded"]
         commits = (group["git_commit"].fillna("unrecorded") if "git_commit" in group
                    else ["unrecorded"])
+        hosts = group["host"] if "host" in group else [None]
+        cpus = {(h.get("cpu_tag") if isinstance(h, dict) else None) or "unrecorded" for h in hosts}
         rows.append({"sweep": directory, "cells": len(group),
                      "source": ", ".join(sorted(set(sources))),
-                     "commits": ", ".join(sorted({str(c)[:12] for c in commits}))})
-    return pd.DataFrame(rows, columns=["sweep", "cells", "source", "commits"])
+                     "commits": ", ".join(sorted({str(c)[:12] for c in commits})),
+                     "cpus": ", ".join(sorted(cpus))})
+    return pd.DataFrame(rows, columns=["sweep", "cells", "source", "commits", "cpus"])
 
 
 def task_table(runs: pd.DataFrame, table: dict, last_evals: int) -> pd.DataFrame:
