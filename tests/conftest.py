@@ -7,6 +7,7 @@ import shutil
 import tempfile
 
 import jax
+import pytest
 
 # First, before any test module imports brax or mujoco: vaco_jax chooses MuJoCo's headless GL
 # backend (MUJOCO_GL) at import, which MuJoCo reads when it is first imported.
@@ -68,3 +69,19 @@ def pytest_xdist_make_scheduler(config, log):
 
     config.option.loadscopereorder = False   # keep the collection order: heaviest scopes first
     return ByScope(config, log)
+
+
+@pytest.fixture
+def stub_warm_start(monkeypatch):
+    """`stub(model_config, seed=0)`: the LLM sweep's warm start (`experiment.sft.warm_start`)
+    becomes freshly initialised parameters of that seed, with the record a loaded one has."""
+    from vaco_jax.llm import experiment, model
+
+    def stub(model_config, seed=0):
+        def warm_start(*args, **kwargs):
+            params = model.init_params(model_config, jax.random.PRNGKey(seed))
+            return params, {"base_accuracy": 0.45, "final_loss": 1.0, "seconds": 0.0,
+                            "cached": True, "key": "x", "digest": experiment.sft.digest(params)}
+        monkeypatch.setattr(experiment.sft, "warm_start", warm_start)
+
+    return stub

@@ -238,6 +238,9 @@ def test_warm_start_is_trained_once_then_loaded(tmp_path):
     assert saved == [f"sft-{sft.cache_key(config)}.json", f"sft-{sft.cache_key(config)}.msgpack"]
     again, info2 = sft.warm_start(config, train_set, test_set, tmp_path, log=logs.append)
     assert info2["cached"] and info2["base_accuracy"] == info["base_accuracy"]
+    # Its record names the parameters (saved with them, and recomputed from what is loaded).
+    assert info["digest"] == info2["digest"] == sft.digest(params) and len(info["digest"]) == 16
+    assert json.loads((tmp_path / saved[0]).read_text())["digest"] == info["digest"]
     for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(again)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert "loaded" in logs[-1]
@@ -369,15 +372,20 @@ def fake_rows(config, n, objectives, params, train_set, test_set, log=print,
     return rows
 
 
-def test_sweep_resumes_summarises_and_refuses_other_configs(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)   # to see that nothing is written outside `out`
+@pytest.fixture
+def stubbed_sweep(monkeypatch, stub_warm_start):
+    """The LLM sweep without training: fake rows (each (N, objectives) trained is recorded in the
+    list returned) from a stub warm start of seed 0."""
     calls = []
     monkeypatch.setattr(experiment, "train_one_n",
                         lambda *a, **k: calls.append((a[1], tuple(a[2]))) or fake_rows(*a, **k))
-    monkeypatch.setattr(experiment.sft, "warm_start",
-                        lambda *a, **k: (model.init_params(TINY.model, jax.random.PRNGKey(0)),
-                                         {"base_accuracy": 0.45, "final_loss": 1.0,
-                                          "seconds": 0.0, "cached": True, "key": "x"}))
+    stub_warm_start(TINY.model)
+    return calls
+
+
+def test_sweep_resumes_summarises_and_refuses_other_configs(tmp_path, monkeypatch, stubbed_sweep):
+    monkeypatch.chdir(tmp_path)   # to see that nothing is written outside `out`
+    calls = stubbed_sweep
     run = dataclasses.replace(experiment.Experiment(TINY), ns=(1, 4), out=str(tmp_path / "out"),
                               throughput=False)
     summary = experiment.run(run, log=lambda _: None)
@@ -424,18 +432,8 @@ def test_sweep_resumes_summarises_and_refuses_other_configs(tmp_path, monkeypatc
         experiment.run(dataclasses.replace(run, runs_per_call=-1), log=lambda _: None)
 
 
-def test_a_resume_from_another_warm_start_is_refused(tmp_path, monkeypatch):
-    calls = []
-    monkeypatch.setattr(experiment, "train_one_n",
-                        lambda *a, **k: calls.append((a[1], tuple(a[2]))) or fake_rows(*a, **k))
-    seed = {"value": 0}
-
-    def warm_start(*a, **k):
-        params = model.init_params(TINY.model, jax.random.PRNGKey(seed["value"]))
-        return params, {"base_accuracy": 0.45, "final_loss": 1.0, "seconds": 0.0,
-                        "cached": True, "key": "x"}
-
-    monkeypatch.setattr(experiment.sft, "warm_start", warm_start)
+def test_a_resume_from_another_warm_start_is_refused(tmp_path, stubbed_sweep, stub_warm_start):
+    calls = stubbed_sweep
     run = dataclasses.replace(experiment.Experiment(TINY), ns=(1,), out=str(tmp_path / "out"),
                               throughput=False, plot=False)
     experiment.run(run, log=lambda _: None)
@@ -446,11 +444,12 @@ def test_a_resume_from_another_warm_start_is_refused(tmp_path, monkeypatch):
     calls.clear()
     experiment.run(dataclasses.replace(run, ns=(1, 4)), log=lambda _: None)
     assert calls == [(4, ("ppo_clip", "vaco"))]
-    seed["value"] = 1
+    stub_warm_start(TINY.model, seed=1)
     calls.clear()
     with pytest.raises(ConfigError, match=f"cache_dir.*another warm start.*{first}") as refused:
         experiment.run(dataclasses.replace(run, ns=(1, 4, 8)), log=lambda _: None)
-    assert calls == [] and experiment.sft.digest(warm_start()[0]) in str(refused.value)
+    other = experiment.sft.digest(model.init_params(TINY.model, jax.random.PRNGKey(1)))
+    assert calls == [] and other in str(refused.value)
 
 
 def test_more_than_four_objectives_are_drawn_apart_each_beside_ppo_clip_and_vaco(tmp_path):

@@ -3,12 +3,11 @@ training is replaced by a stub)."""
 
 import time
 
-import jax
 import numpy as np
 import pytest
 
 from vaco_jax import ConfigError, loggers
-from vaco_jax.llm import experiment, model
+from vaco_jax.llm import experiment
 from vaco_jax.llm.config import preset
 from vaco_jax.options import LoggerOptions, validate_logging
 from vaco_jax.commands.train import parse
@@ -33,12 +32,9 @@ def stub_rows(config, n, objectives, params, train_set, test_set, log=print, com
 
 
 @pytest.fixture
-def stubbed_training(monkeypatch):
+def stubbed_training(monkeypatch, stub_warm_start):
     monkeypatch.setattr(experiment, "train_one_n", stub_rows)
-    monkeypatch.setattr(experiment.sft, "warm_start",
-                        lambda *a, **k: (model.init_params(TINY.model, jax.random.PRNGKey(0)),
-                                         {"base_accuracy": 0.45, "final_loss": 1.0,
-                                          "seconds": 0.0, "cached": True, "key": "x"}))
+    stub_warm_start(TINY.model)
 
 
 def test_the_llm_experiment_logs_one_run_per_n_objective_and_seed(stubbed_training, tmp_path):

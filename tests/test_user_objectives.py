@@ -368,9 +368,9 @@ def test_grpo_refuses_a_user_objective_it_cannot_run_naming_grpo_objective(objec
 
 
 def test_the_llm_sweep_takes_a_module_objective_records_it_and_refuses_its_edited_code(
-        tmp_path, monkeypatch):
+        tmp_path, monkeypatch, stub_warm_start):
     from vaco_jax import io
-    from vaco_jax.llm import config as llm_config, experiment, model
+    from vaco_jax.llm import config as llm_config, experiment
     tiny = llm_config.preset("tiny")
     path = write_module(tmp_path, "llm_objectives", MODULE)
     calls = []
@@ -387,10 +387,7 @@ def test_the_llm_sweep_takes_a_module_objective_records_it_and_refuses_its_edite
                 for o in objectives for s in range(config.grpo.num_seeds)]
 
     monkeypatch.setattr(experiment, "train_one_n", fake_train_one_n)
-    monkeypatch.setattr(experiment.sft, "warm_start",
-                        lambda *a, **k: (model.init_params(tiny.model, jax.random.PRNGKey(0)),
-                                         {"base_accuracy": 0.45, "final_loss": 1.0,
-                                          "seconds": 0.0, "cached": True, "key": "x"}))
+    stub_warm_start(tiny.model)
     mine = "llm_objectives:my_loss"
     sweep = experiment.Experiment(
         llm_config.replace(tiny, grpo=dict(objective_hparams=("tau=0.5", "mis_high=3"))),

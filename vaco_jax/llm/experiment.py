@@ -596,7 +596,7 @@ def run(experiment: Experiment, log=print) -> dict:
     options = FAST_COMPILE if experiment.fast_compile else None
     params, warm = sft.warm_start(config, train_set, test_set, experiment.cache_dir or None, log=log,
                                   compiler_options=options)
-    warm_start = sft.digest(params)
+    warm_start = warm["digest"]
     log(f"model: {num_params(params):,} parameters; {len(train_set)} train / {len(test_set)} test "
         f"problems; warm-start held-out accuracy {warm['base_accuracy']:.3f} (parameters "
         f"{warm_start})")
@@ -643,7 +643,7 @@ def run(experiment: Experiment, log=print) -> dict:
         log(f"note: these results were made by {len(summary['sources'])} versions of the code "
             f"(source hashes {', '.join(summary['sources'])}; each row records its own)")
     summary.update(warm_start={k: warm[k] for k in ("base_accuracy", "final_loss", "seconds",
-                                                    "cached", "key")},
+                                                    "cached", "key", "digest")},
                    num_params=num_params(params))
     if experiment.throughput:
         summary["throughput"] = benchmark.measure(config, params, test_set, log=log)

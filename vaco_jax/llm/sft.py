@@ -94,7 +94,8 @@ def digest(params) -> str:
 
 def warm_start(config, train_set: ProblemSet, test_set: ProblemSet, cache_dir=None,
                log=print, compiler_options=None):
-    """SFT parameters and info (`base_accuracy`, `final_loss`, `seconds`, `cached`), cached on disk.
+    """SFT parameters and info (`base_accuracy`, `final_loss`, `seconds`, `cached`, and `digest`:
+    which parameters these are, `digest(params)`), cached on disk.
 
     In a multi-process run (`vaco_jax.runtime`) process 0 alone loads or trains and writes; the
     others wait for it at a barrier and then load what it wrote, so one warm start is trained, not
@@ -125,8 +126,9 @@ def _load(config, params_path: Path, info_path: Path, log):
         return None
     template = jax.eval_shape(lambda: init_params(config.model, jax.random.PRNGKey(0)))
     params = serialization.from_bytes(template, params_path.read_bytes())
-    info = json.loads(info_path.read_text())
-    log(f"warm start: loaded {params_path} (held-out accuracy {info['base_accuracy']:.3f})")
+    info = {**json.loads(info_path.read_text()), "digest": digest(params)}   # of what was read
+    log(f"warm start: loaded {params_path} (held-out accuracy {info['base_accuracy']:.3f}, "
+        f"parameters {info['digest']})")
     return params, {**info, "cached": True, "path": str(params_path)}
 
 
@@ -143,10 +145,11 @@ def _train(config, train_set, test_set, params_path: Path, info_path: Path, log,
         params, test_set, config.model, config.task.answer_len))
     info = {"base_accuracy": accuracy, "final_loss": float(losses[-10:].mean()),
             "first_loss": float(losses[0]), "seconds": seconds, "key": params_path.stem[4:],
+            "digest": digest(params),
             "config": {"model": config.model, "task": config.task, "sft": config.sft},
             **io.provenance()}
     io.write_bytes_atomic(params_path, serialization.to_bytes(jax.device_get(params)))
     io.write_json_atomic(info_path, info)   # written last: its presence marks a complete entry
     log(f"warm start: {seconds:.0f} s, loss {info['first_loss']:.3f} -> {info['final_loss']:.3f}, "
-        f"held-out accuracy {accuracy:.3f}; saved {params_path}")
+        f"held-out accuracy {accuracy:.3f}, parameters {info['digest']}; saved {params_path}")
     return params, {**io.to_jsonable(info), "cached": False, "path": str(params_path)}
