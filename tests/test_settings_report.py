@@ -264,6 +264,21 @@ def test_step_size_best_rate_matched_kl_ablations_and_delta(tmp_path):
     assert _one(report.delta_retention, task="task_a", setting="δ=0.1",
                 capacity=16).retention_verdict == "95% CI above 0.8"
     assert report.primary.empty and report.forward_retention.empty
+    # summary.md gives δ's AUC (and its retention) beside the final score: a capped final score
+    # cannot show a slowdown.
+    text = settings.summary(report, sweeps=["s", "d"], references_path="r.json", figures={})
+    section = text.split("## VACO's δ at a constant lag")[1]
+    auc = _one(report.delta_scores, task="task_a", setting="δ=0.4", capacity=16)
+    assert "| task_a | δ=0.4 | " in section and "AUC retention against the same δ" in section
+    assert lag._ci(auc.auc, auc.auc_low, auc.auc_high) in section.split("Normalised AUC")[1]
+    # ... and so does its figure: score, AUC, and the two retentions, one row each.
+    from vaco_jax.study import plotting
+
+    fig = plotting.delta_lag_figure(report.delta_scores, report.delta_retention)
+    assert [ax.get_ylabel().split("\n")[0] for ax in fig.axes] == [
+        "normalised final score", "normalised AUC", "final-score retention", "AUC retention"]
+    k15 = [c.lines[0].get_ydata() for c in fig.axes[1].containers][-1]
+    assert k15[-1] == pytest.approx(auc.auc)                 # δ = 0.4, k = 15
 
 
 def test_the_forward_figure_joins_points_along_one_arm_of_settings_never_across(forward):

@@ -816,16 +816,20 @@ def stepsize_figure(scores: pd.DataFrame, title: str = ""):
 
 
 def delta_lag_figure(scores: pd.DataFrame, retention: pd.DataFrame, title: str = ""):
-    """VACO's δ: normalised final score at each constant lag (top) and final-score retention at the
-    lags above 0 (bottom) against δ, per task and pooled (95% BCa CIs)."""
+    """VACO's δ: normalised final score and AUC at each constant lag (top rows) and their retention
+    at the lags above 0 (bottom rows) against δ, per task and pooled (95% BCa CIs)."""
     tasks = sorted(t for t in scores["task"].unique() if t != lag.POOLED)
     tasks += [lag.POOLED] if (scores["task"] == lag.POOLED).any() else []
-    fig, axes = plt.subplots(2, len(tasks), figsize=(3.4 * len(tasks) + 0.4, 5.8), squeeze=False)
+    rows = ((scores, "score", "normalised final score"), (scores, "auc", "normalised AUC"),
+            (retention, "retention", "final-score retention\nvs the same δ at k = 0"),
+            (retention, "auc_retention", "AUC retention\nvs the same δ at k = 0"))
+    fig, axes = plt.subplots(len(rows), len(tasks), figsize=(3.4 * len(tasks) + 0.6, 11.0),
+                             squeeze=False)
     palette = ("tab:blue", "tab:orange", "tab:red", "tab:purple", "tab:green")
     lags = sorted(int(k) for k in scores["k"].unique())
     deltas = sorted({float(s.split("=")[1]) for s in scores["setting"]})
     for j, task in enumerate(tasks):
-        for i, (frame, value) in enumerate(((scores, "score"), (retention, "retention"))):
+        for i, (frame, value, _) in enumerate(rows):
             for n, k in enumerate(lags):
                 line = frame[(frame["task"] == task) & (frame["k"] == k)]
                 if line.empty:
@@ -842,10 +846,11 @@ def delta_lag_figure(scores: pd.DataFrame, retention: pd.DataFrame, title: str =
             axes[i][j].set_xticks(deltas, [f"{d:g}" for d in deltas])
             axes[i][j].xaxis.set_minor_formatter(NullFormatter())
             axes[i][j].set_xlabel("δ")
-        axes[1][j].axhline(lag.BREAK_LEVEL, color="0.5", ls="--", lw=0.8)
+        for i in (2, 3):
+            axes[i][j].axhline(lag.BREAK_LEVEL, color="0.5", ls="--", lw=0.8)
         axes[0][j].set_title("pooled over tasks" if task == lag.POOLED else task, fontsize=10)
-    axes[0][0].set_ylabel("normalised final score")
-    axes[1][0].set_ylabel("retention vs the same δ at k = 0")
+    for i, (_, _, label) in enumerate(rows):
+        axes[i][0].set_ylabel(label)
     axes[0][-1].legend(fontsize=8)
     fig.suptitle(title or "VACO's δ at a constant lag (95% BCa CIs)", fontsize=10)
     fig.tight_layout()
@@ -873,7 +878,8 @@ def save_settings_figures(report, out: Path, dpi: int = 120) -> dict[str, str]:
     if len(report.delta_scores):
         drawn["fig_delta_lag.png"] = (delta_lag_figure(report.delta_scores,
                                                        report.delta_retention),
-                                      "VACO's δ: final score and retention at each lag")
+                                      "VACO's δ: final score, AUC and their retention at each "
+                                      "lag")
     for name, (fig, _) in drawn.items():
         fig.savefig(Path(out) / name, dpi=dpi)
         plt.close(fig)

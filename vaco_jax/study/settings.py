@@ -677,8 +677,17 @@ def summary(r: Report, *, sweeps: Sequence[str], references_path: str,
         lines += ["## VACO's δ at a constant lag (exploratory)", "",
                   "Normalised final score [95% CI]:", "",
                   _wide(ds, _ci_text(ds, "score"), ("task", "setting"), "lag"), "",
+                  "Normalised AUC [95% CI] (a capped final score shows collapse, never a "
+                  "slowdown; the AUC shows both):", "",
+                  _wide(ds, _ci_text(ds, "auc"), ("task", "setting"), "lag"), "",
                   "Final-score retention against the same δ at k = 0:", "",
-                  _wide(dr, _retention_texts(dr, "retention"), ("task", "setting"), "lag"), ""]
+                  _wide(dr, _retention_texts(dr, "retention"), ("task", "setting"), "lag"), "",
+                  "AUC retention against the same δ at k = 0:", "",
+                  _wide(dr, _retention_texts(dr, "auc_retention"), ("task", "setting"), "lag"),
+                  "", "Mean in-update approx_kl and behaviour TV:", "",
+                  _wide(ds, [f"{kl:.4f}; TV {tv:.3f}" for kl, tv in
+                             zip(ds["approx_kl"], ds["behavior_tv"])], ("task", "setting"), "lag"),
+                  ""]
     lines += ["## Figures", "", *[f"* [{name}]({name}): {caption}"
                                   for name, caption in figures.items()]]
     return "\n".join(lines) + "\n"
