@@ -145,8 +145,11 @@ def test_a_logged_cell_gives_each_run_its_own_tensorboard_run_and_changes_no_res
         f"{label}compiling the learner and evaluation programs for 6 runs of vaco on toy_reach "
         f"(first run of this config: seconds to a minute on a CPU; later runs of the same config "
         f"load them from the cache)", lines[2]]
-    assert re.fullmatch(re.escape(label) + r"reused the programs compiled earlier in this "
-                                           r"process in \d+\.\d s", lines[2]), lines[2]
+    # Not compiled again: reused from this process, or, when the program store beside JAX's
+    # persistent cache already holds it (a second run of the suite on the same code), loaded.
+    assert re.fullmatch(re.escape(label) + r"(reused the programs compiled earlier in this "
+                                           r"process|loaded from the cache) in \d+\.\d s",
+                        lines[2]), lines[2]
     table = sweep.load_results(tmp_path)
     reference = sweep.load_results(full_sweep[0])
     pd.testing.assert_frame_equal(table, reference[reference["cell"] == cell.cell_id]
