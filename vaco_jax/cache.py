@@ -48,17 +48,27 @@ def user_dir(kind: str = "") -> Path:
     return Path(root) / kind if kind else Path(root)
 
 
+def _cpuinfo_lines(cpuinfo: str, prefixes: tuple[str, ...]) -> list[str]:
+    """The lines of Linux `/proc/cpuinfo` (`cpuinfo`) that start with `prefixes`; [] elsewhere."""
+    try:
+        with open(cpuinfo) as file:
+            return [line for line in file if line.startswith(prefixes)]
+    except OSError:
+        return []
+
+
 def host_tag(cpuinfo: str = "/proc/cpuinfo") -> str:
     """A short name for this kind of host CPU: the architecture and a hash of the CPU model and its
     feature flags (Linux `/proc/cpuinfo`; elsewhere what `platform` reports)."""
-    description = platform.processor()
-    try:
-        with open(cpuinfo) as file:
-            lines = [line for line in file if line.startswith(("model name", "flags", "Features"))]
-        description = "".join(sorted(set(lines))) or description
-    except OSError:
-        pass
+    lines = _cpuinfo_lines(cpuinfo, ("model name", "flags", "Features"))
+    description = "".join(sorted(set(lines))) or platform.processor()
     return f"{platform.machine()}-{hashlib.sha256(description.encode()).hexdigest()[:12]}"
+
+
+def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The host CPU's model name (Linux `/proc/cpuinfo`; elsewhere what `platform` reports)."""
+    lines = _cpuinfo_lines(cpuinfo, ("model name", "Model", "Hardware"))
+    return (lines[0].partition(":")[2].strip() if lines else platform.processor()) or "unknown"
 
 
 # `off` keeps vaco_jax from turning the compilation cache on, in the commands and from Python.

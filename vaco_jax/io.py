@@ -31,18 +31,6 @@ def library_versions() -> dict[str, str]:
     return versions
 
 
-def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
-    """The host CPU's model name (Linux `/proc/cpuinfo`; elsewhere what `platform` reports)."""
-    try:
-        with open(cpuinfo) as file:
-            for line in file:
-                if line.startswith(("model name", "Model", "Hardware")):
-                    return line.partition(":")[2].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def provenance() -> dict[str, Any]:
     """Library versions, device, Python and git commit: what a result needs to be reproduced.
 
@@ -59,8 +47,8 @@ def provenance() -> dict[str, Any]:
         "python": platform.python_version(),
         "device": {"platform": device.platform, "kind": device.device_kind,
                    "count": jax.device_count()},
-        "host": {"machine": platform.machine(), "cpus": os.cpu_count(), "cpu": cpu_model(),
-                 "cpu_tag": cache.host_tag()},
+        "host": {"machine": platform.machine(), "cpus": os.cpu_count(),
+                 "cpu": cache.cpu_model(), "cpu_tag": cache.host_tag()},
         "git_commit": git_commit(),
         "source": source_hash(),
     }
