@@ -89,7 +89,12 @@ def make_sft(config):
 def digest(params) -> str:
     """Which warm start a result came from: 16 hex digits of SHA-256 over the serialised
     parameters. The same cache key trained on another machine can give other parameters."""
-    return hashlib.sha256(serialization.to_bytes(jax.device_get(params))).hexdigest()[:16]
+    return _bytes_digest(serialization.to_bytes(jax.device_get(params)))
+
+
+def _bytes_digest(data: bytes) -> str:
+    """`digest` of parameters already serialised (`flax.serialization.to_bytes`)."""
+    return hashlib.sha256(data).hexdigest()[:16]
 
 
 def warm_start(config, train_set: ProblemSet, test_set: ProblemSet, cache_dir=None,
@@ -125,8 +130,9 @@ def _load(config, params_path: Path, info_path: Path, log):
     if not (params_path.exists() and info_path.exists()):
         return None
     template = jax.eval_shape(lambda: init_params(config.model, jax.random.PRNGKey(0)))
-    params = serialization.from_bytes(template, params_path.read_bytes())
-    info = {**json.loads(info_path.read_text()), "digest": digest(params)}   # of what was read
+    data = params_path.read_bytes()
+    params = serialization.from_bytes(template, data)
+    info = {**json.loads(info_path.read_text()), "digest": _bytes_digest(data)}   # of what was read
     log(f"warm start: loaded {params_path} (held-out accuracy {info['base_accuracy']:.3f}, "
         f"parameters {info['digest']})")
     return params, {**info, "cached": True, "path": str(params_path)}
@@ -143,12 +149,13 @@ def _train(config, train_set, test_set, params_path: Path, info_path: Path, log,
     accuracy = float(jax.jit(greedy_accuracy, static_argnums=(2, 3),
                              compiler_options=compiler_options)(
         params, test_set, config.model, config.task.answer_len))
+    data = serialization.to_bytes(jax.device_get(params))
     info = {"base_accuracy": accuracy, "final_loss": float(losses[-10:].mean()),
             "first_loss": float(losses[0]), "seconds": seconds, "key": params_path.stem[4:],
-            "digest": digest(params),
+            "digest": _bytes_digest(data),
             "config": {"model": config.model, "task": config.task, "sft": config.sft},
             **io.provenance()}
-    io.write_bytes_atomic(params_path, serialization.to_bytes(jax.device_get(params)))
+    io.write_bytes_atomic(params_path, data)
     io.write_json_atomic(info_path, info)   # written last: its presence marks a complete entry
     log(f"warm start: {seconds:.0f} s, loss {info['first_loss']:.3f} -> {info['final_loss']:.3f}, "
         f"held-out accuracy {accuracy:.3f}, parameters {info['digest']}; saved {params_path}")
