@@ -846,8 +846,9 @@ def delta_lag_figure(scores: pd.DataFrame, retention: pd.DataFrame, title: str =
             axes[i][j].set_xticks(deltas, [f"{d:g}" for d in deltas])
             axes[i][j].xaxis.set_minor_formatter(NullFormatter())
             axes[i][j].set_xlabel("δ")
-        for i in (2, 3):
-            axes[i][j].axhline(lag.BREAK_LEVEL, color="0.5", ls="--", lw=0.8)
+        for i, (frame, _, _) in enumerate(rows):
+            if frame is retention:
+                axes[i][j].axhline(lag.BREAK_LEVEL, color="0.5", ls="--", lw=0.8)
         axes[0][j].set_title("pooled over tasks" if task == lag.POOLED else task, fontsize=10)
     for i, (_, _, label) in enumerate(rows):
         axes[i][0].set_ylabel(label)

@@ -623,8 +623,9 @@ def summary(r: Report, *, sweeps: Sequence[str], references_path: str,
                       f"these results were {made}): VACO minus PPO-Clip and minus APPO, final "
                       f"score and AUC, at the largest lag with K = {BASE_EPOCHS} and at K = "
                       f"{HIGHEST_EPOCHS} with k = 0 (both at lr {BASE_LR:g}), paired t-tests with "
-                      f"Holm's correction over the family, the exact sign-flip test beside them; the retention's 95% BCa "
-                      f"interval against {BREAK_LEVEL:g} for VACO, PPO-Clip and APPO. Everything "
+                      f"Holm's correction over the family, the exact sign-flip test beside "
+                      f"them; the retention's 95% BCa interval against {BREAK_LEVEL:g} for VACO, "
+                      f"PPO-Clip and APPO. Everything "
                       f"after the answer below is exploratory unless it says otherwise.", ""]
         else:
             lines += [f"## The pre-registered tests, computed on these results (exploratory: "
