@@ -302,6 +302,39 @@ def test_the_forward_figure_joins_points_along_one_arm_of_settings_never_across(
     plotting.plt.close(fig)
 
 
+def test_a_pooled_row_over_fewer_tasks_says_so_in_the_tables_and_the_figure(forward):
+    # A method that has run on one task of two (a sweep still filling) pools that task alone: its
+    # pooled rows must not read as a mean over both.
+    from vaco_jax.study import plotting
+
+    _, _, report = forward
+    def one_task(frame):
+        rows = frame[frame["method"] == "vaco"]
+        extra = pd.concat([rows[rows["task"] == "task_a"],
+                           rows[rows["task"] == "task_a"].assign(task=lag.POOLED, tasks=1)])
+        return pd.concat([frame, extra.assign(method="dppo_tv")], ignore_index=True)
+    partial = dataclasses.replace(report, forward_retention=one_task(report.forward_retention),
+                                  forward_scores=one_task(report.forward_scores))
+    text = settings.summary(partial, sweeps=["a", "b"], references_path="refs.json", figures={})
+    pooled = [line for line in text.splitlines() if line.startswith("| pooled")]
+    marked = [line for line in pooled if "(1 of 2 tasks)" in line]
+    assert marked and all("| dppo_tv |" in line for line in marked)
+    assert {line.split(" | ")[1] for line in marked} == {"dppo_tv"}
+    cells = [c for line in marked for c in line.strip("| ").split(" | ")[3:] if c != "—"]
+    assert cells and all(c.endswith("(1 of 2 tasks)") or "(1 of 2 tasks) (" in c for c in cells)
+    assert not any("| dppo_tv |" in line for line in pooled if line not in marked)
+    fig = plotting.forward_figure(partial.forward_retention, ["vaco", "dppo_tv"], lag.POOLED)
+    hollow = {line.get_gid() for ax in fig.axes for line in ax.lines
+              if line.get_gid() and line.get_markerfacecolor() == "none"}
+    assert hollow == {"dppo_tv"}
+    labels = {t.get_text() for t in fig.axes[len(fig.axes) // 2 - 1].get_legend().get_texts()}
+    assert labels == {"vaco", "dppo_tv (1 of 2 tasks)"}
+    plotting.plt.close(fig)
+    fig = plotting.forward_figure(partial.forward_retention, ["vaco", "dppo_tv"], "task_a")
+    assert not any(line.get_markerfacecolor() == "none" for ax in fig.axes for line in ax.lines)
+    plotting.plt.close(fig)
+
+
 def test_cli_writes_primary_csv_summary_and_figures(forward, tmp_path, capsys, monkeypatch):
     from vaco_jax.commands import lag_report
 

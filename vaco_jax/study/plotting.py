@@ -729,7 +729,9 @@ def forward_figure(retention: pd.DataFrame, methods: Sequence[str], task: str, t
     and AUC retention (bottom) against the update-frequency setting, one column per constant lag k,
     one colour per method (95% BCa CIs); the break level dashed. The settings vary along two arms
     from the base (K = 4, lr 3·10⁻⁴): the learning rate at K = 4, then the larger K, drawn apart (a
-    rule between them); a line joins a method's points along one arm, never across the two."""
+    rule between them); a line joins a method's points along one arm, never across the two. In
+    the pooled rows a method pooled over fewer tasks than the study has is dashed with hollow
+    markers, its legend entry saying how many."""
     from vaco_jax.study import settings
 
     rows = retention[(retention["task"] == task) & retention["method"].isin(methods)]
@@ -740,6 +742,7 @@ def forward_figure(retention: pd.DataFrame, methods: Sequence[str], task: str, t
     arms = [[s for s in order if epochs[s] == settings.BASE_EPOCHS],
             [s for s in order if epochs[s] != settings.BASE_EPOCHS]]
     colors = lag_colors(list(methods))
+    fewer = _lag_fewer(retention) if task == lag.POOLED else {}
     fig, axes = plt.subplots(2, len(lags), figsize=(3.6 * len(lags) + 0.4, 6.4), squeeze=False,
                              sharey="row")
     for j, k in enumerate(lags):
@@ -757,9 +760,13 @@ def forward_figure(retention: pd.DataFrame, methods: Sequence[str], task: str, t
                     x = np.array([order.index(s) for s in line.index]) + shift
                     y = line[value].to_numpy(np.float64)
                     err = np.abs(np.stack([y - line[f"{value}_low"], line[f"{value}_high"] - y]))
-                    ax.errorbar(x, y, yerr=np.nan_to_num(err), marker="o", ms=4, lw=1.2,
-                                capsize=2, color=colors[method],
-                                label=None if labelled else method)
+                    drawn = ax.errorbar(
+                        x, y, yerr=np.nan_to_num(err), marker="o", ms=4, lw=1.2, capsize=2,
+                        color=colors[method], ls="--" if method in fewer else "-",
+                        mfc="none" if method in fewer else colors[method],
+                        label=None if labelled else
+                        f"{method} ({fewer[method]})" if method in fewer else method)
+                    drawn.lines[0].set_gid(method)
                     labelled = True
             if arms[0] and arms[1]:
                 ax.axvline(len(arms[0]) - 0.5, color="0.6", lw=0.8)
@@ -773,6 +780,8 @@ def forward_figure(retention: pd.DataFrame, methods: Sequence[str], task: str, t
                 ax.set_ylabel(label)
     axes[0][-1].legend(fontsize=8, loc="best")
     where = "pooled over tasks" if task == lag.POOLED else task
+    if fewer:
+        where += " (hollow markers: pooled over fewer tasks)"
     fig.suptitle(title or f"Update frequency × constant lag: {where} (against K = 4, lr 3e-4, "
                           f"k = 0; dashed: {lag.BREAK_LEVEL:g})\nleft of the rule: the learning rate "
                           f"at K = 4; right of it: more epochs K at lr 3e-4", fontsize=10)

@@ -575,8 +575,19 @@ def analyse(sweeps: Sweeps, table: dict, *, reps: int = 10_000, seed: int = 0,
 
 
 def _ci_text(frame: pd.DataFrame, value: str, sign: bool = False) -> list[str]:
-    return [lag._ci(p, lo, hi, sign=sign) for p, lo, hi in
-            zip(frame[value], frame[f"{value}_low"], frame[f"{value}_high"])]
+    """Each row's `value [low, high]`, marked as `_fewer_tasks` marks it."""
+    return _fewer_tasks(frame, [lag._ci(p, lo, hi, sign=sign) for p, lo, hi in
+                                zip(frame[value], frame[f"{value}_low"], frame[f"{value}_high"])])
+
+
+def _fewer_tasks(frame: pd.DataFrame, texts: Sequence[str]) -> list[str]:
+    """`texts`, one per row, where a pooled row over fewer of the frame's tasks than it has says
+    how many ("(1 of 2 tasks)"), as the lag report's and the figures' pooled rows do."""
+    if "tasks" not in frame:
+        return list(texts)
+    total = frame.loc[frame["task"] != POOLED, "task"].nunique()
+    return [f"{text} ({int(n)} of {total} tasks)" if task == POOLED and n < total else text
+            for text, task, n in zip(texts, frame["task"], frame["tasks"])]
 
 
 def _wide(frame: pd.DataFrame, texts: Sequence[str], index: Sequence[str], columns: str) -> str:
@@ -652,8 +663,8 @@ def summary(r: Report, *, sweeps: Sequence[str], references_path: str,
                   "## Forward × backward: normalised final score", "",
                   _wide(fs, _ci_text(fs, "score"), ("task", "method", "setting"), "lag"), "",
                   "## Forward × backward: mean in-update approx_kl (exploratory)", "",
-                  _wide(fs, [f"{x:.4f}" for x in fs["approx_kl"]], ("task", "method", "setting"),
-                        "lag"), ""]
+                  _wide(fs, _fewer_tasks(fs, [f"{x:.4f}" for x in fs["approx_kl"]]),
+                        ("task", "method", "setting"), "lag"), ""]
     if len(r.stepsize_scores):
         ss = r.stepsize_scores
         lines += ["## Step size (synchronous; exploratory)", "",
