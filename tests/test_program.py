@@ -4,8 +4,6 @@ import dataclasses
 import functools
 import random
 
-import jax
-import numpy as np
 import pytest
 from brax import envs as brax_envs
 
