@@ -890,16 +890,26 @@ def _ci(point, low, high, digits: int = 2, sign: bool = False) -> str:
     return f"{text} [{low:.{digits}f}, {high:.{digits}f}]"
 
 
+def fewer_tasks(frame: pd.DataFrame, total: int | None = None) -> list[str]:
+    """Per row of `frame`: "n of N tasks" where it is a pooled row over fewer tasks (n, its
+    `tasks` column) than the N there are (`total`; default: the frame's other tasks), else "" —
+    the mark every table and figure gives such a row."""
+    if "tasks" not in frame:
+        return [""] * len(frame)
+    if total is None:
+        total = frame.loc[frame["task"] != POOLED, "task"].nunique()
+    return [f"{int(n)} of {total} tasks" if task == POOLED and n < total else ""
+            for task, n in zip(frame["task"], frame["tasks"])]
+
+
 def _interval_texts(frame: pd.DataFrame, value: str, tasks: int, sign: bool = False) -> list[str]:
     """Each row's `value [low, high]`; a pooled cell over fewer than all `tasks` says how many."""
     texts = []
-    for row in frame.to_dict("records"):
+    for row, fewer in zip(frame.to_dict("records"), fewer_tasks(frame, tasks)):
         text = _ci(row[value], row["low"], row["high"], sign=sign)
         if "simultaneous_low" in row and np.isfinite(row["simultaneous_low"]):
             text += f" {{{row['simultaneous_low']:.2f}, {row['simultaneous_high']:.2f}}}"
-        if row["task"] == POOLED and row["tasks"] < tasks:
-            text += f" ({row['tasks']} of {tasks} tasks)"
-        texts.append(text)
+        texts.append(f"{text} ({fewer})" if fewer else text)
     return texts
 
 

@@ -521,12 +521,12 @@ def _lag_footer(notes: Sequence[str], columns: int) -> float:
 def _lag_fewer(table: pd.DataFrame) -> dict[str, str]:
     """method → "n of N tasks" for each method whose pooled rows pool fewer than the N tasks of
     `table`."""
-    pooled = table[table["task"] == lag.POOLED]
-    if pooled.empty:
+    marked = table.assign(_fewer=lag.fewer_tasks(table))
+    marked = marked[marked["_fewer"] != ""]
+    if marked.empty:
         return {}
-    total = int(table.loc[table["task"] != lag.POOLED, "task"].nunique())
-    least = pooled.groupby("method")["tasks"].min()
-    return {m: f"{int(n)} of {total} tasks" for m, n in least.items() if n < total}
+    least = marked.sort_values(["method", "tasks"]).drop_duplicates("method")
+    return dict(zip(least["method"], least["_fewer"]))
 
 
 def _lag_absent(ax, not_run: Sequence[str], undefined: Sequence[str] = ()) -> None:

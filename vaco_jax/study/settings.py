@@ -583,11 +583,8 @@ def _ci_text(frame: pd.DataFrame, value: str, sign: bool = False) -> list[str]:
 def _fewer_tasks(frame: pd.DataFrame, texts: Sequence[str]) -> list[str]:
     """`texts`, one per row, where a pooled row over fewer of the frame's tasks than it has says
     how many ("(1 of 2 tasks)"), as the lag report's and the figures' pooled rows do."""
-    if "tasks" not in frame:
-        return list(texts)
-    total = frame.loc[frame["task"] != POOLED, "task"].nunique()
-    return [f"{text} ({int(n)} of {total} tasks)" if task == POOLED and n < total else text
-            for text, task, n in zip(texts, frame["task"], frame["tasks"])]
+    return [f"{text} ({fewer})" if fewer else text
+            for text, fewer in zip(texts, lag.fewer_tasks(frame))]
 
 
 def _wide(frame: pd.DataFrame, texts: Sequence[str], index: Sequence[str], columns: str) -> str:
