@@ -271,6 +271,8 @@ def test_step_size_best_rate_matched_kl_ablations_and_delta(tmp_path):
     auc = _one(report.delta_scores, task="task_a", setting="δ=0.4", capacity=16)
     assert "| task_a | δ=0.4 | " in section and "AUC retention against the same δ" in section
     assert lag._ci(auc.auc, auc.auc_low, auc.auc_high) in section.split("Normalised AUC")[1]
+    # Its KL spans k = 0 and k = 15: the table says it is KL to β, which holds the lag.
+    assert settings.KL_NOTE in section.split("Mean in-update approx_kl")[1].split("\n|")[0]
     # ... and so does its figure: score, AUC, and the two retentions, one row each.
     from vaco_jax.study import plotting
 
@@ -333,6 +335,16 @@ def test_a_pooled_row_over_fewer_tasks_says_so_in_the_tables_and_the_figure(forw
     fig = plotting.forward_figure(partial.forward_retention, ["vaco", "dppo_tv"], "task_a")
     assert not any(line.get_markerfacecolor() == "none" for ax in fig.axes for line in ax.lines)
     plotting.plt.close(fig)
+
+
+def test_the_forward_kl_table_says_it_is_kl_to_the_behaviour_policy(forward):
+    # approx_kl is KL(β ‖ π_θ): under lag it holds the lag itself, so the table spanning k = 0 to
+    # k = 15 must say so before a reader compares it as a step size.
+    _, _, report = forward
+    text = settings.summary(report, sweeps=["a"], references_path="r.json", figures={})
+    above = text.split("## Forward × backward: mean in-update approx_kl")[1].split("\n|")[0]
+    assert settings.KL_NOTE in above
+    assert "KL(β ‖ π_θ)" in settings.KL_NOTE and "not a step size" in settings.KL_NOTE
 
 
 def test_cli_writes_primary_csv_summary_and_figures(forward, tmp_path, capsys, monkeypatch):

@@ -53,6 +53,10 @@ PRIMARY_BASELINES = lag.PRIMARY_BASELINES
 HOLDS_METHODS = lag.HOLDS_METHODS
 HIGHEST_EPOCHS = 32
 """The pre-registered high-update-frequency setting of the forward study: K = 32 at k = 0."""
+KL_NOTE = ("`approx_kl` estimates KL(β ‖ π_θ), behaviour policy to learner, averaged over a run's "
+           "updates: at k = 0 (β = π_T) it is an update's step; at k > 0 it holds the lag between "
+           "β and π_T as well, so it is not a step size across lags.")
+"""What the reports' approx_kl measures, said beside each of its tables that spans lags."""
 RUN = ["study", "env", "method", "setting", "capacity", "seed"]
 COLUMN = ["method", "setting", "capacity"]
 
@@ -660,6 +664,7 @@ def summary(r: Report, *, sweeps: Sequence[str], references_path: str,
                   "## Forward × backward: normalised final score", "",
                   _wide(fs, _ci_text(fs, "score"), ("task", "method", "setting"), "lag"), "",
                   "## Forward × backward: mean in-update approx_kl (exploratory)", "",
+                  KL_NOTE, "",
                   _wide(fs, _fewer_tasks(fs, [f"{x:.4f}" for x in fs["approx_kl"]]),
                         ("task", "method", "setting"), "lag"), ""]
     if len(r.stepsize_scores):
@@ -693,7 +698,7 @@ def summary(r: Report, *, sweeps: Sequence[str], references_path: str,
                   _wide(dr, _retention_texts(dr, "retention"), ("task", "setting"), "lag"), "",
                   "AUC retention against the same δ at k = 0:", "",
                   _wide(dr, _retention_texts(dr, "auc_retention"), ("task", "setting"), "lag"),
-                  "", "Mean in-update approx_kl and behaviour TV:", "",
+                  "", f"Mean in-update approx_kl and behaviour TV. {KL_NOTE}", "",
                   _wide(ds, [f"{kl:.4f}; TV {tv:.3f}" for kl, tv in
                              zip(ds["approx_kl"], ds["behavior_tv"])], ("task", "setting"), "lag"),
                   ""]
