@@ -81,7 +81,9 @@ def stub_warm_start(monkeypatch):
         def warm_start(*args, **kwargs):
             params = model.init_params(model_config, jax.random.PRNGKey(seed))
             return params, {"base_accuracy": 0.45, "final_loss": 1.0, "seconds": 0.0,
-                            "cached": True, "key": "x", "digest": experiment.sft.digest(params)}
+                            "cached": True, "key": "x", "digest": experiment.sft.digest(params),
+                            "sha256": experiment.sft.sha256(params), "origin": "cache",
+                            "path": "x.msgpack"}
         monkeypatch.setattr(experiment.sft, "warm_start", warm_start)
 
     return stub

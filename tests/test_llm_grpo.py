@@ -1,8 +1,10 @@
 """GRPO under forward lag (SPEC §6): advantages, the objectives on token ratios, the on-policy
-identity at N = 1, backward lag through the ring buffer, the cached warm start, the sweep driver."""
+identity at N = 1, backward lag through the ring buffer, the shipped and the cached warm start,
+the sweep driver."""
 
 import dataclasses
 import json
+import shutil
 from pathlib import Path
 
 import jax
@@ -11,6 +13,7 @@ import numpy as np
 import pytest
 
 from vaco_jax.config import ConfigError
+from vaco_jax.errors import CheckpointError
 from vaco_jax.llm import config as llm_config
 from vaco_jax import io, runtime
 from vaco_jax.llm import dataset, experiment, grpo, model, problems, sft, tokenizer
@@ -303,6 +306,122 @@ def test_warm_start_key_follows_the_data_and_the_code_that_makes_it(tmp_path, mo
             m.setattr(module, "__file__", str(copy))
             assert sft.cache_key(TINY) != procedural, module.__name__
     assert sft.cache_key(TINY) == procedural
+
+
+class SFTRan(Exception):
+    """Raised by a stand-in for the supervised trainer: training was attempted."""
+
+
+@pytest.fixture
+def no_sft(monkeypatch):
+    """Supervised training raises `SFTRan`: a warm start that loads runs no SFT step."""
+    def make_sft(config):
+        raise SFTRan(config.sft)
+    monkeypatch.setattr(sft, "make_sft", make_sft)
+
+
+@pytest.mark.parametrize("name", ["tiny", "cpu"])
+def test_each_shipped_warm_start_is_the_one_its_record_names(name):
+    # The record's configuration is the preset's, its data the problems this code draws from it,
+    # its SHA-256 that of the parameters in the file, which stays small.
+    record = json.loads((sft.SHIPPED_DIR / f"{name}.json").read_text())
+    config = llm_config.preset(name)
+    assert record["config"] == sft.warm_start_config(config)
+    assert record["format_version"] == sft.FORMAT_VERSION
+    assert sft.shipped_record(config) == sft.SHIPPED_DIR / f"{name}.json"
+    train_set, test_set = experiment.load_problems(config)
+    assert record["data"] == sft.data_digest(train_set, test_set)
+    params, info = sft.load_shipped(config, train_set, test_set, log=lambda _: None)
+    assert info["sha256"] == record["sha256"] == sft.sha256(params)
+    assert info["digest"] == record["digest"] == sft.digest(params)
+    assert (sft.SHIPPED_DIR / f"{name}.npz").stat().st_size < 500_000
+    assert all(np.asarray(a).dtype == np.float32 for a in jax.tree.leaves(params))
+    assert sorted(p.name for p in sft.SHIPPED_DIR.iterdir()) == [
+        "cpu.json", "cpu.npz", "tiny.json", "tiny.npz"]
+
+
+def test_the_shipped_configuration_loads_without_supervised_training(tmp_path, no_sft):
+    # The preset's model, task and sft, whatever GRPO does: the shipped parameters, nothing trained
+    # or written; asked to train its own, it trains.
+    config = llm_config.replace(TINY, grpo=dict(delta=0.5, num_seeds=1))
+    train_set, test_set = experiment.load_problems(config)
+    logs = []
+    params, info = sft.warm_start(config, train_set, test_set, tmp_path, log=logs.append)
+    record = json.loads((sft.SHIPPED_DIR / "tiny.json").read_text())
+    assert info["origin"] == "shipped" and info["cached"] and info["sha256"] == record["sha256"]
+    assert info["base_accuracy"] == record["base_accuracy"] and sft.sha256(params) == info["sha256"]
+    assert logs == [logs[0]] and f"shipped tiny, sha256 {record['sha256']}" in logs[0]
+    assert not any(tmp_path.iterdir())
+    with pytest.raises(SFTRan):
+        sft.warm_start(config, train_set, test_set, tmp_path, log=logs.append, shipped=False)
+
+
+@pytest.mark.parametrize("section, field, value", [
+    ("sft", "steps", 61), ("sft", "seed", 1), ("task", "num_train", 256), ("model", "d_ff", 32)])
+def test_a_configuration_one_field_away_from_the_shipped_one_trains(
+        tmp_path, no_sft, section, field, value):
+    config = llm_config.replace(TINY, **{section: {field: value}})
+    assert sft.shipped_record(config) is None
+    train_set, test_set = experiment.load_problems(config)
+    with pytest.raises(SFTRan):
+        sft.warm_start(config, train_set, test_set, tmp_path, log=lambda _: None)
+
+
+def test_a_shipped_warm_start_on_other_problems_is_not_used(tmp_path, monkeypatch, no_sft):
+    # Same configuration, other data (the generator changed since it was shipped): trained anew.
+    for suffix in (".json", ".npz"):
+        shutil.copy(sft.SHIPPED_DIR / f"tiny{suffix}", tmp_path / f"tiny{suffix}")
+    record = json.loads((tmp_path / "tiny.json").read_text())
+    (tmp_path / "tiny.json").write_text(json.dumps({**record, "data": "0" * 64}))
+    monkeypatch.setattr(sft, "SHIPPED_DIR", tmp_path)
+    train_set, test_set = experiment.load_problems(TINY)
+    logs = []
+    with pytest.raises(SFTRan):
+        sft.warm_start(TINY, train_set, test_set, tmp_path / "cache", log=logs.append)
+    assert "not used: it was trained on other problems" in logs[0]
+
+
+def test_a_tampered_shipped_warm_start_is_refused(tmp_path, monkeypatch, no_sft):
+    for suffix in (".json", ".npz"):
+        shutil.copy(sft.SHIPPED_DIR / f"tiny{suffix}", tmp_path / f"tiny{suffix}")
+    monkeypatch.setattr(sft, "SHIPPED_DIR", tmp_path)
+    train_set, test_set = experiment.load_problems(TINY)
+    with np.load(tmp_path / "tiny.npz") as npz:
+        arrays = {name: npz[name] for name in npz.files}
+    name = sorted(arrays)[0]
+    arrays[name] = arrays[name].copy()
+    arrays[name].flat[0] += 1e-3                                    # one weight changed
+    np.savez_compressed(tmp_path / "tiny.npz", **arrays)
+    record = json.loads((tmp_path / "tiny.json").read_text())
+    with pytest.raises(CheckpointError, match=f"tiny.npz.*sha256 .*{record['sha256']}"):
+        sft.warm_start(TINY, train_set, test_set, tmp_path / "cache", log=lambda _: None)
+    arrays[name] = arrays[name].astype(np.float64)                  # another dtype
+    np.savez_compressed(tmp_path / "tiny.npz", **arrays)
+    with pytest.raises(CheckpointError, match="other arrays than the model's parameters"):
+        sft.warm_start(TINY, train_set, test_set, tmp_path / "cache", log=lambda _: None)
+    (tmp_path / "tiny.npz").write_bytes((sft.SHIPPED_DIR / "tiny.npz").read_bytes()[:1000])
+    with pytest.raises(CheckpointError, match="cannot be read"):
+        sft.warm_start(TINY, train_set, test_set, tmp_path / "cache", log=lambda _: None)
+    assert not (tmp_path / "cache").exists()
+
+
+def test_a_sweep_records_its_warm_starts_origin_and_hash(tmp_path, monkeypatch, no_sft):
+    # The sweep with the tiny preset starts from the shipped warm start (no SFT) and says so in
+    # its summary and rows; --train-warm-start trains its own.
+    monkeypatch.setattr(experiment, "train_one_n", fake_rows)
+    run = dataclasses.replace(experiment.Experiment(TINY), ns=(1,), out=str(tmp_path / "out"),
+                              throughput=False, plot=False, cache_dir=str(tmp_path / "cache"))
+    lines = []
+    summary = experiment.run(run, log=lines.append)
+    record = json.loads((sft.SHIPPED_DIR / "tiny.json").read_text())
+    assert summary["warm_start"]["origin"] == "shipped"
+    assert summary["warm_start"]["sha256"] == record["sha256"]
+    assert {r["warm_start"] for r in io.read_jsonl(tmp_path / "out" / "results.jsonl")} == {
+        record["digest"]}
+    assert any(f"shipped tiny, sha256 {record['sha256']}" in line for line in lines)
+    with pytest.raises(SFTRan):
+        experiment.run(dataclasses.replace(run, train_warm_start=True, overwrite=True),
+                       log=lambda _: None)
 
 
 def test_each_evaluation_tells_optimisation_from_generalisation(tmp_path):

@@ -10,9 +10,10 @@
            a `Trainer` (`make_train`, `vaco_jax.run`) or an LLM `GRPO` does when nothing chose
            before (`default_compile_cache`); `VACO_JAX_COMPILE_CACHE=off` or a call
            `enable_compile_cache("off")` keeps it off.
-    llm/   LLM warm-start parameters, keyed by a hash of the model, task and SFT config, the
-           contents of the data files they name and the source of the code that makes the data
-           and trains on it (`vaco_jax.llm.sft.cache_key`)
+    llm/   LLM warm-start parameters trained on this machine, keyed by a hash of the model, task
+           and SFT config, the contents of the data files they name and the source of the code
+           that makes the data and trains on it (`vaco_jax.llm.sft.cache_key`); the presets'
+           shipped warm starts are in the package (`vaco_jax/llm/warm_starts/`), not here
 
 Beside JAX's compilation cache, in its `programs/` subdirectory, `ProgramStore` keeps the MuJoCo
 trainer's compiled programs whole, keyed by everything they are built from (`program_key`): JAX's

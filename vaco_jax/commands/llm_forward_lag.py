@@ -6,8 +6,11 @@
     vaco-llm gpu                      # a ~0.3B model, for an accelerator
 
 Every field can be overridden (`--help`), e.g. `--config.grpo.delta 0.01`. Everything is written
-under `--out` (results, summary, log, forward_lag.png); the warm start is cached per user
-(`--cache-dir` to change), keyed by the model/task/sft configuration, the data and the code that makes it; results resume.
+under `--out` (results, summary, log, forward_lag.png). The warm start of the `tiny` and `cpu`
+presets' model/task/sft configuration ships with the package and is loaded without training;
+any other (or with `--train-warm-start`) is trained once and cached per user (`--cache-dir` to
+change), keyed by the model/task/sft configuration, the data and the code that makes it. Results
+resume.
 `--logger tensorboard wandb` also logs every (N, objective, seed) run (`vaco_jax.loggers`).
 """
 

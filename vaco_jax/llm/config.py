@@ -392,9 +392,14 @@ class Experiment:
     plot: bool = True
     """Draw accuracy and the clip/filter fractions against N into `out/forward_lag.png`."""
     cache_dir: str = ""
-    """Where the warm-start parameters are kept, keyed by a hash of the model, task and SFT config,
-    the data files' contents and the code that makes the data and trains on it (`sft.cache_key`)
-    (default: the per-user cache, `vaco_jax.cache.user_dir("llm")`)."""
+    """Where the warm-start parameters trained on this machine are kept, keyed by a hash of the
+    model, task and SFT config, the data files' contents and the code that makes the data and
+    trains on it (`sft.cache_key`) (default: the per-user cache, `vaco_jax.cache.user_dir("llm")`).
+    Not read when a warm start is shipped for the configuration (see `train_warm_start`)."""
+    train_warm_start: bool = False
+    """Use a warm start trained on this machine (loaded from `cache_dir`, or trained and saved
+    there) even when one is shipped for this model, task and SFT configuration
+    (`vaco_jax/llm/warm_starts/`, loaded without training by default)."""
     compile_cache: str = "default"
     """JAX's persistent compilation cache: default (off if VACO_JAX_COMPILE_CACHE=off; else
     JAX_COMPILATION_CACHE_DIR, else the per-user cache), off, or a directory (used by the command

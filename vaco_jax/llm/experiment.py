@@ -595,19 +595,20 @@ def run(experiment: Experiment, log=print) -> dict:
     train_set, test_set = load_problems(config)
     options = FAST_COMPILE if experiment.fast_compile else None
     params, warm = sft.warm_start(config, train_set, test_set, experiment.cache_dir or None, log=log,
-                                  compiler_options=options)
+                                  compiler_options=options, shipped=not experiment.train_warm_start)
     warm_start = warm["digest"]
     log(f"model: {num_params(params):,} parameters; {len(train_set)} train / {len(test_set)} test "
         f"problems; warm-start held-out accuracy {warm['base_accuracy']:.3f} (parameters "
-        f"{warm_start})")
+        f"{warm_start}, {warm['origin']})")
     others = sorted({r["warm_start"] for r in rows
                      if r.get("warm_start", warm_start) != warm_start})
     if others:   # a resume on another machine may have trained its own warm start
+        shipped = ("--train-warm-start and " if warm["origin"] == "shipped" else "")
         raise invalid("cache_dir", experiment.cache_dir or "(the user cache)",
                       f"{results_path} holds results made from another warm start (parameters "
-                      f"{', '.join(others)}; this one {warm_start}, held-out accuracy "
-                      f"{warm['base_accuracy']:.3f}): point --cache-dir at the warm start they "
-                      "were made from, or choose another --out")
+                      f"{', '.join(others)}; this one {warm_start} ({warm['origin']}), held-out "
+                      f"accuracy {warm['base_accuracy']:.3f}): pass {shipped}--cache-dir with the "
+                      "warm start they were made from, or choose another --out")
 
     for n in experiment.ns:
         todo = [o for o in experiment.objectives
@@ -643,7 +644,8 @@ def run(experiment: Experiment, log=print) -> dict:
         log(f"note: these results were made by {len(summary['sources'])} versions of the code "
             f"(source hashes {', '.join(summary['sources'])}; each row records its own)")
     summary.update(warm_start={k: warm[k] for k in ("base_accuracy", "final_loss", "seconds",
-                                                    "cached", "key", "digest")},
+                                                    "cached", "key", "digest", "sha256", "origin",
+                                                    "path")},
                    num_params=num_params(params))
     if experiment.throughput:
         summary["throughput"] = benchmark.measure(config, params, test_set, log=log)
