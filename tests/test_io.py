@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vaco_jax import cache, io
+from vaco_jax import io
 
 
 def test_write_json_atomic_round_trips_and_makes_non_finite_values_valid_json(tmp_path):
@@ -79,8 +79,8 @@ def test_provenance_names_the_cpu_model_and_its_instruction_sets(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     a.write_text("processor\t: 0\nmodel name\t: Example CPU 9000\nflags\t\t: fpu sse avx2\n")
     b.write_text("processor\t: 0\nmodel name\t: Example CPU 9000\nflags\t\t: fpu sse avx512f\n")
-    assert cache.cpu_model(str(a)) == "Example CPU 9000"
-    assert cache.host_tag(str(a)) != cache.host_tag(str(b))
+    assert io.cpu_model(str(a)) == "Example CPU 9000"
+    assert io.host_tag(str(a)) != io.host_tag(str(b))
     host = io.provenance()["host"]
-    assert host["cpu"] == cache.cpu_model() and host["cpu_tag"] == cache.host_tag()
+    assert host["cpu"] == io.cpu_model() and host["cpu_tag"] == io.host_tag()
     assert set(host) == {"machine", "cpus", "cpu", "cpu_tag"}

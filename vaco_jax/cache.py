@@ -27,7 +27,6 @@ import dataclasses
 import hashlib
 import os
 import pickle
-import platform
 from pathlib import Path
 
 import jax
@@ -35,6 +34,7 @@ from jax.experimental import serialize_executable
 
 from vaco_jax import io
 from vaco_jax.errors import ConfigError
+from vaco_jax.io import host_tag
 
 COMPILE_CACHE_BYTES = 4 << 30   # least recently used entries are evicted beyond this
 PROGRAM_STORE_BYTES = 1 << 30   # the same for `ProgramStore`
@@ -47,29 +47,6 @@ def user_dir(kind: str = "") -> Path:
         base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
         root = Path(base) / "vaco_jax"
     return Path(root) / kind if kind else Path(root)
-
-
-def _cpuinfo_lines(cpuinfo: str, prefixes: tuple[str, ...]) -> list[str]:
-    """The lines of Linux `/proc/cpuinfo` (`cpuinfo`) that start with `prefixes`; [] elsewhere."""
-    try:
-        with open(cpuinfo) as file:
-            return [line for line in file if line.startswith(prefixes)]
-    except OSError:
-        return []
-
-
-def host_tag(cpuinfo: str = "/proc/cpuinfo") -> str:
-    """A short name for this kind of host CPU: the architecture and a hash of the CPU model and its
-    feature flags (Linux `/proc/cpuinfo`; elsewhere what `platform` reports)."""
-    lines = _cpuinfo_lines(cpuinfo, ("model name", "flags", "Features"))
-    description = "".join(sorted(set(lines))) or platform.processor()
-    return f"{platform.machine()}-{hashlib.sha256(description.encode()).hexdigest()[:12]}"
-
-
-def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
-    """The host CPU's model name (Linux `/proc/cpuinfo`; elsewhere what `platform` reports)."""
-    lines = _cpuinfo_lines(cpuinfo, ("model name", "Model", "Hardware"))
-    return (lines[0].partition(":")[2].strip() if lines else platform.processor()) or "unknown"
 
 
 # `off` keeps vaco_jax from turning the compilation cache on, in the commands and from Python.

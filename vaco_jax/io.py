@@ -34,12 +34,10 @@ def library_versions() -> dict[str, str]:
 def provenance() -> dict[str, Any]:
     """Library versions, device, Python and git commit: what a result needs to be reproduced.
 
-    `host` names the CPU too (its model and `cache.host_tag`, a hash of the model and its feature
+    `host` names the CPU too (its model and `host_tag`, a hash of the model and its feature
     flags): XLA compiles differently for different instruction sets, so two CPUs can give
     different numbers from the same seed."""
     import jax
-
-    from vaco_jax import cache
 
     device = jax.devices()[0]
     return {
@@ -48,10 +46,33 @@ def provenance() -> dict[str, Any]:
         "device": {"platform": device.platform, "kind": device.device_kind,
                    "count": jax.device_count()},
         "host": {"machine": platform.machine(), "cpus": os.cpu_count(),
-                 "cpu": cache.cpu_model(), "cpu_tag": cache.host_tag()},
+                 "cpu": cpu_model(), "cpu_tag": host_tag()},
         "git_commit": git_commit(),
         "source": source_hash(),
     }
+
+
+def _cpuinfo_lines(cpuinfo: str, prefixes: tuple[str, ...]) -> list[str]:
+    """The lines of Linux `/proc/cpuinfo` (`cpuinfo`) that start with `prefixes`; [] elsewhere."""
+    try:
+        with open(cpuinfo) as file:
+            return [line for line in file if line.startswith(prefixes)]
+    except OSError:
+        return []
+
+
+def host_tag(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """A short name for this kind of host CPU: the architecture and a hash of the CPU model and its
+    feature flags (Linux `/proc/cpuinfo`; elsewhere what `platform` reports)."""
+    lines = _cpuinfo_lines(cpuinfo, ("model name", "flags", "Features"))
+    description = "".join(sorted(set(lines))) or platform.processor()
+    return f"{platform.machine()}-{hashlib.sha256(description.encode()).hexdigest()[:12]}"
+
+
+def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The host CPU's model name (Linux `/proc/cpuinfo`; elsewhere what `platform` reports)."""
+    lines = _cpuinfo_lines(cpuinfo, ("model name", "Model", "Hardware"))
+    return (lines[0].partition(":")[2].strip() if lines else platform.processor()) or "unknown"
 
 
 @functools.cache
