@@ -84,7 +84,7 @@ def run(args: list[str], deadline: float | None) -> tuple[str, float]:
 
 def quick_start(scratch: Path, args: list[str], deadline) -> dict:
     out = scratch / "quickstart"
-    _, wall = run(["vaco_jax.train", *args, "--out", str(out)], deadline)
+    _, wall = run(["vaco_jax.commands.train", *args, "--out", str(out)], deadline)
     summary = json.loads((out / "summary.json").read_text())
     return {"wall_seconds": wall, "sps": summary["sps"],
             "compile_seconds": summary["compile_seconds"],

@@ -215,7 +215,7 @@ def test_a_failed_measurement_prints_the_exception_that_stopped_it(tmp_path, cap
                         ["--env", "no_such_env", "--no-progress"])
     result = accelerator_check.main(["--smoke", "--only", "quickstart"])
     lines = capsys.readouterr().out.splitlines()
-    assert lines[1].startswith("quick start: `python -m vaco_jax.train --env no_such_env")
+    assert lines[1].startswith("quick start: `python -m vaco_jax.commands.train --env no_such_env")
     assert lines[1].endswith(result["quickstart"]["error"].strip().splitlines()[-1].strip())
     assert "no_such_env" in lines[1].split("failed:")[1], lines[1]
 

@@ -92,7 +92,7 @@ def test_sigkilled_run_resumes_at_most_one_chunk_back(uninterrupted, tmp_path):
     env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=CACHE_DIR,
                JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.5",
                JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
-    process = subprocess.Popen([sys.executable, "-m", "vaco_jax.train", *cli_args(BASE), "--out", str(out)],
+    process = subprocess.Popen([sys.executable, "-m", "vaco_jax.commands.train", *cli_args(BASE), "--out", str(out)],
                                cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.time() + 240

@@ -362,10 +362,10 @@ def test_help_documents_every_flag_and_lists_the_choices():
     from vaco_jax import Config, Options, algorithms, envs
     from vaco_jax.options import LoggerOptions
     from vaco_jax.runtime import Cluster
-    done = subprocess.run([sys.executable, "-m", "vaco_jax.train", "--help"], capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "vaco_jax.commands.train", "--help"], capture_output=True,
                           text=True, env=dict(os.environ, COLUMNS="100"), timeout=120)
     text = done.stdout
-    assert done.returncode == 0 and text.startswith("usage: python -m vaco_jax.train")
+    assert done.returncode == 0 and text.startswith("usage: python -m vaco_jax.commands.train")
     assert "warp" not in text           # nothing but the help on stdout
     # No section-divider comment of config.py is taken for a flag's help.
     source = (Path(envs.__file__).parent / "config.py").read_text()
@@ -492,7 +492,7 @@ def test_every_command_s_help_shows_how_to_run_it(module, monkeypatch, capsys):
 
 
 def test_command_line_modules_are_found():
-    assert {"vaco_jax.train", "vaco_jax.evaluate", "experiments.llm_forward_lag",
+    assert {"vaco_jax.commands.train", "vaco_jax.commands.evaluate", "experiments.llm_forward_lag",
             "experiments.reference_returns", "benchmarks.throughput"} <= set(_command_line_modules())
 
 

@@ -39,7 +39,7 @@ def test_infinite_delta_is_allowed():
 
 def test_cli_reports_bad_input_without_compiling(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "vaco_jax.train", "--env", "toy_reach", "--capacity", "0",
+        [sys.executable, "-m", "vaco_jax.commands.train", "--env", "toy_reach", "--capacity", "0",
          "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert "`capacity` = 0" in result.stderr and ">= 1" in result.stderr
@@ -47,7 +47,7 @@ def test_cli_reports_bad_input_without_compiling(tmp_path):
 
 
 def test_cli_help_lists_every_field_with_defaults():
-    result = subprocess.run([sys.executable, "-m", "vaco_jax.train", "--help"], capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "vaco_jax.commands.train", "--help"], capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 0
     from vaco_jax import Options

@@ -116,7 +116,7 @@ def test_a_factory_or_object_that_is_no_env_is_refused_naming_what_is_allowed():
 
 
 def test_the_command_line_refuses_a_factory_that_does_not_import_before_compiling(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "vaco_jax.train", "--env",
+    done = subprocess.run([sys.executable, "-m", "vaco_jax.commands.train", "--env",
                            "no_such_module_for_vaco:make", "--out", str(tmp_path / "run")],
                           capture_output=True, text=True, timeout=120,
                           env=dict(os.environ, JAX_PLATFORMS="cpu"))

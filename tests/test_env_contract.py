@@ -137,7 +137,7 @@ def test_a_factory_that_raises_is_refused_naming_the_env_and_the_exception():
 def test_the_command_line_refuses_a_factory_that_raises_before_compiling(tmp_path):
     tests = str(Path(__file__).resolve().parent)
     done = subprocess.run(
-        [sys.executable, "-m", "vaco_jax.train", "--env", "test_env_contract:broken_factory",
+        [sys.executable, "-m", "vaco_jax.commands.train", "--env", "test_env_contract:broken_factory",
          "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=120,
         env=dict(os.environ, JAX_PLATFORMS="cpu",
                  PYTHONPATH=os.pathsep.join([os.environ.get("PYTHONPATH", ""), tests])))

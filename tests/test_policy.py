@@ -1,4 +1,4 @@
-"""Saved policies (`policy.npz`, `load_policy`) and `python -m vaco_jax.evaluate`, videos included."""
+"""Saved policies (`policy.npz`, `load_policy`) and `vaco-evaluate`, videos included."""
 
 import json
 import warnings

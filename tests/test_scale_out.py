@@ -199,7 +199,7 @@ def finish(processes, timeout=400) -> list[tuple[str, str]]:
 def test_two_processes_train_resume_and_sweep_like_one(tmp_path):
     # A 2-process CLI run (2 seeds on 4 devices: padded), killed after its second row.
     out = tmp_path / "two_processes"
-    processes = launch(["vaco_jax.train", *cli_args(BASE), "--out", str(out)], free_port())
+    processes = launch(["vaco_jax.commands.train", *cli_args(BASE), "--out", str(out)], free_port())
     try:
         reference = tmp_path / "one_process"   # computed while the two processes compile
         run(BASE, options(out=str(reference)))
@@ -219,7 +219,7 @@ def test_two_processes_train_resume_and_sweep_like_one(tmp_path):
     assert rows_at_kill < BASE.num_evals and not (out / "summary.json").exists()
 
     # Resumed by two processes again: the whole run equals the single-process one, written once.
-    outputs = finish(launch(["vaco_jax.train", "--resume", str(out), "--no-progress"], free_port()))
+    outputs = finish(launch(["vaco_jax.commands.train", "--resume", str(out), "--no-progress"], free_port()))
     (stdout0, stderr0), (stdout1, stderr1) = outputs
     assert "JAX 0.9.2 on cpu: 4 devices (cpu) in 2 processes, 2 here; this is process 0" in stderr0
     assert "resuming" in stderr0 and "resuming" not in stderr1

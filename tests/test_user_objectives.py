@@ -86,7 +86,7 @@ def test_a_module_objective_trains_from_the_command_line_and_its_run_records_it(
     path = write_module(tmp_path, "my_objectives", MODULE)
     out = tmp_path / "run"
     done = subprocess.run(
-        [sys.executable, "-m", "vaco_jax.train", "--env", "toy_reach",
+        [sys.executable, "-m", "vaco_jax.commands.train", "--env", "toy_reach",
          "--algo", "gae+my_objectives:my_loss", "--objective-hparams", "tau=0.25",
          "--total-steps", "128", "--num-envs", "8", "--unroll-length", "8", "--num-minibatches",
          "2", "--num-evals", "1", "--episode-length", "20", "--eval-envs", "4", "--actor-hidden",
@@ -238,7 +238,7 @@ def test_the_command_line_refuses_a_broken_objective_before_compiling(tmp_path):
             return -(x.log_prob * x.advantages), {}
     ''')
     done = subprocess.run(
-        [sys.executable, "-m", "vaco_jax.train", "--env", "toy_reach",
+        [sys.executable, "-m", "vaco_jax.commands.train", "--env", "toy_reach",
          "--algo", "gae+broken_objectives:vector_loss", "--out", str(tmp_path / "run")],
         capture_output=True, text=True, timeout=300,
         env=dict(os.environ, JAX_PLATFORMS="cpu",

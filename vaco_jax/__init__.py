@@ -11,7 +11,7 @@ def headless_gl_backend(platform: str, environ, has_egl=None) -> str | None:
     (servers, CI, notebooks on a cluster) can render only through EGL (or OSMesa, chosen by
     setting `MUJOCO_GL=osmesa`), so EGL is chosen there. macOS and Windows render through their
     own windowing system (CGL, WGL) with or without `DISPLAY`, and have no EGL. A backend the user
-    set is always kept. Only rendering (`vaco_jax.evaluate --video`) uses it, but MuJoCo loads the
+    set is always kept. Only rendering (`vaco-evaluate --video`) uses it, but MuJoCo loads the
     chosen backend's library when it is imported: on a machine without libEGL (a GPU container
     with no OpenGL libraries, say) choosing EGL would stop `import mujoco`, and so all training.
     `has_egl()` says whether libEGL can be found (default: ctypes' library search); it is asked

@@ -25,15 +25,6 @@ or is refused before any episode runs (`renderer`):
 
 from __future__ import annotations
 
-if __name__ == "__main__":
-    # `python -m vaco_jax.evaluate` is `vaco-evaluate`: the command parses its flags (its --help
-    # imports no JAX) and then imports this module as itself, not as a second copy named __main__.
-    import sys
-
-    from vaco_jax.commands.evaluate import main
-
-    sys.exit(main(prog="python -m vaco_jax.evaluate"))
-
 import importlib.util
 import os
 import warnings

@@ -4,7 +4,7 @@ Every command takes the same flags (`options.LoggerOptions`): `--logger tensorbo
 `--wandb-entity`, `--wandb-project`, `--wandb-group`, `--wandb-tags`, `--wandb-mode`. A *logged
 run* is one curve per metric, at env steps (generated batches for the LLM):
 
-* `python -m vaco_jax.train`: the run (all its seeds) in `<out>/tensorboard/`, each metric's mean
+* `vaco-train`: the run (all its seeds) in `<out>/tensorboard/`, each metric's mean
   over the seeds as `<metric>/mean` and each seed's value as `<metric>/seed_<seed>`, plus
   `perf/steps_per_second`, at every evaluation; one W&B run named after the directory.
 * the lag sweep: one logged run per run of a cell, i.e. per (capacity, δ, seed), in

@@ -47,7 +47,7 @@ class LoggerOptions:
 
 @dataclasses.dataclass(frozen=True)
 class Options:
-    """The command's process options (flags of `python -m vaco_jax.train`)."""
+    """The command's process options (flags of `vaco-train`)."""
 
     out: str = ""
     """Output directory for config.json, metrics.jsonl, checkpoints/ and summary.json (default

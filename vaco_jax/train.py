@@ -29,15 +29,6 @@ lists every config field and option with its default.
 
 from __future__ import annotations
 
-if __name__ == "__main__":
-    # `python -m vaco_jax.train` is `vaco-train`: the command parses its flags (its --help imports
-    # no JAX) and then imports this module as itself, not as a second copy named __main__.
-    import sys
-
-    from vaco_jax.commands.train import main
-
-    sys.exit(main(prog="python -m vaco_jax.train"))
-
 import json
 import sys
 import time

@@ -15,7 +15,7 @@ library once the arguments are parsed, so `--help` imports no JAX.
     vaco-plot-diagnostics  plot_diagnostics            the lag diagnostics of vaco-train runs
     vaco-plot-llm          plot_forward_lag            an LLM forward-lag sweep's figure, redrawn
 
-`python -m vaco_jax.train` and `python -m vaco_jax.evaluate` run the first two, and in a checkout
+`python -m vaco_jax.commands.train` and `python -m vaco_jax.commands.evaluate` run the first two, and in a checkout
 `python -m experiments.<module>` the others (`experiments/` holds one line per command). Each
 `main` takes `prog`, the name its usage line shows: the installed command's by default.
 """

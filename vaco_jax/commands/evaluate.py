@@ -5,7 +5,7 @@
     vaco-evaluate runs/quickstart --video pendulum.mp4  # or .gif
     vaco-evaluate runs/quickstart --html pendulum.html  # Brax's 3-D viewer
 
-The command (`python -m vaco_jax.evaluate` in a checkout); what it computes, writes and renders:
+The command (`python -m vaco_jax.commands.evaluate` where the script is not installed); what it computes, writes and renders:
 `vaco_jax.evaluate`, imported once the flags are parsed.
 """
 
@@ -142,3 +142,7 @@ def main(argv: list[str] | None = None, prog: str = "vaco-evaluate") -> int:
         print(f"viewer: {n} states -> {args.html}")
     print(f"-> {out}")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(prog="python -m vaco_jax.commands.evaluate"))

@@ -4,7 +4,7 @@
         --total-steps 300000 --out runs/ip_vaco_c4
     vaco-train --resume runs/ip_vaco_c4      # continue after a crash or pre-emption
 
-The command (`python -m vaco_jax.train` in a checkout): its flags are the run's `Config`, the
+The command (`python -m vaco_jax.commands.train` where the script is not installed): its flags are the run's `Config`, the
 process `Options` and the `Cluster`; the run is `vaco_jax.run` (`vaco_jax.train`), imported once
 the flags are parsed, so `--help`, which lists every config field and option with its default,
 imports no JAX.
@@ -114,3 +114,7 @@ def main(argv: list[str] | None = None, prog: str = "vaco-train") -> int:
           f"{summary['eval_fraction']:.0%} of the time, "
           f"{summary['devices']}) -> {summary['out']}")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(prog="python -m vaco_jax.commands.train"))

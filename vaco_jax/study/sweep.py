@@ -186,8 +186,8 @@ def run_cell(cell: Cell, progress: Callable[[int, int], None] | None = None, *,
     """Train every run of `cell` in one vmapped program; returns (tidy rows, timing record).
 
     Run i uses `PRNGKey(run.seed)`, so a seed sees the same key at every capacity, δ and algorithm
-    (common random numbers) and is the same computation as a single `python -m vaco_jax.train
-    --seed <seed>` run: equal to float rounding, which XLA may order differently in a batch than
+    (common random numbers) and is the same computation as a single `vaco-train --seed
+    <seed>` run: equal to float rounding, which XLA may order differently in a batch than
     alone on some CPUs and which training amplifies over iterations.
     The runs are spread over every device (`vaco_jax.program`); padding runs are never reported.
 
