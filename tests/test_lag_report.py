@@ -407,8 +407,6 @@ def _figure_tables():
     """Hand-made score and retention tables: two tasks and pooled, the three references, five
     methods whose pooled retention at k = 15 is 0.5 (one of them, spo, run on task_a only) and
     one at 0.9."""
-    from vaco_jax.study import plotting
-
     kept = {"vaco": 1.0, "ppo_clip": 1.0, "appo": 1.0, "ppo_kl": 0.5, "spo": 0.5,
             "decoupled_ppo": 0.5, "impala": 0.5, "impala [epochs=4]": 0.5,
             "ppo_kl [kl_adaptive]": 0.9}
@@ -425,7 +423,7 @@ def _figure_tables():
                 if (sampling, capacity) != lag.SYNC:
                     retention.append({**cell, "degradation": value, "low": value - 0.1,
                                       "high": value + 0.1})
-    return plotting, pd.DataFrame(scores), pd.DataFrame(retention)
+    return pd.DataFrame(scores), pd.DataFrame(retention)
 
 
 def _panels(fig):
@@ -438,23 +436,23 @@ def _panels(fig):
 def test_figures_put_at_most_four_methods_in_a_panel_and_mark_what_pools_fewer_tasks():
     import matplotlib.pyplot as plt
 
-    plotting, scores, retention = _figure_tables()
-    groups = plotting.lag_method_groups(scores["method"].unique(), retention)
+    scores, retention = _figure_tables()
+    groups = lag.lag_method_groups(scores["method"].unique(), retention)
     assert [members for _, members in groups] == [
         ["vaco", "ppo_clip", "appo"],
         ["ppo_kl", "decoupled_ppo", "spo", "impala"], ["impala [epochs=4]"],   # five: 4 + 1
         ["ppo_kl [kl_adaptive]"]]
     assert "below 0.8" in groups[1][0] and groups[1][0].endswith("(1 of 2)")
-    assert "ppo_kl, decoupled_ppo, spo, impala" in plotting.lag_rule_caption(groups)
-    figures = {"score": plotting.lag_score_figure(scores, groups),
-               "retention": plotting.lag_retention_figure(retention, scores, groups),
-               "auc": plotting.lag_retention_figure(retention, scores, groups, auc=True)}
+    assert "ppo_kl, decoupled_ppo, spo, impala" in lag.lag_rule_caption(groups)
+    figures = {"score": lag.lag_score_figure(scores, groups),
+               "retention": lag.lag_retention_figure(retention, scores, groups),
+               "auc": lag.lag_retention_figure(retention, scores, groups, auc=True)}
     colours = {}
     for name, fig in figures.items():
         panels = _panels(fig)
         assert len(panels) == len(groups) * 3                  # task_a, task_b, pooled per row
         for (ax, methods), (_, members) in zip(panels, [g for g in groups for _ in range(3)]):
-            assert len(methods) <= plotting.LAG_PER_PANEL
+            assert len(methods) <= lag.LAG_PER_PANEL
             assert methods <= set(members)
             for line in ax.get_lines():
                 if line.get_gid():                         # one colour per method, everywhere
@@ -477,7 +475,7 @@ def test_figures_put_at_most_four_methods_in_a_panel_and_mark_what_pools_fewer_t
     assert figures["auc"].get_suptitle().startswith("AUC retention vs constant lag")
     # Without a method missing a task, nothing is marked.
     full = scores[scores["method"] != "spo"]
-    fig = plotting.lag_score_figure(full, plotting.lag_method_groups(
+    fig = lag.lag_score_figure(full, lag.lag_method_groups(
         full["method"].unique(), retention[retention["method"] != "spo"]))
     assert not [line for ax in fig.axes for line in ax.get_lines()
                 if line.get_markerfacecolor() == "none"]

@@ -274,9 +274,7 @@ def test_step_size_best_rate_matched_kl_ablations_and_delta(tmp_path):
     # Its KL spans k = 0 and k = 15: the table says it is KL to β, which holds the lag.
     assert settings.KL_NOTE in section.split("Mean in-update approx_kl")[1].split("\n|")[0]
     # ... and so does its figure: score, AUC, and the two retentions, one row each.
-    from vaco_jax.study import plotting
-
-    fig = plotting.delta_lag_figure(report.delta_scores, report.delta_retention)
+    fig = settings.delta_lag_figure(report.delta_scores, report.delta_retention)
     assert [ax.get_ylabel().split("\n")[0] for ax in fig.axes] == [
         "normalised final score", "normalised AUC", "final-score retention", "AUC retention"]
     k15 = [c.lines[0].get_ydata() for c in fig.axes[1].containers][-1]
@@ -286,11 +284,11 @@ def test_step_size_best_rate_matched_kl_ablations_and_delta(tmp_path):
 def test_the_forward_figure_joins_points_along_one_arm_of_settings_never_across(forward):
     # The settings vary the learning rate at K = 4 or K at lr 3e-4: a line from K=4, lr=3e-3 to
     # K=32, lr=3e-4 would read as a trend that no setting between them measured.
-    from vaco_jax.study import plotting
+    import matplotlib.pyplot as plt
 
     _, _, report = forward
     retention = report.forward_retention
-    fig = plotting.forward_figure(retention, ["vaco", "ppo_clip", "appo"], "task_a")
+    fig = settings.forward_figure(retention, ["vaco", "ppo_clip", "appo"], "task_a")
     order = settings._setting_order(retention["setting"])
     joined = []
     for ax in fig.axes:
@@ -301,13 +299,13 @@ def test_the_forward_figure_joins_points_along_one_arm_of_settings_never_across(
     assert all(len(arm) == 1 for arm in joined), joined
     assert any(line.get_xdata()[0] == 1.5 for ax in fig.axes for line in ax.lines
                if line.get_linestyle() == "-" and len(set(line.get_xdata())) == 1)   # the rule
-    plotting.plt.close(fig)
+    plt.close(fig)
 
 
 def test_a_pooled_row_over_fewer_tasks_says_so_in_the_tables_and_the_figure(forward):
     # A method that has run on one task of two (a sweep still filling) pools that task alone: its
     # pooled rows must not read as a mean over both.
-    from vaco_jax.study import plotting
+    import matplotlib.pyplot as plt
 
     _, _, report = forward
     def one_task(frame):
@@ -325,16 +323,16 @@ def test_a_pooled_row_over_fewer_tasks_says_so_in_the_tables_and_the_figure(forw
     cells = [c for line in marked for c in line.strip("| ").split(" | ")[3:] if c != "—"]
     assert cells and all(c.endswith("(1 of 2 tasks)") or "(1 of 2 tasks) (" in c for c in cells)
     assert not any("| dppo_tv |" in line for line in pooled if line not in marked)
-    fig = plotting.forward_figure(partial.forward_retention, ["vaco", "dppo_tv"], lag.POOLED)
+    fig = settings.forward_figure(partial.forward_retention, ["vaco", "dppo_tv"], lag.POOLED)
     hollow = {line.get_gid() for ax in fig.axes for line in ax.lines
               if line.get_gid() and line.get_markerfacecolor() == "none"}
     assert hollow == {"dppo_tv"}
     labels = {t.get_text() for t in fig.axes[len(fig.axes) // 2 - 1].get_legend().get_texts()}
     assert labels == {"vaco", "dppo_tv (1 of 2 tasks)"}
-    plotting.plt.close(fig)
-    fig = plotting.forward_figure(partial.forward_retention, ["vaco", "dppo_tv"], "task_a")
+    plt.close(fig)
+    fig = settings.forward_figure(partial.forward_retention, ["vaco", "dppo_tv"], "task_a")
     assert not any(line.get_markerfacecolor() == "none" for ax in fig.axes for line in ax.lines)
-    plotting.plt.close(fig)
+    plt.close(fig)
 
 
 def test_the_forward_kl_table_says_it_is_kl_to_the_behaviour_policy(forward):

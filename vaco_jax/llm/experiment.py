@@ -302,7 +302,7 @@ def write_primary(directory) -> Path | None:
     return directory / PRIMARY
 
 
-# Each objective's colour, as the lag study draws the same names (`plotting.lag_colors`); other
+# Each objective's colour, as the lag study draws the same names (`lag.lag_colors`); other
 # objectives take the remaining colours in sorted order. Markers differ too, drawn hollow, so that
 # objectives whose results coincide (decoupled PPO and PPO-Clip at backward lag 0) both show.
 COLORS = {"vaco": "tab:blue", "ppo_clip": "tab:orange", "spo": "tab:red", "impala": "tab:purple",

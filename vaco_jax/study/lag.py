@@ -26,14 +26,17 @@ import dataclasses
 import json
 import math
 import subprocess
+import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import matplotlib.pyplot as plt
+from matplotlib.ticker import EngFormatter
 import numpy as np
 import pandas as pd
 
 from vaco_jax.errors import SweepError
-from vaco_jax.study import analysis, presets, references, stats, sweep
+from vaco_jax.study import analysis, plotting, presets, references, stats, sweep
 
 FINAL_EVALS = presets.FINAL_EVALS
 """A run's final score averages its last this many evaluations (each of `eval_envs` episodes)."""
@@ -1056,6 +1059,333 @@ def summary(report: Report, *, sweeps: Sequence[str], references_path: str,
     return "\n".join(lines) + "\n"
 
 
+# --- the figures (`write` draws them from a `Report`) ------------------------------------------
+# Every figure is a grid: a column per task (and a pooled one where there are several), a row per
+# group of at most `LAG_PER_PANEL` methods (`lag_method_groups`), the groups and each method's
+# colour the same in every figure: (a) normalised final score vs constant lag k, (b) learning
+# curves at k = 0, (c) final-score retention score(k)/score(0), (d) AUC retention AUC(k)/AUC(0).
+# In the pooled column a method that ran on fewer tasks than the others is dashed with hollow
+# markers, and the footnote says over how many tasks it pools.
+LAG_PER_PANEL = 4
+"""The most methods one panel shows."""
+LAG_REFERENCES = (TARGET, *PRIMARY_BASELINES)
+"""The first row: VACO and the methods it is compared with in the pre-registered family."""
+
+
+def lag_colors(methods: Sequence[str]) -> dict[str, tuple]:
+    """One colour per method, the same in every figure of the study: the sweep figures' colours
+    (`plotting.PREFERRED`) first, the other lag-study methods after, then any other name."""
+    palette = plt.get_cmap("tab10")
+    order = list(plotting.PREFERRED) + [m for m in METHODS if m not in plotting.PREFERRED]
+    order += sorted(m for m in methods if m not in order)
+    return {m: palette(order.index(m) % 10) for m in methods}
+
+
+def _largest_lag_retention(retention: pd.DataFrame) -> tuple[int | None, dict[str, float]]:
+    """(k, method → final retention at the largest constant lag k): the pooled row where there
+    is one, else the single task's."""
+    oldest = retention[retention["sampling"] == "oldest"]
+    if oldest.empty:
+        return None, {}
+    largest = int(oldest["capacity"].max())
+    at = oldest[oldest["capacity"] == largest]
+    tasks = set(at["task"])
+    if POOLED in tasks:
+        at = at[at["task"] == POOLED]
+    elif len(tasks) > 1:            # no pooled rows: no single figure per method to group by
+        return largest - 1, {}
+    return largest - 1, dict(zip(at["method"], at["degradation"].astype(float)))
+
+
+def lag_method_groups(methods: Sequence[str], retention: pd.DataFrame,
+                      level: float = BREAK_LEVEL) -> list[tuple[str, list[str]]]:
+    """The figures' rows, `(description, methods)`: VACO, PPO-Clip and APPO (`LAG_REFERENCES`);
+    then the other methods whose final-score retention at the largest constant lag (pooled over
+    tasks, point estimate) is below `level`; then the rest (retention ≥ `level`, or undefined).
+    Each group in the report's method order, cut into rows of at most `LAG_PER_PANEL`; empty
+    groups left out. A display rule, not a test: the report's tables give the intervals."""
+    ordered = _method_order(methods)
+    k, kept = _largest_lag_retention(retention)
+    references = [m for m in ordered if m in LAG_REFERENCES]
+    others = [m for m in ordered if m not in LAG_REFERENCES]
+    below = [m for m in others if np.isfinite(kept.get(m, np.nan)) and kept[m] < level]
+    where = "pooled " if (retention["task"] == POOLED).any() else ""
+    groups = [("the references (VACO, PPO-Clip, APPO)", references),
+              (f"{where}final-score retention at k = {k} below {level:g}", below),
+              ("the others" if not below else f"the others ({where}final-score retention at "
+               f"k = {k} ≥ {level:g} or undefined)", [m for m in others if m not in below])]
+    rows = []
+    for description, members in groups:
+        chunks = [members[i:i + LAG_PER_PANEL] for i in range(0, len(members), LAG_PER_PANEL)]
+        for i, chunk in enumerate(chunks):
+            part = f" ({i + 1} of {len(chunks)})" if len(chunks) > 1 else ""
+            rows.append((description + part, chunk))
+    return rows
+
+
+def lag_rule_caption(groups: list[tuple[str, list[str]]]) -> str:
+    """The grouping rule in words, for the figures' footnotes and summary.md."""
+    rows = "; ".join(f"{description} — {', '.join(members)}" for description, members in groups)
+    return (f"Rows, at most {LAG_PER_PANEL} methods to a panel and the same in every figure: "
+            f"{rows}. The retention that sorts them is a point estimate: a grouping for "
+            f"legibility, not a test.")
+
+
+LAG_LEGEND_WIDTH = 2.0
+"""Inches of the legend slot at the end of each row."""
+
+
+def _lag_panels(rows: int, columns: int, *, sharex: str, width: float = 3.3,
+                height: float = 2.55, footer: float = 0.0):
+    """`rows` × `columns` panels sharing y within a column (and x as `sharex`: "all" or "col"),
+    a legend slot at the end of each row, and `footer` inches below for the footnote."""
+    fig = plt.figure(figsize=(width * columns + LAG_LEGEND_WIDTH, height * rows + 0.7 + footer))
+    spec = fig.add_gridspec(rows, columns + 1,
+                            width_ratios=[1.0] * columns + [LAG_LEGEND_WIDTH / width])
+    axes = [[None] * columns for _ in range(rows)]
+    for r in range(rows):
+        for c in range(columns):
+            x_with = axes[0][0] if sharex == "all" and (r or c) else axes[0][c] if r else None
+            axes[r][c] = fig.add_subplot(spec[r, c], sharey=axes[0][c] if r else None,
+                                         sharex=x_with)
+    legends = [fig.add_subplot(spec[r, columns]) for r in range(rows)]
+    for ax in legends:
+        ax.axis("off")
+    return fig, axes, legends
+
+
+def _lag_legend(ax, methods, palette, description, fewer: dict[str, str], uniform: bool,
+            marker: str = "o") -> None:
+    handles = [plt.Line2D([], [], color=palette[m], lw=2.2 if m == TARGET else 1.4,
+                          marker=marker, ms=3, label=m + (f"\n(pooled: {fewer[m]})" if m in fewer
+                                                          else ""))
+               for m in methods]
+    if uniform:
+        handles.append(plt.Line2D([], [], color="k", marker="D", ls="",
+                                  label="uniform C = 16, at its\nmean snapshot age"))
+    ax.legend(handles=handles, loc="center left", fontsize=8, frameon=False,
+              title="\n".join(_lag_wrap(description, 28)), title_fontsize=8,
+              alignment="left")
+
+
+def _lag_wrap(text: str, width: int) -> list[str]:
+    """`text` in lines of at most `width` characters, never broken inside a hyphenated word."""
+    return textwrap.wrap(text, width, break_on_hyphens=False)
+
+
+def _lag_note_width(columns: int, width: float = 3.3) -> int:
+    """Characters of an 8-point footnote line across a figure of `columns` panels."""
+    return int(14 * (width * columns + LAG_LEGEND_WIDTH))
+
+
+def _lag_finish(fig, title: str, notes: Sequence[str], footer: float, columns: int) -> None:
+    fig.suptitle(title, fontsize=11)
+    if notes:
+        lines = [line for note in notes for line in _lag_wrap(note, _lag_note_width(columns))]
+        fig.text(0.01, 0.01, "\n".join(lines), fontsize=8, va="bottom", ha="left", color="0.25")
+    height = fig.get_figheight()
+    fig.tight_layout(rect=(0, footer / height, 1, 1 - 0.25 / height))
+
+
+def _lag_footer(notes: Sequence[str], columns: int) -> float:
+    """Inches the footnote `notes` take below `columns` panels."""
+    return 0.2 + 0.16 * sum(len(_lag_wrap(note, _lag_note_width(columns))) for note in notes)
+
+
+def _lag_fewer(table: pd.DataFrame) -> dict[str, str]:
+    """method → "n of N tasks" for each method whose pooled rows pool fewer than the N tasks of
+    `table`."""
+    marked = table.assign(_fewer=fewer_tasks(table))
+    marked = marked[marked["_fewer"] != ""]
+    if marked.empty:
+        return {}
+    least = marked.sort_values(["method", "tasks"]).drop_duplicates("method")
+    return dict(zip(least["method"], least["_fewer"]))
+
+
+def _lag_absent(ax, not_run: Sequence[str], undefined: Sequence[str] = ()) -> None:
+    """Name the panel's methods that did not run on its task, and those whose ratio is undefined
+    there (the synchronous score is not above random)."""
+    lines = ([f"not run: {', '.join(not_run)}"] if not_run else []) + \
+            ([f"undefined: {', '.join(undefined)}"] if undefined else [])
+    if lines:
+        ax.text(0.02, 0.97, "\n".join(lines), transform=ax.transAxes, va="top", ha="left",
+                fontsize=7, color="0.35")
+
+
+def _lag_axis(ax, capacities: Sequence[int], bottom: bool) -> None:
+    """x = k + 1 on a log₂ axis, labelled by k."""
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(list(capacities))
+    ax.set_xticklabels([str(c - 1) for c in capacities])
+    ax.tick_params(labelbottom=bottom, labelsize=8)
+    if bottom:
+        ax.set_xlabel("constant policy lag k (iterations)", fontsize=9)
+    ax.grid(alpha=0.3)
+
+
+def _lag_lines(table: pd.DataFrame, value: str, ylabel: str, title: str,
+              reference_lines: Sequence[float], groups, notes: Sequence[str] = (),
+              ran: set | None = None):
+    """One panel per (group, task): `value` vs constant lag k per method with its 95% CI band;
+    the uniform C = 16 column a diamond at its mean snapshot age. `ran`: the (task, method)
+    pairs that have runs (default: the table's); one without rows in `table` is undefined."""
+    tasks = list(dict.fromkeys(table["task"]))   # the report's order: tasks, then pooled
+    palette = lag_colors([*table["method"].unique(), *(m for _, ms in groups for m in ms)])
+    ran = set(zip(table["task"], table["method"])) if ran is None else ran
+    capacities = sorted(table.loc[table["sampling"] == "oldest", "capacity"].unique())
+    fewer = _lag_fewer(table)
+    uniform = (table["sampling"] != "oldest").any()
+    notes = list(notes)
+    if fewer:
+        notes.insert(0, "Pooled column, dashed with hollow markers: pooled over fewer tasks than "
+                        "the others (" + "; ".join(f"{m}: {n}" for m, n in fewer.items())
+                     + "); a panel's \"not run\" names the group's methods that did not run on "
+                       "that task.")
+    footer = _lag_footer(notes, len(tasks))
+    fig, axes, legends = _lag_panels(len(groups), len(tasks), sharex="all", footer=footer)
+    for r, (description, methods) in enumerate(groups):
+        for c, task in enumerate(tasks):
+            ax, absent = axes[r][c], []
+            ax.set_gid(task)
+            for method in methods:
+                rows = table[(table["task"] == task) & (table["method"] == method)]
+                if rows.empty:
+                    absent.append(method)
+                    continue
+                hollow = task == POOLED and method in fewer
+                style = dict(color=palette[method], mfc="none" if hollow else palette[method],
+                             gid=method)
+                line = rows[rows["sampling"] == "oldest"].sort_values("capacity")
+                ax.plot(line["capacity"], line[value], "o--" if hollow else "o-", ms=3.5,
+                        lw=2.2 if method == TARGET else 1.4, **style)
+                ax.fill_between(line["capacity"], line["low"], line["high"],
+                                color=palette[method], alpha=0.12)
+                for row in rows[rows["sampling"] != "oldest"].to_dict("records"):
+                    y = row[value]
+                    ax.errorbar(row["snapshot_age"] + 1, y, yerr=[[y - row["low"]],
+                                                                [row["high"] - y]],
+                                fmt="D", ms=4, capsize=2, alpha=0.85, **style)
+            _lag_absent(ax, [m for m in absent if (task, m) not in ran and task != POOLED],
+                    [m for m in absent if (task, m) in ran])
+            for y in reference_lines:
+                ax.axhline(y, color="grey", lw=0.8, ls=":")
+            _lag_axis(ax, capacities, bottom=r == len(groups) - 1)
+            if r == 0:
+                ax.set_title("pooled: mean over tasks" if task == POOLED else task, fontsize=10)
+            if c == 0:
+                ax.set_ylabel(ylabel, fontsize=9)
+        _lag_legend(legends[r], methods, palette, description, fewer, uniform)
+    _lag_finish(fig, title, notes, footer, len(tasks))
+    return fig
+
+
+def lag_score_figure(scores: pd.DataFrame, groups, title: str = "", notes=()):
+    """(a) Normalised final score vs constant lag k."""
+    return _lag_lines(scores, "mean", "normalised final score", title or
+                      "Normalised final score vs constant lag (mean over seeds, 95% BCa CIs)",
+                      (0.0, 1.0), groups, notes)
+
+
+def lag_retention_figure(retention: pd.DataFrame, scores: pd.DataFrame, groups, *,
+                         auc: bool = False, title: str = "", notes=()):
+    """(c) Final-score retention score(k)/score(0), or (d) with `auc` AUC retention
+    AUC(k)/AUC(0), vs k, a line per method with its 95% CI band (paired seeds); k = 0 is 1 by
+    definition; the break rule's level dotted."""
+    cell = ["task", "method", "sampling", "capacity"]
+    sync = scores[(scores["sampling"] == SYNC[0]) & (scores["capacity"] == SYNC[1])]
+    anchor = sync[cell + ["tasks"]].assign(degradation=1.0, low=1.0, high=1.0)
+    table = pd.concat([anchor, retention], ignore_index=True)
+    defined = retention[np.isfinite(retention["degradation"])]
+    table = table[table.set_index(["task", "method"]).index.isin(
+        defined.set_index(["task", "method"]).index)]
+    table = table.merge(scores[cell + ["snapshot_age"]], on=cell, how="left")
+    name = "AUC" if auc else "score"
+    return _lag_lines(table, "degradation", f"{name}(k) / {name}(0)", title or
+                      f"{'AUC' if auc else 'Final-score'} retention vs constant lag "
+                      f"(95% BCa CIs, paired seeds)", (BREAK_LEVEL, 1.0), groups, notes,
+                      ran=set(zip(scores["task"], scores["method"])))
+
+
+def lag_curves_figure(curves: pd.DataFrame, groups, title: str = "", notes=()):
+    """(b) Normalised score vs env steps at k = 0, one panel per (group, task), the mean over
+    seeds with its 95% CI band per method: whether synchronous PPO-Clip (1 = its final level)
+    has flattened."""
+    tasks = sorted(curves["task"].unique())
+    palette = lag_colors([*curves["method"].unique(), *(m for _, ms in groups for m in ms)])
+    footer = _lag_footer(notes, len(tasks))
+    fig, axes, legends = _lag_panels(len(groups), len(tasks), sharex="col", footer=footer)
+    for r, (description, methods) in enumerate(groups):
+        for c, task in enumerate(tasks):
+            ax, absent = axes[r][c], []
+            ax.set_gid(task)
+            for method in methods:
+                rows = curves[(curves["task"] == task) & (curves["method"] == method)]
+                if rows.empty:
+                    absent.append(method)
+                    continue
+                ax.plot(rows["step"], rows["mean"], color=palette[method], gid=method,
+                        lw=2.2 if method == TARGET else 1.4)
+                ax.fill_between(rows["step"], rows["low"], rows["high"], color=palette[method],
+                                alpha=0.12)
+            _lag_absent(ax, absent)
+            ax.axhline(1.0, color="grey", lw=0.8, ls=":")
+            ax.axhline(0.0, color="grey", lw=0.8, ls=":")
+            bottom = r == len(groups) - 1
+            ax.tick_params(labelbottom=bottom, labelsize=8)
+            ax.xaxis.set_major_formatter(EngFormatter(sep=""))   # 200k, 1M: never overlapping
+            if bottom:
+                ax.set_xlabel("env steps per run", fontsize=9)
+            if r == 0:
+                ax.set_title(task, fontsize=10)
+            if c == 0:
+                ax.set_ylabel("normalised score", fontsize=9)
+            ax.grid(alpha=0.3)
+        _lag_legend(legends[r], methods, palette, description, {}, uniform=False, marker="")
+    _lag_finish(fig, title or "Learning curves at k = 0 (mean over seeds, 95% BCa CIs)", notes,
+                footer, len(tasks))
+    return fig
+
+
+def lag_report_figures(report) -> tuple[dict[str, tuple[object, str]], str]:
+    """({file name: (figure, caption)}, the grouping rule in words) for a `Report`:
+    (a)–(d)."""
+    methods = list(dict.fromkeys([*report.scores.get("method", []),
+                                  *report.curves.get("method", [])]))
+    groups = lag_method_groups(methods, report.degradation)
+    rule = lag_rule_caption(groups)
+    drawn = {}
+    if len(report.scores):
+        drawn["fig_a_score_vs_lag.png"] = (
+            lag_score_figure(report.scores, groups, notes=[rule]),
+            "normalised final score vs constant lag k, per task and pooled (95% BCa CIs)")
+    if len(report.curves):
+        drawn["fig_b_sync_curves.png"] = (
+            lag_curves_figure(report.curves, groups, notes=[rule]),
+            "learning curves at k = 0 (mean over seeds, 95% BCa CIs)")
+    if len(report.degradation):
+        drawn["fig_c_degradation.png"] = (
+            lag_retention_figure(report.degradation, report.scores, groups, notes=[rule]),
+            "final-score retention score(k) / score(0) vs k (95% BCa CIs, paired seeds)")
+    if len(report.auc_retention) and len(report.auc):
+        drawn["fig_d_auc_retention.png"] = (
+            lag_retention_figure(report.auc_retention, report.auc, groups, auc=True, notes=[rule]),
+            "AUC retention AUC(k) / AUC(0) vs k, to read beside (c) (95% BCa CIs, paired seeds)")
+    return drawn, rule
+
+
+def save_lag_figures(report, out: Path, dpi: int = 120) -> tuple[dict[str, str], str]:
+    """Draw `lag_report_figures(report)` into the directory `out`; ({file name: caption}, a note
+    on how to read them: the rule of the rows, the pooled column's markers)."""
+    drawn, rule = lag_report_figures(report)
+    for name, (fig, _) in drawn.items():
+        fig.savefig(Path(out) / name, dpi=dpi)
+        plt.close(fig)
+    pooled = (" In the pooled column, a method pooled over fewer tasks than the others is dashed "
+              "with hollow markers, and its legend entry says over how many.")
+    return {name: caption for name, (_, caption) in drawn.items()}, rule + pooled
+
+
 def write(report: Report, out: str | Path, *, sweeps: Sequence[str], references_path: str,
           dpi: int = 120) -> list[Path]:
     """Figures (PNG), every table (CSV) and summary.md into `out`; returns the paths written."""
@@ -1072,9 +1402,7 @@ def write(report: Report, out: str | Path, *, sweeps: Sequence[str], references_
     for name, frame in tables.items():
         frame.to_csv(out / f"{name}.csv", index=False)
         written.append(out / f"{name}.csv")
-    from vaco_jax.study import plotting   # matplotlib: only to draw
-
-    figures, rule = plotting.save_lag_figures(report, out, dpi=dpi)
+    figures, rule = save_lag_figures(report, out, dpi=dpi)
     written += [out / name for name in figures]
     (out / "summary.md").write_text(summary(report, sweeps=sweeps, references_path=references_path,
                                             figures=figures, figure_notes=rule))

@@ -32,6 +32,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
@@ -376,14 +377,56 @@ def _columns(table: pd.DataFrame) -> list[tuple[str, int]]:
     return seen
 
 
+def scorecard_figure(card, leaderboard: dict, reps: int = 2000):
+    """A scorecard's figure: final and AUC retention (pooled over tasks, or the one task) vs the
+    constant lag, the method in black with its 95% CI, the protocol's reference methods in colour,
+    and the high-update-frequency setting as a marker to the right of the axis."""
+    proto = card.protocol
+    tables = {card.method: card.retention}
+    for name in proto.references:
+        if name in leaderboard and name != card.method:
+            tables[name] = retention(leaderboard[name], proto, reps=reps)
+    task = "pooled" if len(proto.tasks) > 1 else proto.tasks[0].env
+    fig, axes = plt.subplots(1, 2, figsize=(9.5, 3.6), sharey=True)
+    lags = [k for k in proto.lags if k > 0]
+    forward_x = max(lags) * 1.35 + 1
+    colors = dict(zip(proto.references, plt.get_cmap("tab10").colors[:len(proto.references)]))
+    for ax, metric in zip(axes, ("final", "auc")):
+        for name, table in tables.items():
+            rows = table[(table.task == task) & (table.metric == metric)]
+            lag_rows = rows[rows.setting == "lag"].sort_values("lag")
+            color = "k" if name == card.method else colors.get(name, "grey")
+            width = 2.2 if name == card.method else 1.2
+            xs = [0] + list(lag_rows.lag)
+            ax.plot(xs, [1.0] + list(lag_rows.retention), marker="o", color=color, lw=width,
+                    label=name)
+            if name == card.method:
+                ax.fill_between(lag_rows.lag, lag_rows.low, lag_rows.high, color=color, alpha=0.15)
+            forward = rows[(rows.setting == "forward") & (rows.lag == max(proto.forward_lags))]
+            for r in forward.itertuples():
+                ax.errorbar(forward_x, r.retention, yerr=[[r.retention - r.low], [r.high - r.retention]],
+                            fmt="s", color=color, capsize=3)
+        ax.axhline(BREAK_LEVEL, color="grey", ls=":", lw=1)
+        ax.set_xticks([0] + lags + [forward_x])
+        forward = ", ".join(f"{k}={v}" for k, v in proto.forward)
+        ax.set_xticklabels([str(k) for k in [0] + lags] + [f"{forward}\n(k={max(proto.forward_lags)})"])
+        ax.set_xlabel("constant lag k (learner iterations)")
+        ax.set_title(f"{'final score' if metric == 'final' else 'AUC'} retention ({task})")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("score at k ÷ score at k = 0")
+    axes[1].legend(fontsize=8, loc="best")
+    fig.suptitle(f"{card.method} on protocol {proto.name} v{proto.version}")
+    fig.tight_layout()
+    return fig
+
+
 def write(card: Scorecard, out: str | Path, leaderboard: dict[str, BenchResult] | None = None) -> list[Path]:
     """`scorecard.json`, `scorecard.md` and `scorecard.png` in `out`."""
     from vaco_jax import io
-    from vaco_jax.study import plotting
 
     out = Path(out)
     io.write_json_atomic(out / "scorecard.json", card.to_json())
     io.write_bytes_atomic(out / "scorecard.md", markdown(card).encode())
-    fig = plotting.scorecard_figure(card, leaderboard or {})
+    fig = scorecard_figure(card, leaderboard or {})
     fig.savefig(out / "scorecard.png", dpi=120, bbox_inches="tight")
     return [out / "scorecard.json", out / "scorecard.md", out / "scorecard.png"]

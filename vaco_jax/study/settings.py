@@ -35,6 +35,8 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+import matplotlib.pyplot as plt
+from matplotlib.ticker import NullFormatter
 import numpy as np
 import pandas as pd
 
@@ -756,6 +758,188 @@ def _rounded(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.apply(lambda c: c.map(lambda x: f"{x:.3g}") if c.dtype.kind == "f" else c)
 
 
+# --- the figures (drawn as the controlled-lag study's: `lag.lag_colors`) -----------------------
+def _settings_groups(methods: Sequence[str]) -> list[list[str]]:
+    """Rows of at most `lag.LAG_PER_PANEL` methods: VACO, PPO-Clip, APPO and decoupled PPO first,
+    then the others beside VACO and PPO-Clip (so every panel can be read against the two)."""
+    ordered = lag._method_order(methods)
+    first = [m for m in ordered if m in (*lag.LAG_REFERENCES, "decoupled_ppo")]
+    others = [m for m in ordered if m not in first]
+    anchors = [m for m in (lag.TARGET, "ppo_clip") if m in ordered]
+    step = lag.LAG_PER_PANEL - len(anchors)
+    return [first] + [anchors + others[i:i + step] for i in range(0, len(others), step)]
+
+
+def forward_figure(retention: pd.DataFrame, methods: Sequence[str], task: str, title: str = ""):
+    """One task (or the pooled rows) of the forward × backward study: final-score retention (top)
+    and AUC retention (bottom) against the update-frequency setting, one column per constant lag k,
+    one colour per method (95% BCa CIs); the break level dashed. The settings vary along two arms
+    from the base (K = 4, lr 3·10⁻⁴): the learning rate at K = 4, then the larger K, drawn apart (a
+    rule between them); a line joins a method's points along one arm, never across the two. In
+    the pooled rows a method pooled over fewer tasks than the study has is dashed with hollow
+    markers, its legend entry saying how many."""
+    rows = retention[(retention["task"] == task) & retention["method"].isin(methods)]
+    lags = sorted(int(k) for k in rows["k"].unique())
+    order = _setting_order(retention["setting"])
+    parsed = {s: dict(p.split("=") for p in s.replace(" ", "").split(",")) for s in order}
+    epochs = {s: int(v["K"]) for s, v in parsed.items()}
+    arms = [[s for s in order if epochs[s] == BASE_EPOCHS],
+            [s for s in order if epochs[s] != BASE_EPOCHS]]
+    colors = lag.lag_colors(list(methods))
+    fewer = lag._lag_fewer(retention) if task == lag.POOLED else {}
+    fig, axes = plt.subplots(2, len(lags), figsize=(3.6 * len(lags) + 0.4, 6.4), squeeze=False,
+                             sharey="row")
+    for j, k in enumerate(lags):
+        for i, (value, label) in enumerate((("retention", "final-score retention"),
+                                            ("auc_retention", "AUC retention"))):
+            ax = axes[i][j]
+            for n, method in enumerate(methods):
+                here = rows[(rows["method"] == method) & (rows["k"] == k)].set_index("setting")
+                shift = (n - (len(methods) - 1) / 2) * 0.07
+                labelled = False
+                for arm in arms:
+                    line = here.reindex([s for s in arm if s in here.index])
+                    if line.empty:
+                        continue
+                    x = np.array([order.index(s) for s in line.index]) + shift
+                    y = line[value].to_numpy(np.float64)
+                    err = np.abs(np.stack([y - line[f"{value}_low"], line[f"{value}_high"] - y]))
+                    drawn = ax.errorbar(
+                        x, y, yerr=np.nan_to_num(err), marker="o", ms=4, lw=1.2, capsize=2,
+                        color=colors[method], ls="--" if method in fewer else "-",
+                        mfc="none" if method in fewer else colors[method],
+                        label=None if labelled else
+                        f"{method} ({fewer[method]})" if method in fewer else method)
+                    drawn.lines[0].set_gid(method)
+                    labelled = True
+            if arms[0] and arms[1]:
+                ax.axvline(len(arms[0]) - 0.5, color="0.6", lw=0.8)
+            ax.axhline(lag.BREAK_LEVEL, color="0.5", ls="--", lw=0.8)
+            ax.axhline(1.0, color="0.8", lw=0.8)
+            ax.set_xticks(range(len(order)))
+            ax.set_xticklabels([s.replace(", ", "\n") for s in order], fontsize=7)
+            if i == 0:
+                ax.set_title(f"k = {k}", fontsize=10)
+            if j == 0:
+                ax.set_ylabel(label)
+    axes[0][-1].legend(fontsize=8, loc="best")
+    where = "pooled over tasks" if task == lag.POOLED else task
+    if fewer:
+        where += " (hollow markers: pooled over fewer tasks)"
+    fig.suptitle(title or f"Update frequency × constant lag: {where} (against K = 4, lr 3e-4, "
+                          f"k = 0; dashed: {lag.BREAK_LEVEL:g})\nleft of the rule: the learning rate "
+                          f"at K = 4; right of it: more epochs K at lr 3e-4", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def stepsize_figure(scores: pd.DataFrame, title: str = ""):
+    """Synchronous learning-rate sweep: normalised final score (top) and mean in-update approx_kl
+    (bottom, log scale) against the learning rate, per task and pooled, PPO-Clip and VACO."""
+    swept = scores[scores["method"].isin(("ppo_clip", lag.TARGET))]
+    tasks = sorted(t for t in swept["task"].unique() if t != lag.POOLED)
+    tasks += [lag.POOLED] if (swept["task"] == lag.POOLED).any() else []
+    colors = lag.lag_colors(["ppo_clip", lag.TARGET])
+    fig, axes = plt.subplots(2, len(tasks), figsize=(3.4 * len(tasks) + 0.4, 5.8), squeeze=False)
+    for j, task in enumerate(tasks):
+        for method in ("ppo_clip", lag.TARGET):
+            line = swept[(swept["task"] == task) & (swept["method"] == method)]
+            if line.empty:
+                continue
+            lr = np.array([float(s.split("=")[1]) for s in line["setting"]])
+            order = np.argsort(lr)
+            y = line["score"].to_numpy(np.float64)[order]
+            err = np.abs(np.stack([y - line["score_low"].to_numpy()[order],
+                                   line["score_high"].to_numpy()[order] - y]))
+            axes[0][j].errorbar(lr[order], y, yerr=np.nan_to_num(err), marker="o", ms=4,
+                                capsize=2, color=colors[method], label=method)
+            axes[1][j].plot(lr[order], line["approx_kl"].to_numpy()[order], marker="o", ms=4,
+                            color=colors[method], label=method)
+        axes[0][j].set_title("pooled over tasks" if task == lag.POOLED else task, fontsize=10)
+        for ax in (axes[0][j], axes[1][j]):
+            ax.set_xscale("log")
+            ax.set_xlabel("learning rate")
+        axes[1][j].set_yscale("log")
+    axes[0][0].set_ylabel("normalised final score")
+    axes[1][0].set_ylabel("mean in-update approx KL")
+    axes[0][-1].legend(fontsize=8)
+    fig.suptitle(title or "Synchronous step size (k = 0, K = 4; 95% BCa CIs)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def delta_lag_figure(scores: pd.DataFrame, retention: pd.DataFrame, title: str = ""):
+    """VACO's δ: normalised final score and AUC at each constant lag (top rows) and their retention
+    at the lags above 0 (bottom rows) against δ, per task and pooled (95% BCa CIs)."""
+    tasks = sorted(t for t in scores["task"].unique() if t != lag.POOLED)
+    tasks += [lag.POOLED] if (scores["task"] == lag.POOLED).any() else []
+    rows = ((scores, "score", "normalised final score"), (scores, "auc", "normalised AUC"),
+            (retention, "retention", "final-score retention\nvs the same δ at k = 0"),
+            (retention, "auc_retention", "AUC retention\nvs the same δ at k = 0"))
+    fig, axes = plt.subplots(len(rows), len(tasks), figsize=(3.4 * len(tasks) + 0.6, 11.0),
+                             squeeze=False)
+    palette = ("tab:blue", "tab:orange", "tab:red", "tab:purple", "tab:green")
+    lags = sorted(int(k) for k in scores["k"].unique())
+    deltas = sorted({float(s.split("=")[1]) for s in scores["setting"]})
+    for j, task in enumerate(tasks):
+        for i, (frame, value, _) in enumerate(rows):
+            for n, k in enumerate(lags):
+                line = frame[(frame["task"] == task) & (frame["k"] == k)]
+                if line.empty:
+                    continue
+                d = np.array([float(s.split("=")[1]) for s in line["setting"]])
+                order = np.argsort(d)
+                y = line[value].to_numpy(np.float64)[order]
+                err = np.abs(np.stack([y - line[f"{value}_low"].to_numpy()[order],
+                                       line[f"{value}_high"].to_numpy()[order] - y]))
+                axes[i][j].errorbar(d[order], y, yerr=np.nan_to_num(err), marker="o", ms=4,
+                                    capsize=2, color=palette[n % len(palette)],
+                                    label=f"k = {k}")
+            axes[i][j].set_xscale("log")
+            axes[i][j].set_xticks(deltas, [f"{d:g}" for d in deltas])
+            axes[i][j].xaxis.set_minor_formatter(NullFormatter())
+            axes[i][j].set_xlabel("δ")
+        for i, (frame, _, _) in enumerate(rows):
+            if frame is retention:
+                axes[i][j].axhline(lag.BREAK_LEVEL, color="0.5", ls="--", lw=0.8)
+        axes[0][j].set_title("pooled over tasks" if task == lag.POOLED else task, fontsize=10)
+    for i, (_, _, label) in enumerate(rows):
+        axes[i][0].set_ylabel(label)
+    axes[0][-1].legend(fontsize=8)
+    fig.suptitle(title or "VACO's δ at a constant lag (95% BCa CIs)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def save_settings_figures(report, out: Path, dpi: int = 120) -> dict[str, str]:
+    """The figures of a `settings.Report` into `out`; {file name: caption}."""
+    drawn = {}
+    if len(report.forward_retention):
+        retention = report.forward_retention
+        tasks = sorted(t for t in retention["task"].unique() if t != lag.POOLED)
+        tasks += [lag.POOLED] if (retention["task"] == lag.POOLED).any() else []
+        for g, methods in enumerate(_settings_groups(retention["method"].unique())):
+            for task in tasks:
+                name = (f"fig_forward_{g + 1}_{task.replace('dmc:', '').replace(':', '_')}"
+                        f".png")
+                drawn[name] = (forward_figure(retention, methods, task),
+                               f"{'pooled over tasks' if task == lag.POOLED else task}: "
+                               f"final-score and AUC retention of {', '.join(methods)} against "
+                               f"the update-frequency setting, per constant lag k")
+    if len(report.stepsize_scores):
+        drawn["fig_stepsize.png"] = (stepsize_figure(report.stepsize_scores),
+                                     "normalised final score and in-update KL vs learning rate")
+    if len(report.delta_scores):
+        drawn["fig_delta_lag.png"] = (delta_lag_figure(report.delta_scores,
+                                                       report.delta_retention),
+                                      "VACO's δ: final score, AUC and their retention at each "
+                                      "lag")
+    for name, (fig, _) in drawn.items():
+        fig.savefig(Path(out) / name, dpi=dpi)
+        plt.close(fig)
+    return {name: caption for name, (_, caption) in drawn.items()}
+
+
 def write(report: Report, out: str | Path, *, sweeps: Sequence[str], references_path: str,
           dpi: int = 120) -> list[Path]:
     """Every table (CSV; the family as primary.csv), the figures and summary.md into `out`."""
@@ -773,9 +957,7 @@ def write(report: Report, out: str | Path, *, sweeps: Sequence[str], references_
         if len(frame):
             frame.to_csv(out / f"{name}.csv", index=False)
             written.append(out / f"{name}.csv")
-    from vaco_jax.study import plotting   # matplotlib: only to draw
-
-    figures = plotting.save_settings_figures(report, out, dpi=dpi)
+    figures = save_settings_figures(report, out, dpi=dpi)
     written += [out / name for name in figures]
     (out / "summary.md").write_text(summary(report, sweeps=sweeps,
                                             references_path=references_path, figures=figures))
