@@ -72,6 +72,7 @@ OBJECTIVES = {
         lp, lb, a, delta=0.05, filter_mode="per_sample", is_max=2.0, mask=m),
     "tv_filter_learner": lambda lp, lb, a, m: objectives.tv_filter(
         lp, lb, a, delta=0.2, log_reference=lb + jnp.flip(lp - lb), mask=m),
+    "gspo": lambda lp, lb, a, m: objectives.gspo(lp, lb, a, eps_low=3e-4, eps_high=4e-4, mask=m),
 }
 
 

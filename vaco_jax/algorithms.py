@@ -10,10 +10,11 @@ only call what the registry holds (no `if name == ...` chains):
 
 One vocabulary, the same everywhere (MuJoCo and LLM): the **algorithm** names `vaco`, `ppo_clip`,
 `ppo_kl`, `spo`, `impala`, `pg`, `decoupled_ppo`, `appo`, and the stale-data objectives of other
-systems `icepop`, `cispo`, `dppo_tv`, `m2po`, `topr`, `geppo`; the **objective** names `tv_filter`,
-`ppo_clip`, `ppo_kl`, `spo`, `impala_pg`, `pg`, `decoupled_ppo`, `icepop`, `cispo`, `dppo_tv`,
-`m2po`, `topr`, `geppo`. The LLM testbed has no critic, so there an algorithm contributes its
-objective and the advantage is always GRPO's group-normalised reward.
+systems `icepop`, `cispo`, `dppo_tv`, `m2po`, `topr`, `geppo`, `tis`, `gspo`; the **objective**
+names `tv_filter`, `ppo_clip`, `ppo_kl`, `spo`, `impala_pg`, `pg`, `decoupled_ppo`, `icepop`,
+`cispo`, `dppo_tv`, `m2po`, `topr`, `geppo`, `gspo` (`tis` is another name of `decoupled_ppo`).
+The LLM testbed has no critic, so there an algorithm contributes its objective and the advantage
+is always GRPO's group-normalised reward. `gspo` clips a sequence's ratio: only the LLM runs it.
 
 Adding an algorithm: write its objective in `objectives.py`, register it in `OBJECTIVES`, name the
 pair in `REGISTRY`. Any `<estimator>+<objective>` string is accepted too (e.g. the ablations).
@@ -141,6 +142,9 @@ class Objective:
     """The objective's own hyper-parameters and their defaults, `(name, default)` pairs: vmappable
     leaves (`HParams.objective`), set with the config's `objective_hparams` ("name=value"), read
     in `fn` as `p.<name>`."""
+    sequences: bool = False
+    """Reads the inputs' last axis as the tokens of one sequence (GSPO's sequence ratio): the LLM's
+    answers `[B, L]` only. The control trainer's samples are single actions, and it refuses it."""
 
     @property
     def defaults(self) -> dict[str, float]:
@@ -201,9 +205,15 @@ OBJECTIVES: dict[str, Objective] = {o.name: o for o in (
         x.log_prob, x.log_behavior, x.advantages,
         log_proximal=_required(x.log_proximal, "log_proximal"), clip_eps=p.clip_eps,
         mask=x.mask)),
+    # GSPO's clip range: the GSPO paper's (§5.1) and verl's GSPO recipe's.
+    Objective("gspo", lambda x, p: objectives.gspo(
+        x.log_prob, x.log_behavior, x.advantages, eps_low=p.gspo_eps_low,
+        eps_high=p.gspo_eps_high, mask=x.mask),
+        hparams=(("gspo_eps_low", 3e-4), ("gspo_eps_high", 4e-4)), sequences=True),
 )}
-# Names used by earlier versions, still accepted in stored configs.
-_OBJECTIVE_ALIASES = {"clip": "ppo_clip", "kl": "ppo_kl"}
+# Names used by earlier versions, still accepted in stored configs; and `tis`, verl's and slime's
+# truncated importance sampling, which is decoupled PPO with C = 2 (docs/SPEC.md).
+_OBJECTIVE_ALIASES = {"clip": "ppo_clip", "kl": "ppo_kl", "tis": "decoupled_ppo"}
 
 
 # --- algorithms ----------------------------------------------------------------------------------
@@ -243,6 +253,11 @@ REGISTRY: dict[str, Algorithm] = {
     # What other asynchronous RL systems use for stale data, each with GAE (any other estimator
     # through `<estimator>+<objective>`).
     **{name: pair("gae", name) for name in ("icepop", "cispo", "dppo_tv", "m2po", "topr", "geppo")},
+    # Truncated importance sampling (verl's and slime's correction of stale rollouts) is decoupled
+    # PPO with C = 2: one algorithm under two names, the same program.
+    "tis": pair("gae", "decoupled_ppo"),
+    # GSPO's sequence ratio (the LLM only: `vaco_jax.config.validate` refuses it in control).
+    "gspo": pair("gae", "gspo"),
 }
 # Ablations that separate Align from Filter (written as pairings).
 ABLATIONS = ("gae+tv_filter", "vtrace_once+ppo_clip")

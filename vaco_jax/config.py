@@ -52,10 +52,11 @@ class Config:
     shows."""
     algo: str = "vaco"
     """Algorithm: vaco, ppo_clip, ppo_kl, spo, impala, pg, decoupled_ppo, appo, the stale-data
-    objectives of other systems icepop, cispo, dppo_tv, m2po, topr, geppo, or any
-    `<estimator>+<objective>` pairing (estimators gae, vtrace_once, vtrace_every; objectives
-    tv_filter, ppo_clip, ppo_kl, spo, impala_pg, pg, decoupled_ppo and those six; e.g. the
-    ablations gae+tv_filter, vtrace_once+ppo_clip). The objective may be your own: a name given
+    objectives of other systems icepop, cispo, dppo_tv, m2po, topr, geppo, tis (decoupled_ppo
+    under verl's and slime's name), or any `<estimator>+<objective>` pairing (estimators gae,
+    vtrace_once, vtrace_every; objectives tv_filter, ppo_clip, ppo_kl, spo, impala_pg, pg,
+    decoupled_ppo and those six; e.g. the ablations gae+tv_filter, vtrace_once+ppo_clip); gspo
+    (a sequence-level ratio) is the LLM's only. The objective may be your own: a name given
     to vaco_jax.register_objective, or module:function (e.g. gae+my_objectives:my_loss;
     docs/objectives.md)."""
     seed: int = 0
@@ -300,6 +301,14 @@ def validate(config: Config, *, env_given: bool = False) -> None:
     else:
         envs.check_name(config.env)   # raises ConfigError naming `env` and what is allowed
     algorithm = algorithms.parse(config.algo)  # raises ConfigError naming `algo`
+    if algorithm.objective.sequences:
+        _fail("algo", config.algo,
+              f"objective {algorithm.objective.name!r} clips a sequence-level ratio (GSPO: the "
+              f"geometric mean of a sequence's token ratios), which needs sequences of tokens: "
+              f"it runs in the LLM's GRPO (vaco-llm --objectives {algorithm.objective.name}). "
+              f"Here each sample is one action, not a sequence; allowed: the algorithms "
+              f"{sorted(n for n, a in algorithms.REGISTRY.items() if not a.objective.sequences)}"
+              f" or a pairing of an objective other than {algorithm.objective.name!r}")
     # Names the objective does not declare, and values that are not numbers, name the field.
     for name, value in algorithms.objective_hparams(algorithm.objective,
                                                     config.objective_hparams).items():

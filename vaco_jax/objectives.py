@@ -349,6 +349,51 @@ def tv_filter(log_prob, log_behavior, advantages, *, delta, log_reference=None,
     }
 
 
+def clip_binds(ratio, advantages, low, high):
+    """Where PPO's clip takes a sample's gradient away: `clip(ratio, low, high) · Â` is the
+    smaller term of the `min`, i.e. `Â > 0` with `ratio > high` or `Â < 0` with `ratio < low`
+    (a boolean array; `ratio` should carry no gradient). Outside the range on the other side
+    the unclipped term is the smaller one and the gradient is unchanged."""
+    return ((advantages > 0) & (ratio > high)) | ((advantages < 0) & (ratio < low))
+
+
+def gspo(log_prob, log_behavior, advantages, *, eps_low, eps_high, mask=None):
+    """GSPO (Zheng et al. 2025, "Group Sequence Policy Optimization", arXiv 2507.18071; verl's
+    `gspo` policy loss): PPO's clip on a sequence-level ratio, the geometric mean of the
+    sequence's token ratios, averaged over each sequence's tokens, then over the sequences:
+
+    ```
+    s_i  = exp(mean_t log w_it),   w = π_θ/β           (t over sequence i's tokens)
+    s_it = sg(s_i) · π_θ(y_it) / sg(π_θ(y_it))        (value s_i, gradient s_i ∇log π_θ(y_it))
+    L    = −mean_i mean_t min(s_it Â_it, clip(s_it, 1 − ε_low, 1 + ε_high) Â_it)
+    ```
+    Arrays are `[..., L]`: the last axis holds one sequence (the LLM's answers `[B, L]`, `mask`
+    their tokens); a sequence without tokens is left out. A sequence's term has the gradient of
+    `min(s_i Â, clip(s_i) Â)` (for Â shared by its tokens, as GRPO's): its tokens are clipped
+    together. With one-token sequences and ε_low = ε_high = ε this is `ppo_clip`.
+    `clip_fraction`: tokens whose gradient the sequence's clip took away (`clip_binds`).
+    """
+    log_prob, log_behavior, advantages = unmasked(mask, log_prob, log_behavior, advantages)
+    shape = jnp.shape(log_prob)
+    keep = (jnp.ones(shape, bool) if mask is None
+            else jnp.broadcast_to(jnp.asarray(mask) > 0, shape))
+    tokens = jnp.sum(keep, axis=-1)
+    mean_log_ratio = (jnp.sum(jnp.where(keep, sg(log_ratio(log_prob, log_behavior)), 0.0), -1)
+                      / jnp.maximum(tokens, 1))
+    # log π_θ − sg(log π_θ): value 0, gradient ∇log π_θ (clipped to finite, as in `log_ratio`).
+    largest = float(jnp.finfo(jnp.result_type(log_prob)).max)
+    finite = jnp.clip(log_prob, -largest, largest)
+    ratio = jnp.exp(mean_log_ratio[..., None] + (finite - sg(finite)))
+    low, high = 1.0 - eps_low, 1.0 + eps_high
+    per_token = jnp.minimum(ratio * advantages, jnp.clip(ratio, low, high) * advantages)
+    per_sequence = jnp.sum(jnp.where(keep, per_token, 0.0), -1) / jnp.maximum(tokens, 1)
+    has_tokens = tokens > 0
+    loss = -(jnp.sum(jnp.where(has_tokens, per_sequence, 0.0))
+             / jnp.maximum(jnp.sum(has_tokens), 1))
+    binds = clip_binds(sg(ratio), advantages, low, high)
+    return loss, {"clip_fraction": masked_mean(binds.astype(per_token.dtype), mask)}
+
+
 def value_loss(values, targets, mask=None):
     """`½ E[(V_φ(s) − v)²]` against fixed targets."""
     values, targets = unmasked(mask, values, targets)

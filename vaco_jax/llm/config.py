@@ -32,7 +32,7 @@ DTYPE_NAMES = typing.get_args(DType)
 # The algorithms (`vaco_jax.algorithms` names) the LLM testbed runs: every one whose objective needs
 # only token ratios and advantages (no critic, no analytic KL). The first four keep their indices.
 ObjectiveName = Literal["ppo_clip", "vaco", "pg", "decoupled_ppo", "spo", "impala", "icepop",
-                        "cispo", "dppo_tv", "m2po", "topr", "geppo"]
+                        "cispo", "dppo_tv", "m2po", "topr", "geppo", "tis", "gspo"]
 OBJECTIVES = typing.get_args(ObjectiveName)
 
 
@@ -113,7 +113,9 @@ class GRPOConfig:
     (token-ratio clipping), `vaco` (the TV filter on token ratios), `pg` (`−E[wÂ]`, no constraint),
     `decoupled_ppo` (clipping around π_T, tokens weighted by min(π_T/β, C); PPO-clip on-policy),
     `spo`, `impala` (its objective), or the stale-data objectives of other systems `icepop`,
-    `cispo`, `dppo_tv`, `m2po`, `topr`, `geppo` (docs/SPEC.md). Advantages are always GRPO's
+    `cispo`, `dppo_tv`, `m2po`, `topr`, `geppo`, `tis` (verl's and slime's truncated importance
+    sampling: `decoupled_ppo` under their name) and `gspo` (PPO's clip on each answer's
+    sequence-level ratio) (docs/SPEC.md). Advantages are always GRPO's
     group-normalised rewards (there is no critic to realign). Or your own objective, as for the
     MuJoCo trainer (docs/objectives.md): a `register_objective` name or `module:function`; it
     receives token-level `PolicyInputs` with a `mask` and no `kl`."""
@@ -385,7 +387,7 @@ class Experiment:
     """Minibatch updates per generated batch (forward lag)."""
     objectives: tuple[str, ...] = ("ppo_clip", "vaco")
     """Objectives to compare (any of `vaco_jax.llm.config.OBJECTIVES`: ppo_clip, vaco, pg,
-    decoupled_ppo, spo, impala, icepop, cispo, dppo_tv, m2po, topr, geppo; or your own:
+    decoupled_ppo, spo, impala, icepop, cispo, dppo_tv, m2po, topr, geppo, tis, gspo; or your own:
     `module:function` or a `register_objective` name, docs/objectives.md)."""
     out: str = "runs/llm/cpu"
     """Results directory: config.json, results.jsonl (one row per N, objective, seed), summary.json."""
