@@ -229,6 +229,77 @@ def test_the_lag_diagnostics_split_backward_from_forward_lag(two_iterations):
     assert np.all(steps["intervened_fraction"][2] == 0.0)
 
 
+def test_at_k0_beside_stale_runs_log_pi_t_is_the_samplers_own_log_beta(two_iterations):
+    # A snapshot of age 0 holds π_T's very parameters: log π_T is then log β as the sampler drew
+    # it, not a teacher-forced recomputation that differs by the KV cache's round-off, so k = 0 in
+    # a program with a ring buffer is the run of the program without one.
+    _, _, _, m1, m2 = two_iterations
+    assert np.all(m1["tv_backward"] == 0.0) and np.all(m2["tv_backward"][[0, 1, 2, 4]] == 0.0)
+    assert m2["tv_backward"][3] > 1e-4                    # the stale run's is recomputed
+
+
+@pytest.fixture(scope="module")
+def stale_batches():
+    """A run at constant backward lag k = 2 (C = 3, the oldest snapshot), with a learning rate
+    large enough for every snapshot to differ: the batch generated at the start of iterations 1
+    and 3 (numbered from 0), its `generate_batch` info, and log π of its tokens recomputed with
+    the learner's parameters at the start of every iteration up to it."""
+    config = llm_config.validate(llm_config.replace(TINY, grpo=dict(max_capacity=3,
+                                                                    snapshot_sampling="oldest")))
+    train_set, test_set = experiment.load_problems(config)
+    trainer = grpo.GRPO(config, train_set, test_set, reward_fn=parity_reward)
+    hp = llm_config.hparams(dataclasses.replace(config.grpo, objective="ppo_clip", capacity=3,
+                                                learning_rate=3e-2))
+    params = model.init_params(config.model, jax.random.PRNGKey(0))
+    state = trainer.init(jax.random.PRNGKey(7), params, hp)
+    step = jax.jit(trainer.iteration, compiler_options=experiment.FAST_COMPILE)
+    generate = jax.jit(trainer.generate_batch, compiler_options=experiment.FAST_COMPILE)
+    log_probs = jax.jit(lambda p, b: model.sequence_log_probs(trainer.apply, p, b.prompts,
+                                                             b.answers, hp.temperature))
+    history, batches = [state.params], {}
+    for t in range(4):   # history[t]: the learner's parameters at the start of iteration t
+        if t in (1, 3):
+            batch, info = generate(state, jax.random.PRNGKey(100 + t))
+            batches[t] = jax.device_get((batch, info, [log_probs(p, batch) for p in history]))
+        state, _ = step(state)
+        history.append(state.params)
+    return hp, batches
+
+
+def test_a_stale_batch_holds_its_snapshots_log_beta_and_the_learners_log_pi_t(stale_batches):
+    hp, batches = stale_batches
+    # Iteration 1: two snapshots exist, so the oldest (age 1) generates; iteration 3: age k = 2.
+    for t, age in ((1, 1), (3, 2)):
+        batch, info, log_pi = batches[t]
+        assert info["snapshot_age"] == age
+        mask = np.asarray(batch.mask) > 0
+
+        def gap(a, b):
+            return np.abs(np.asarray(a) - np.asarray(b))[mask].max()
+
+        for version, log_pi_v in enumerate(log_pi):
+            # log β: the generating snapshot's own (KV-cache) log-probability, no other's.
+            if version == t - age:
+                assert gap(batch.log_behavior, log_pi_v) < 1e-4, (t, version)
+            else:
+                assert gap(batch.log_behavior, log_pi_v) > 1e-2, (t, version)
+            # log π_T: the learner's at the start of iteration t, no snapshot's.
+            if version == t:
+                assert gap(batch.log_learner_start, log_pi_v) < 1e-5, (t, version)
+            else:
+                assert gap(batch.log_learner_start, log_pi_v) > 1e-2, (t, version)
+        # And it is the proximal policy decoupled PPO is given: at θ = θ_T its clip is idle and
+        # its loss is −mean(min(π_T/β, C) Â) (hand computation, C = 2).
+        index = llm_config.OBJECTIVES.index("decoupled_ppo")
+        loss, _ = grpo.policy_loss(jnp.asarray(log_pi[t]), batch,
+                                   hp.replace(objective=jnp.int32(index)))
+        weight = np.minimum(np.exp(log_pi[t] - log_pi[t - age]), 2.0)
+        advantages = np.asarray(batch.advantages)
+        assert np.abs(advantages[mask]).max() > 0 and (weight[mask] != 1).any()
+        assert float(loss) == pytest.approx(-(weight * advantages)[mask].sum() / mask.sum(),
+                                            rel=1e-4)
+
+
 # --- warm start ---------------------------------------------------------------------------------
 def test_warm_start_is_trained_once_then_loaded(tmp_path):
     config = llm_config.replace(TINY, sft=dict(steps=40))

@@ -1,13 +1,18 @@
-"""GRPO under forward lag (SPEC §6), one pure function per step, composed like the MuJoCo trainer.
+"""GRPO under backward and forward lag (SPEC §6), one pure function per step, composed like the
+MuJoCo trainer.
 
 One iteration:
 
 1. behaviour policy: the current learner π_T, or (backward lag, `capacity > 1`) a stale snapshot
-   drawn from the policy ring buffer (`vaco_jax.ring_buffer`, SPEC §2);
+   drawn from the policy ring buffer (`vaco_jax.ring_buffer`, SPEC §2): with `snapshot_sampling =
+   "oldest"` and `capacity = k + 1`, the learner's parameters at the start of the iteration k
+   before (or, in the first k iterations, the warm start);
 2. draw `num_prompts` train problems, sample G answers each with the behaviour policy (KV cache);
 3. verifiable rewards, group-normalised advantages (one per answer, shared by its tokens);
-4. log β of every answer token as the sampler drew it (from its own logits), and, with a stale
-   behaviour policy, log π_T by one teacher-forced pass (without gradient);
+4. log β of every answer token as the sampler drew it (from its own logits: the stale snapshot's
+   own log-probability), and, with a stale behaviour policy, log π_T, the learner's at the start of
+   the iteration, by one teacher-forced pass (without gradient): the proximal policy of the
+   objectives that have one (decoupled PPO, IcePop, M2PO, GePPO);
 5. **N minibatch updates** on the batch (× `num_epochs`): the forward-lag knob. Objective on token
    ratios `w = π_θ/β`: `ppo_clip`, `vaco` (the TV filter of SPEC §3.2), `pg` (`−E[wÂ]`),
    `decoupled_ppo` (clipping `π_θ/π_T`, tokens weighted by `min(π_T/β, C)`), or any other of
@@ -190,9 +195,15 @@ class GRPO:
         advantages = group_advantages(rewards.reshape(g.num_prompts, g.group_size),
                                       g.scale_advantages).reshape(-1)
         mask = answer_mask(answers)
-        # Without backward lag β is π_T, and log β is already its log-probability.
-        log_learner_start = log_behavior if state.buffer is None else sg(sequence_log_probs(
-            self.apply, state.params, prompts, answers, state.hparams.temperature))
+        # Without backward lag β is π_T, and log β is already its log-probability. So it is for a
+        # snapshot of age 0, which holds π_T's very parameters (the teacher-forced pass would
+        # differ by the KV cache's round-off only): k = 0 in a program with a buffer is the run
+        # of the program without one.
+        if state.buffer is None:
+            log_learner_start = log_behavior
+        else:
+            log_learner_start = jnp.where(age == 0, log_behavior, sg(sequence_log_probs(
+                self.apply, state.params, prompts, answers, state.hparams.temperature)))
         batch = Batch(prompts, answers, mask, advantages[:, None] * mask, log_behavior,
                       log_learner_start)
         info = {"reward": jnp.mean(rewards), "answer_length": jnp.mean(jnp.sum(mask, -1)),
