@@ -542,14 +542,52 @@ def test_runs_split_over_calls_give_each_run_the_results_of_one_program():
     assert experiment._chunks(7, 0) == experiment._chunks(7, 9) == [slice(0, 7)]
 
 
+def test_every_k_of_an_n_trains_in_one_program_and_its_rows_record_the_lag():
+    # k = 0 and k = 3 side by side, the lag uniform over 0..k: before k snapshots exist, the
+    # ages drawn stay below the iteration (the oldest there is); each row records k and the mode.
+    config = llm_config.replace(TINY, grpo=dict(num_seeds=2))
+    train_set, test_set = experiment.load_problems(config)
+    params = model.init_params(config.model, jax.random.PRNGKey(0))
+    lines = []
+    rows = experiment.train_one_n(config, 1, ("ppo_clip", "vaco"), params, train_set, test_set,
+                                  log=lines.append, ks=(0, 3), lag_sampling="uniform",
+                                  compiler_options=experiment.FAST_COMPILE)
+    assert "N= 1, k = 0, 3 (uniform): 8 runs (8 runs on 1 device)" in lines[-1]
+    assert [(r["k"], r["lag_sampling"], r["objective"], r["seed"]) for r in rows] == [
+        (k, mode, o, s) for k, mode in ((0, "constant"), (3, "uniform"))
+        for o in ("ppo_clip", "vaco") for s in (0, 1)]
+    ages = np.array([r["snapshot_age"] for r in rows])                # [run, iteration]
+    assert np.all(ages[:4] == 0)
+    assert np.all(ages[4:] <= np.minimum(np.arange(4), 3)) and len({tuple(a) for a in ages[4:]}) > 1
+    np.testing.assert_array_equal(ages[4], ages[6])    # the same seed draws the same lags
+    # At N = 1 an update's age is its snapshot's: the histogram holds each iteration's age.
+    for r in rows:
+        hist = {int(k.split("_")[-2]): np.asarray(v) for k, v in r.items()
+                if k.startswith("update_age_hist_")}
+        np.testing.assert_array_equal(sum(hist.values()), np.ones(4))
+        np.testing.assert_array_equal(r["update_age_mean"], r["snapshot_age"])
+    assert llm_config.with_lags(config, (0, 2)).grpo.snapshot_sampling == "oldest"
+    assert llm_config.with_lags(config, (0, 2), "uniform").grpo.max_capacity == 3
+    assert llm_config.with_lags(config, (0,)) is config                # no buffer at k = 0
+
+
 # --- the sweep driver (no compilation: training is replaced by a stub) ---------------------------
 def fake_rows(config, n, objectives, params, train_set, test_set, log=print,
-              compiler_options=None, program=None, runs_per_call=0):
+              compiler_options=None, program=None, runs_per_call=0, ks=(0,),
+              lag_sampling="constant"):
     rows = []
-    for o in objectives:
+    for k, o in ((k, o) for k in ks for o in objectives):
         for seed in range(config.grpo.num_seeds):
-            acc = 0.5 - 0.01 * n * (o == "ppo_clip") + 0.01 * seed
-            rows.append({"n": n, "objective": o, "seed": seed, "eval_iterations": [2, 4],
+            acc = 0.5 - 0.01 * n * (o == "ppo_clip") + 0.01 * seed - 0.02 * k
+            rows.append({"k": k, "lag_sampling": experiment.lag_mode(k, lag_sampling),
+                         "tv_backward": [0.0, 0.01 * k], "tv_forward_mean": [0.0, 0.001 * n],
+                         "intervened_fraction_mean": [0.0, 0.1], "snapshot_age": [0, min(k, 1)],
+                         "update_age_mean": [0.0, n * min(k, 1) + (n - 1) / 2],
+                         "update_age_max": [n - 1, n * (min(k, 1) + 1) - 1],
+                         "update_age_p90": [n - 1, n * (min(k, 1) + 1) - 1],
+                         "update_age_hist_0_0": [1.0, float(k == 0)],
+                         "update_age_hist_1_1": [0.0, float(k > 0)],
+                         "n": n, "objective": o, "seed": seed, "eval_iterations": [2, 4],
                          "eval_accuracy": [0.4, acc], "final_accuracy": acc,
                          "eval_sampled_accuracy": [0.3, acc - 0.1],
                          "final_sampled_accuracy": acc - 0.1,
@@ -565,10 +603,12 @@ def fake_rows(config, n, objectives, params, train_set, test_set, log=print,
 @pytest.fixture
 def stubbed_sweep(monkeypatch, stub_warm_start):
     """The LLM sweep without training: fake rows (each (N, objectives) trained is recorded in the
-    list returned) from a stub warm start of seed 0."""
+    list returned, with (ks, lag_sampling) where k > 0 is asked) from a stub warm start of seed
+    0."""
     calls = []
-    monkeypatch.setattr(experiment, "train_one_n",
-                        lambda *a, **k: calls.append((a[1], tuple(a[2]))) or fake_rows(*a, **k))
+    monkeypatch.setattr(experiment, "train_one_n", lambda *a, **k: calls.append(
+        (a[1], tuple(a[2])) + ((k["ks"], k["lag_sampling"]) if "ks" in k else ()))
+        or fake_rows(*a, **k))
     stub_warm_start(TINY.model)
     return calls
 
@@ -620,6 +660,63 @@ def test_sweep_resumes_summarises_and_refuses_other_configs(tmp_path, monkeypatc
         experiment.run(dataclasses.replace(run, objectives=("ppo",)), log=lambda _: None)
     with pytest.raises(ConfigError, match="--runs-per-call"):
         experiment.run(dataclasses.replace(run, runs_per_call=-1), log=lambda _: None)
+
+
+def test_backward_lags_are_run_resumed_and_summarised_by_k_and_the_family_stays_at_k0(
+        tmp_path, stubbed_sweep):
+    calls, lines = stubbed_sweep, []
+    run = dataclasses.replace(experiment.Experiment(TINY), ns=(1, 4), ks=(2, 0),
+                              out=str(tmp_path / "out"), throughput=False)
+    summary = experiment.run(run, log=lines.append)
+    both = ("ppo_clip", "vaco")
+    assert calls == [(1, both, (0, 2), "constant"), (4, both, (0, 2), "constant")]
+    assert summary["by_objective"] == summary["by_lag"]["constant"]["0"]
+    at_k2 = summary["by_lag"]["constant"]["2"]["ppo_clip"]["4"]
+    assert at_k2["mean"] == pytest.approx(0.425)
+    assert at_k2["tv_backward"] == pytest.approx(0.01)
+    assert at_k2["tv_forward"] == pytest.approx(0.002)
+    assert at_k2["update_age_mean"] == pytest.approx(2.75) and at_k2["snapshot_age"] == 0.5
+    assert at_k2["update_age_hist"] == {"0_0": 0.5, "1_1": 0.5}
+    assert at_k2["intervened_fraction"] == pytest.approx(0.05)
+    assert any(line.startswith("         tv_backward 0.0100") for line in lines)   # per k logged
+    out = tmp_path / "out"
+    assert (out / "forward_lag.png").exists() and (out / "backward_lag.png").stat().st_size > 10_000
+    rows = io.read_jsonl(out / "results.jsonl")
+    assert sorted({(r["k"], r["lag_sampling"]) for r in rows}) == [(0, "constant"), (2, "constant")]
+    # The pre-registered family is VACO − PPO-Clip on-policy: rows at k > 0 do not enter it.
+    pd_testing = pytest.importorskip("pandas").testing
+    pd_testing.assert_frame_equal(experiment.primary_tests(rows),
+                                  experiment.primary_tests([r for r in rows if r["k"] == 0]))
+    # Resuming runs only the missing k; a uniform lag shares the on-policy k = 0.
+    calls.clear()
+    experiment.run(dataclasses.replace(run, ks=(0, 2, 4)), log=lambda _: None)
+    assert calls == [(1, both, (4,), "constant"), (4, both, (4,), "constant")]
+    calls.clear()
+    summary = experiment.run(dataclasses.replace(run, ks=(0, 2), lag_sampling="uniform"),
+                             log=lambda _: None)
+    assert calls == [(1, both, (2,), "uniform"), (4, both, (2,), "uniform")]
+    assert {m: sorted(t) for m, t in summary["by_lag"].items()} == {"constant": ["0"],
+                                                                  "uniform": ["2"]}
+    assert (out / "backward_lag_uniform.png").exists()
+    assert experiment.lag_tables(summary, "uniform").keys() == {0, 2}
+    # Rows written before the lag axis (no k) are the on-policy k = 0: nothing reruns.
+    rows = io.read_jsonl(out / "results.jsonl")
+    io.write_jsonl_atomic(out / "results.jsonl",
+                          [{key: v for key, v in r.items() if key not in ("k", "lag_sampling")}
+                           for r in rows if r["k"] == 0])
+    calls.clear()
+    experiment.run(dataclasses.replace(run, ks=(0,)), log=lambda _: None)
+    assert calls == []
+    # Lags the sweep cannot run are refused before anything runs.
+    for bad, field in (({"ks": (0, -1)}, "--ks"), ({"ks": ()}, "--ks"),
+                       ({"lag_sampling": "poisson"}, "--lag-sampling"),
+                       ({"config": llm_config.replace(TINY, grpo=dict(capacity=2, max_capacity=2))},
+                        "grpo.capacity"),
+                       ({"config": llm_config.replace(TINY, grpo=dict(snapshot_sampling="oldest"))},
+                        "grpo.snapshot_sampling")):
+        with pytest.raises(ConfigError, match=field):
+            experiment.run(dataclasses.replace(run, **bad), log=lambda _: None)
+    assert calls == []
 
 
 def test_a_resume_from_another_warm_start_is_refused(tmp_path, stubbed_sweep, stub_warm_start):

@@ -1,7 +1,9 @@
-"""GRPO under forward lag (SPEC §6): held-out accuracy and clip/filter fractions against N.
+"""GRPO under forward and backward lag (SPEC §6): held-out accuracy and clip/filter fractions
+against N (minibatch updates per batch) and k (the generating snapshot's age).
 
     vaco-llm cpu                      # the CPU preset (under 30 min on 2 cores)
     vaco-llm cpu --objectives pg      # add pg to the same sweep
+    vaco-llm cpu --ks 0 2 4 8         # backward lag k beside N (--lag-sampling uniform: 0..k)
     vaco-llm tiny --out /tmp/llm_tiny # seconds
     vaco-llm gpu                      # a ~0.3B model, for an accelerator
 
@@ -11,7 +13,7 @@ presets' model/task/sft configuration ships with the package and is loaded witho
 any other (or with `--train-warm-start`) is trained once and cached per user (`--cache-dir` to
 change), keyed by the model/task/sft configuration, the data and the code that makes it. Results
 resume.
-`--logger tensorboard wandb` also logs every (N, objective, seed) run (`vaco_jax.loggers`).
+`--logger tensorboard wandb` also logs every (k, N, objective, seed) run (`vaco_jax.loggers`).
 """
 
 from __future__ import annotations

@@ -1,13 +1,15 @@
-"""The forward-lag sweep (SPEC §6): N minibatch updates per generated batch × objective × seeds.
+"""The lag sweep (SPEC §6): backward lag k × N minibatch updates per generated batch (forward lag)
+× objective × seeds.
 
 `run(experiment)` builds the problems, loads or trains the warm start, then for each N compiles one
-program that trains every (objective, seed) pair side by side (`jax.vmap` over keys and
-hyper-parameters: the objective is a leaf). Each N's rows are appended to `results.jsonl` as soon as
-they finish, so a crashed or interrupted sweep resumes where it stopped. `summary.json` holds the
-per-(objective, N) statistics over seeds; `plot` draws greedy and sampled accuracy and the
-fractions against N (`out/forward_lag.png`, and with more than four objectives the others beside
-PPO-Clip and VACO in `out/forward_lag_objectives.png`; `replot` draws them again from a finished
-sweep).
+program that trains every (k, objective, seed) run side by side (`jax.vmap` over keys and
+hyper-parameters: the objective and k, the ring buffer's capacity k + 1, are leaves). Each N's rows
+are appended to `results.jsonl` as soon as they finish, so a crashed or interrupted sweep resumes
+where it stopped. `summary.json` holds the per-(objective, N) statistics over seeds at k = 0
+(`by_objective`) and at every k (`by_lag`); `plot` draws greedy and sampled accuracy and the
+fractions against N at k = 0 (`out/forward_lag.png`, and with more than four objectives the others
+beside PPO-Clip and VACO in `out/forward_lag_objectives.png`; `replot` draws them again from a
+finished sweep), and accuracy against k where several k ran (`out/backward_lag.png`).
 Everything a run writes is under `out`; only the warm start is cached elsewhere, per user
 (`vaco_jax.cache`).
 """
@@ -28,12 +30,14 @@ from vaco_jax.errors import invalid, invalid_option
 from vaco_jax.options import LoggerOptions, validate_logging
 from vaco_jax.llm import benchmark, dataset, problems, sft
 from vaco_jax.llm.config import (OBJECTIVES, Experiment, LLMConfig, hparams, program_objectives,
-                                 replace, resolve, stack_hparams, validate)
+                                 replace, resolve, stack_hparams, validate, validate_lags,
+                                 with_lags)
 from vaco_jax.llm.grpo import GRPO
 from vaco_jax.llm.model import num_params
 
 
 FIGURE = "forward_lag.png"   # written into the results directory
+LAG_FIGURE = "backward_lag.png"   # accuracy against k, where several k ran
 # More objectives than `MAX_PER_PANEL` in a sweep: the main figure keeps those of `MAIN_OBJECTIVES`
 # that ran, and each other objective gets its own panels beside PPO-Clip and VACO in a second
 # figure, the main one's name with `_objectives` added.
@@ -43,6 +47,15 @@ REFERENCES = ("ppo_clip", "vaco")
 
 # What each evaluation measures (`GRPO.evaluations`), `[num_evals]` per row.
 EVALUATIONS = ("eval_accuracy", "eval_sampled_accuracy", "train_greedy_accuracy")
+
+# The update-age diagnostics a summary keeps (`vaco_jax.diagnostics.update_age_metrics`), and the
+# prefix of its histogram's bins.
+AGE_METRICS = ("update_age_mean", "update_age_p90", "update_age_max")
+AGE_HISTOGRAM = "update_age_hist_"
+
+# The lag diagnostics each (k, objective) line of the log gives, where several k ran.
+LAG_LOGGED = ("tv_backward", "tv_forward_mean", "intervened_fraction_mean", "update_age_mean",
+              "update_age_max")
 
 # Row entries that are not one value per iteration (`train_one_n`).
 NOT_PER_ITERATION = ("eval_iterations", "tv_estimate_by_step")
@@ -69,33 +82,51 @@ def load_problems(config: LLMConfig):
             dataset.encode(test, t.prompt_len, t.answer_len))
 
 
-def sweep_keys(config: LLMConfig, objectives, program=None):
-    """Keys and stacked hyper-parameters for every (objective, seed) pair, objective-major, for a
-    GRPO program that runs `program` (default: `program_objectives(objectives)`).
+def sweep_keys(config: LLMConfig, objectives, program=None, ks=(0,)):
+    """Keys and stacked hyper-parameters for every (k, objective, seed) run, k-major then
+    objective-major, for a GRPO program that runs `program` (default:
+    `program_objectives(objectives)`) with ring-buffer slots for the largest k (`with_lags`); run
+    k's `capacity` is k + 1.
 
-    Seed s uses `PRNGKey(grpo.seed + s)` for every objective (common random numbers: the first
-    batch of every objective is the same draw)."""
+    Seed s uses `PRNGKey(grpo.seed + s)` for every k and objective (common random numbers: the
+    first batch of every run of a seed is the same draw, made by the warm start whatever k)."""
     g = config.grpo
-    pairs = [(o, s) for o in objectives for s in range(g.num_seeds)]
-    keys = program_lib.seed_keys([g.seed + s for _, s in pairs])
+    runs = [(k, o, s) for k in ks for o in objectives for s in range(g.num_seeds)]
+    keys = program_lib.seed_keys([g.seed + s for _, _, s in runs])
     program = program_objectives(objectives) if program is None else program
-    hps = stack_hparams([hparams(dataclasses.replace(g, objective=o), program) for o, _ in pairs])
-    return pairs, keys, hps
+    hps = stack_hparams([hparams(dataclasses.replace(g, objective=o, capacity=k + 1), program)
+                         for k, o, _ in runs])
+    return runs, keys, hps
+
+
+def lag_mode(k: int, lag_sampling: str) -> str:
+    """A run's lag mode as its row records it: `lag_sampling`, except "constant" at k = 0 (every
+    mode is on-policy there)."""
+    return "constant" if k == 0 else lag_sampling
+
+
+def lag_of(row) -> tuple[str, int]:
+    """A row's (lag mode, k); rows of versions before the backward-lag axis are k = 0."""
+    k = int(row.get("k", 0))
+    return lag_mode(k, row.get("lag_sampling", "constant")), k
 
 
 def train_one_n(config: LLMConfig, n: int, objectives, params, train_set, test_set, log=print,
-                compiler_options=None, program=None, runs_per_call: int = 0):
-    """Train every (objective, seed) pair at N = n in one compiled program (one that can run every
-    objective of `program`, default `program_objectives(objectives)`), or, with `runs_per_call`,
-    in chunks of at most that many runs that share one compiled program; rows to save."""
-    cfg = replace(config, grpo=dict(num_minibatches=n))
+                compiler_options=None, program=None, runs_per_call: int = 0, ks=(0,),
+                lag_sampling: str = "constant"):
+    """Train every (k, objective, seed) run at N = n, each k of `ks` a backward lag drawn as
+    `lag_sampling` says (`vaco_jax.llm.config.with_lags`), in one compiled program (one that can
+    run every objective of `program`, default `program_objectives(objectives)`), or, with
+    `runs_per_call`, in chunks of at most that many runs that share one compiled program; rows to
+    save."""
+    cfg = with_lags(replace(config, grpo=dict(num_minibatches=n)), ks, lag_sampling)
     program = program_objectives(objectives) if program is None else tuple(program)
     validate(cfg, program)
-    pairs, keys, hps = sweep_keys(cfg, objectives, program)
+    runs, keys, hps = sweep_keys(cfg, objectives, program, ks)
     trainer = GRPO(cfg, train_set, test_set, objectives=program)
-    # Every (objective, seed) pair is a run: spread over every device (vaco_jax.program); the
+    # Every (k, objective, seed) is a run: spread over every device (vaco_jax.program); the
     # chunks are equal in size (the last padded with copies of its last run, then dropped).
-    chunks = _chunks(len(pairs), runs_per_call)
+    chunks = _chunks(len(runs), runs_per_call)
     size = chunks[0].stop - chunks[0].start
     placed = program_lib.layout(size)
     train = program_lib.jit_runs(trainer.train, placed, in_run_axes=(True, False, True, False))
@@ -115,20 +146,22 @@ def train_one_n(config: LLMConfig, n: int, objectives, params, train_set, test_s
     metrics = jax.tree.map(lambda *xs: np.concatenate(xs), *parts)
     run_s = time.perf_counter() - start - compile_s
     calls = f" in {len(chunks)} calls of {size}" if len(chunks) > 1 else ""
-    log(f"N={n:>2}: {len(pairs)} runs ({placed.describe()}{calls}) in {run_s:.0f} s "
+    lags = "" if tuple(ks) == (0,) else f", k = {', '.join(map(str, ks))} ({lag_sampling})"
+    log(f"N={n:>2}{lags}: {len(runs)} runs ({placed.describe()}{calls}) in {run_s:.0f} s "
         f"(+{compile_s:.0f} s compile)")
     rows = []
-    for i, (objective, seed) in enumerate(pairs):
+    for i, (k, objective, seed) in enumerate(runs):
         m = jax.tree.map(lambda x: np.asarray(x[i]), metrics)
         steps = m.pop("steps")
-        evaluations = {k: m.pop(k) for k in EVALUATIONS}                      # [num_evals]
+        evaluations = {name: m.pop(name) for name in EVALUATIONS}             # [num_evals]
         rows.append({
+            "k": k, "lag_sampling": lag_mode(k, lag_sampling),
             "n": n, "objective": objective, "seed": seed,
             "eval_iterations": [(j + 1) * cfg.grpo.eval_every
                                 for j in range(len(evaluations["eval_accuracy"]))],
             **evaluations,
-            **{k: v for k, v in m.items()},                                   # [iterations]
-            **{f"{k}_mean": v.mean(-1) for k, v in steps.items()},          # [iterations]
+            **m,                                                              # [iterations]
+            **{f"{name}_mean": v.mean(-1) for name, v in steps.items()},    # [iterations]
             "tv_estimate_max": steps["tv_estimate"].max(-1),
             "max_ratio_max": steps["max_ratio"].max(-1),
             "tv_estimate_by_step": steps["tv_estimate"].mean(0),              # [K·N]
@@ -172,12 +205,15 @@ def scalars_by_iteration(row: dict) -> dict[int, dict[str, float]]:
 
 
 def log_runs(options: LoggerOptions, out: Path, config: LLMConfig, rows) -> None:
-    """Each row, one (N, objective, seed), as a logged run (`vaco_jax.loggers`) named
-    `N=<N>/<objective>/seed=<seed>` and tagged with those coordinates; what an earlier attempt
-    logged for it is replaced."""
+    """Each row, one (k, N, objective, seed), as a logged run (`vaco_jax.loggers`) named
+    `N=<N>/<objective>/seed=<seed>` (at k > 0 under `k=<k>/`, or `uniform-k=<k>/` for a uniform
+    lag) and tagged with those coordinates; what an earlier attempt logged for it is replaced."""
     for row in rows:
-        coordinates = {"n": row["n"], "objective": row["objective"], "seed": row["seed"]}
-        name = f"N={row['n']}/{row['objective']}/seed={row['seed']}"
+        mode, k = lag_of(row)
+        coordinates = {"k": k, "lag_sampling": mode, "n": row["n"],
+                       "objective": row["objective"], "seed": row["seed"]}
+        lag = "" if k == 0 else f"{'uniform-' if mode == 'uniform' else ''}k={k}/"
+        name = f"{lag}N={row['n']}/{row['objective']}/seed={row['seed']}"
         logger = loggers.make(options, out, {**io.to_jsonable(config), **coordinates}, name=name,
                               coordinates=coordinates, group=Path(out).name, first_step=0)
         try:
@@ -188,15 +224,30 @@ def log_runs(options: LoggerOptions, out: Path, config: LLMConfig, rows) -> None
 
 
 def summarize(rows, base_accuracy: float):
-    """Per (objective, N): final held-out greedy accuracy over seeds (mean, std, min, max, per
-    seed); the mean clip fraction, filtered fraction and TV estimate over all minibatch steps of all
-    seeds, with the lag diagnostics `intervened_fraction`, `tv_forward` and `tv_backward` (rows of
-    earlier versions lack them); and, to tell an optimisation failure from a generalisation gap, the training reward
-    (sampled answers to the training batches) beside the final greedy accuracy on a fixed sample of
-    training problems (`train_greedy_accuracy`, and its excess over held-out, `generalization_gap`)
-    and the final held-out accuracy of sampled answers (`sampled_accuracy`), means over seeds with
-    per-seed lists. (Rows of versions before these evaluations have none: their entries lack them.)"""
-    summary = {"base_accuracy": base_accuracy, "by_objective": {}}
+    """`by_objective`: `summarize_lag` of the rows at k = 0 (rows without k are k = 0); `by_lag`:
+    lag mode → k → the same of its rows (k = 0 under "constant")."""
+    by_lag = {}
+    for mode, k in sorted({lag_of(r) for r in rows}):
+        by_lag.setdefault(mode, {})[str(k)] = summarize_lag([r for r in rows
+                                                             if lag_of(r) == (mode, k)])
+    return {"base_accuracy": base_accuracy, "by_objective": by_lag.get("constant", {}).get("0", {}),
+            "by_lag": by_lag}
+
+
+def summarize_lag(rows) -> dict:
+    """Per (objective, N) of rows of one backward lag: final held-out greedy accuracy over seeds
+    (mean, std, min, max, per seed); the mean clip fraction, filtered fraction and TV estimate over
+    all minibatch steps of all seeds, with the lag diagnostics `intervened_fraction`, `tv_forward`
+    and `tv_backward` (rows of earlier versions lack them); and, to tell an optimisation failure
+    from a generalisation gap, the training reward (sampled answers to the training batches)
+    beside the final greedy accuracy on a fixed sample of training problems
+    (`train_greedy_accuracy`, and its excess over held-out, `generalization_gap`) and the final
+    held-out accuracy of sampled answers (`sampled_accuracy`), means over seeds with per-seed
+    lists; and the backward lag's diagnostics, means over iterations and seeds: the snapshot's age
+    (`snapshot_age`), the update age (`update_age_mean`, `_p90`, `_max`) and its histogram
+    (`update_age_hist`, bin → share of sample uses). (Rows of versions before these evaluations
+    have none: their entries lack them.)"""
+    summary = {}
     for objective in sorted({r["objective"] for r in rows}):
         table = {}
         for n in sorted({r["n"] for r in rows if r["objective"] == objective}):
@@ -220,9 +271,15 @@ def summarize(rows, base_accuracy: float):
                 if all(f"{key}_mean" in r for r in runs):
                     table[str(n)][key] = mean_of(f"{key}_mean")
             for key, name in (("intervened_fraction_mean", "intervened_fraction"),
-                              ("tv_forward_mean", "tv_forward"), ("tv_backward", "tv_backward")):
+                              ("tv_forward_mean", "tv_forward"), ("tv_backward", "tv_backward"),
+                              ("snapshot_age", "snapshot_age"),
+                              *((k, k) for k in AGE_METRICS)):
                 if all(key in r for r in runs):   # lag diagnostics (docs/diagnostics.md)
                     table[str(n)][name] = mean_of(key)
+            bins = [k for k in runs[0] if k.startswith(AGE_HISTOGRAM)]
+            if bins and all(b in r for b in bins for r in runs):
+                table[str(n)]["update_age_hist"] = {b.removeprefix(AGE_HISTOGRAM): mean_of(b)
+                                                    for b in bins}
             for key, name in (("final_train_greedy_accuracy", "train_greedy_accuracy"),
                               ("final_sampled_accuracy", "sampled_accuracy")):
                 if all(key in r for r in runs):
@@ -232,7 +289,7 @@ def summarize(rows, base_accuracy: float):
             if "train_greedy_accuracy" in table[str(n)]:
                 table[str(n)]["generalization_gap"] = (table[str(n)]["train_greedy_accuracy"]
                                                        - float(acc.mean()))
-        summary["by_objective"][objective] = table
+        summary[objective] = table
     return summary
 
 
@@ -258,6 +315,7 @@ def primary_tests(rows, commit: str | None = None):
     from vaco_jax.study import lag
 
     pre_registered = bool(commit) and lag.git_descends_from(commit, lag.PRE_REGISTRATION) is True
+    rows = [r for r in rows if lag_of(r)[1] == 0]   # the family is on-policy: backward lag k = 0
     tests = []
     for n in sorted({r["n"] for r in rows}):
         by = {o: {r["seed"]: r for r in rows if r["n"] == n and r["objective"] == o}
@@ -344,21 +402,95 @@ def _only(summary, objectives) -> dict:
     return {**summary, "by_objective": {o: summary["by_objective"][o] for o in objectives}}
 
 
-def plot(summary, path, title="") -> list[Path]:
-    """Save `figure` as `path` (PNG), and where the sweep has more objectives than
-    `MAX_PER_PANEL`, `objectives_figure` of the others beside it (`<path stem>_objectives.png`);
-    returns the paths written."""
+def lag_tables(summary, mode: str) -> dict[int, dict]:
+    """k → `summarize_lag` table of one lag mode, with k = 0 (on-policy, filed under "constant")
+    for every mode; {} for summaries of versions before the backward-lag axis."""
+    by_lag = summary.get("by_lag", {})
+    tables = {int(k): table for k, table in by_lag.get(mode, {}).items()}
+    if "0" in by_lag.get("constant", {}):
+        tables[0] = by_lag["constant"]["0"]
+    return dict(sorted(tables.items()))
+
+
+def lag_figure(summary, mode: str = "constant", title=""):
+    """Accuracy against the backward lag k, a column per N: final held-out greedy (top) and sampled
+    (bottom) accuracy, the mean over seeds with a ± std band, an objective per line (colours and
+    markers as in `figure`); None where fewer than two k ran."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    main, others = split_objectives(summary["by_objective"])
+    tables = lag_tables(summary, mode)
+    if len(tables) < 2:
+        return None
+    objectives = sorted({o for table in tables.values() for o in table})
+    ns = sorted({int(n) for table in tables.values() for entries in table.values()
+                 for n in entries})
+    style = styles(objectives)
+    fig, axes = plt.subplots(2, len(ns), figsize=(max(3.4 * len(ns) + 0.8, 7.0), 6.4),
+                             squeeze=False, sharey="row")
+    ks = list(tables)
+    rows = (("mean", "final_accuracy", "held-out greedy accuracy"),
+            ("sampled_accuracy", "sampled_accuracy_by_seed", "held-out sampled accuracy"))
+    for j, n in enumerate(ns):
+        for i, (mean_key, seeds_key, label) in enumerate(rows):
+            ax = axes[i][j]
+            for objective in objectives:
+                points = [(k, tables[k][objective][str(n)]) for k in ks
+                          if str(n) in tables[k].get(objective, {})
+                          and seeds_key in tables[k][objective][str(n)]]
+                if not points:
+                    continue
+                x = np.array([k for k, _ in points], float)
+                seeds = [np.asarray(e[seeds_key], float) for _, e in points]
+                mean = np.array([e.get(mean_key, np.mean(v)) for (_, e), v in zip(points, seeds)])
+                std = np.array([v.std(ddof=1) if len(v) > 1 else 0.0 for v in seeds])
+                s = style[objective]
+                ax.plot(x, mean, "-", marker=s["marker"], color=s["color"], mfc="none", ms=6,
+                        label=objective, gid=objective)
+                ax.fill_between(x, mean - std, mean + std, color=s["color"], alpha=0.1)
+            ax.set_xscale("symlog", base=2, linthresh=1)
+            ax.set_xticks(ks, [str(k) for k in ks])
+            ax.grid(alpha=0.3)
+            if i == 0:
+                ax.set_title(f"N = {n}", fontsize=10)
+            else:
+                ax.set_xlabel("k: backward lag (learner iterations)"
+                              + (", uniform over 0..k" if mode == "uniform" else ""))
+            if j == 0:
+                ax.set_ylabel(f"{label}\n(mean ± std over seeds)")
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(title.replace("forward lag", "backward lag") or "GRPO under backward lag",
+                 fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def plot(summary, path, title="") -> list[Path]:
+    """Save `figure` as `path` (PNG) where k = 0 ran, and where the sweep has more objectives
+    than `MAX_PER_PANEL`, `objectives_figure` of the others beside it
+    (`<path stem>_objectives.png`); where several k ran, `lag_figure` per lag mode
+    (`backward_lag.png` beside `forward_lag.png`, `backward_lag_uniform.png` for a uniform lag;
+    beside another name, `<path stem>_backward_lag.png`); returns the paths written."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    drawn = [(figure(_only(summary, main), title), path)]
-    if others:
-        drawn.append((objectives_figure(summary, others, title),
-                      path.with_name(f"{path.stem}_objectives{path.suffix}")))
+    drawn = []
+    if summary["by_objective"]:
+        main, others = split_objectives(summary["by_objective"])
+        drawn.append((figure(_only(summary, main), title), path))
+        if others:
+            drawn.append((objectives_figure(summary, others, title),
+                          path.with_name(f"{path.stem}_objectives{path.suffix}")))
+    stem = Path(LAG_FIGURE).stem if path.name == FIGURE else f"{path.stem}_{Path(LAG_FIGURE).stem}"
+    for mode in summary.get("by_lag", {}):
+        fig = lag_figure(summary, mode, title)
+        if fig is not None:
+            suffix = "" if mode == "constant" else f"_{mode}"
+            drawn.append((fig, path.with_name(f"{stem}{suffix}{path.suffix}")))
     for fig, where in drawn:
         fig.savefig(where, dpi=120)
         plt.close(fig)
@@ -546,12 +678,36 @@ def same_config(stored, spec, defaults=None) -> bool:
     return True
 
 
+def log_cell(log, runs, objective: str, mode: str, k: int, show_lag: bool) -> None:
+    """One log line per (k, objective) of an N: final accuracies over seeds and, where the sweep
+    has several k, the lag diagnostics (backward and forward TV, the objective's intervened
+    fraction, the mean update age), means over iterations and seeds, and the oldest update age."""
+    if not runs:
+        return
+    mean = lambda key: np.mean([np.mean(r[key]) for r in runs])  # noqa: E731
+    acc = [r["final_accuracy"] for r in runs]
+    spread = f" ± {np.std(acc, ddof=1):.3f}" if len(acc) > 1 else ""
+    lag = ""
+    if show_lag:
+        lag = f"k={k}{' uniform' if mode == 'uniform' else ''} "
+    log(f"       {lag}{objective:>8}: final accuracy {np.mean(acc):.3f}{spread} "
+        f"(seeds {', '.join(f'{a:.3f}' for a in acc)}); on train problems "
+        f"{mean('final_train_greedy_accuracy'):.3f}, sampled {mean('final_sampled_accuracy'):.3f}")
+    if show_lag and all(key in runs[0] for key in LAG_LOGGED):
+        log(f"         tv_backward {mean('tv_backward'):.4f}, tv_forward "
+            f"{mean('tv_forward_mean'):.4f}, intervened {mean('intervened_fraction_mean'):.3f}, "
+            f"update age {mean('update_age_mean'):.1f} (max "
+            f"{max(np.max(r['update_age_max']) for r in runs):.0f})")
+
+
 def run(experiment: Experiment, log=print) -> dict:
     """The whole sweep; returns the summary (also written to `out/summary.json`).
 
-    Resumes: (N, objective) pairs already in `out/results.jsonl` (from the same configuration)
-    are not run again, so objectives or N values can also be added to a finished sweep."""
+    Resumes: (k, N, objective) cells already in `out/results.jsonl` (from the same configuration)
+    are not run again, so objectives, k or N values can also be added to a finished sweep."""
     config = experiment.config
+    validate_lags(config, experiment.ks, experiment.lag_sampling)
+    ks, mode = tuple(sorted(set(experiment.ks))), experiment.lag_sampling
     codes, user = {}, {}   # a user objective's code: recorded in config.json and rows, checked
     for o in experiment.objectives:
         objective = resolve(o, field="objectives", tv_reference=config.grpo.tv_reference)
@@ -563,7 +719,8 @@ def run(experiment: Experiment, log=print) -> dict:
     program = program_objectives(experiment.objectives)
     config = validate(config, experiment.objectives)
     for n in experiment.ns:
-        validate(replace(config, grpo=dict(num_minibatches=n)), experiment.objectives)
+        validate(with_lags(replace(config, grpo=dict(num_minibatches=n)), ks, mode),
+                 experiment.objectives)
     validate_logging(experiment.logging)
     if experiment.runs_per_call < 0:
         raise invalid_option("--runs-per-call", experiment.runs_per_call,
@@ -610,34 +767,43 @@ def run(experiment: Experiment, log=print) -> dict:
                       f"accuracy {warm['base_accuracy']:.3f}): pass {shipped}--cache-dir with the "
                       "warm start they were made from, or choose another --out")
 
-    for n in experiment.ns:
-        todo = [o for o in experiment.objectives
-                if not any(r["n"] == n and r["objective"] == o for r in rows)]
-        if not todo:
-            log(f"N={n:>2}: already in {results_path}, skipped")
-            continue
-        new_rows = train_one_n(config, n, todo, params, train_set, test_set, log, options,
-                               program=program, runs_per_call=experiment.runs_per_call)
-        for row in new_rows:   # the code that made it: a resumed sweep may mix versions
-            row["source"] = io.source_hash()
-            row["warm_start"] = warm_start
-            if row["objective"] in codes:
-                row["objective_code"] = codes[row["objective"]]
-        if primary:
-            io.append_jsonl(results_path, new_rows)
-            if experiment.logging.logger:
-                log_runs(experiment.logging, out, config, new_rows)
-        rows += io.to_jsonable(new_rows)
-        for o in todo:
-            runs = [r for r in new_rows if r["objective"] == o]
-            acc = [r["final_accuracy"] for r in runs]
-            spread = f" ± {np.std(acc, ddof=1):.3f}" if len(acc) > 1 else ""
-            log(f"       {o:>8}: final accuracy {np.mean(acc):.3f}{spread} "
-                f"(seeds {', '.join(f'{a:.3f}' for a in acc)}); on train problems "
-                f"{np.mean([r['final_train_greedy_accuracy'] for r in runs]):.3f}, sampled "
-                f"{np.mean([r['final_sampled_accuracy'] for r in runs]):.3f}")
+    lags = {(lag_mode(k, mode), k) for k in ks}
 
-    wanted = [r for r in rows if r["n"] in experiment.ns and r["objective"] in experiment.objectives]
+    def done(k, n, o):
+        return any(r["n"] == n and r["objective"] == o and lag_of(r) == (lag_mode(k, mode), k)
+                   for r in rows)
+
+    for n in experiment.ns:
+        # The objectives that miss the same k values train together (a fresh sweep: all at once).
+        groups = {}
+        for o in experiment.objectives:
+            todo_ks = tuple(k for k in ks if not done(k, n, o))
+            if todo_ks:
+                groups.setdefault(todo_ks, []).append(o)
+        if not groups:
+            log(f"N={n:>2}: already in {results_path}, skipped")
+        for todo_ks, todo in groups.items():
+            lag_args = {} if todo_ks == (0,) else {"ks": todo_ks, "lag_sampling": mode}
+            new_rows = train_one_n(config, n, todo, params, train_set, test_set, log, options,
+                                   program=program, runs_per_call=experiment.runs_per_call,
+                                   **lag_args)
+            for row in new_rows:   # the code that made it: a resumed sweep may mix versions
+                row["source"] = io.source_hash()
+                row["warm_start"] = warm_start
+                if row["objective"] in codes:
+                    row["objective_code"] = codes[row["objective"]]
+            if primary:
+                io.append_jsonl(results_path, new_rows)
+                if experiment.logging.logger:
+                    log_runs(experiment.logging, out, config, new_rows)
+            rows += io.to_jsonable(new_rows)
+            for lag in sorted({lag_of(r) for r in new_rows}):
+                for o in todo:
+                    log_cell(log, [r for r in new_rows if r["objective"] == o
+                                   and lag_of(r) == lag], o, *lag, show_lag=len(ks) > 1)
+
+    wanted = [r for r in rows if r["n"] in experiment.ns and r["objective"] in experiment.objectives
+              and lag_of(r) in lags]
     summary = summarize(wanted, warm["base_accuracy"])
     summary["sources"] = sorted({r.get("source", "unrecorded") for r in wanted})
     if len(summary["sources"]) > 1:
