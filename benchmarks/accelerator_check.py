@@ -110,7 +110,7 @@ def sweep_cell(scratch: Path, name: str, args: list[str], steps: int, deadline) 
                   "--max-cells", "1", "--no-progress", "--out", str(scratch / name)]
     planned, plan_wall = run([*sweep_args, "--dry-run"], deadline)
     _, wall = run(sweep_args, deadline)
-    (record,) = io.read_jsonl(scratch / name / "cells.jsonl")
+    (record,) = io.read_rows(scratch / name / "cells.jsonl")
     memory = re.search(r"per device (peak [0-9.]+ [kMG]?B)", planned)
     return {"cell": record["cell"], "dry_run": planned.strip().splitlines()[-2:],
             "dry_run_seconds": plan_wall, "peak_memory": memory.group(1) if memory else None,

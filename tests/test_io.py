@@ -1,5 +1,6 @@
 """Results are never half-written: atomic files, append-only JSONL that survives a torn line."""
 
+import gzip
 import json
 import math
 import os
@@ -43,6 +44,60 @@ def test_read_jsonl_ignores_a_torn_last_line(tmp_path):
     with open(path, "a") as f:
         f.write('{"step": 3, "ret')            # a crash mid-write
     assert io.read_jsonl(path) == [{"step": 1}, {"step": 2}]
+
+
+def test_a_table_reads_its_compact_rows_then_those_appended_since(tmp_path):
+    path = tmp_path / "results.jsonl"
+    rows = [{"cell": "a", "x": 0.1 + i / 3, "seed": i} for i in range(5)]
+    io.append_jsonl(path, rows[:2])
+    assert io.read_rows(path) == rows[:2]                        # plain only
+    assert io.compact_jsonl(path) == 2
+    assert not path.exists() and io.read_rows(path) == rows[:2]  # compact only
+    assert gzip.decompress(io.compact_path(path).read_bytes()) == io._jsonl(rows[:2]).encode()
+    io.append_jsonl(path, rows[2:4])                             # a resumed writer appends
+    assert io.read_rows(path) == rows[:4]                        # both, in order, once each
+    io.append_jsonl(path, rows[4:])
+    with open(path, "a") as f:
+        f.write('{"cell": "a", "x": 0.')                         # a torn line is no row
+    assert io.compact_jsonl(path) == 3
+    assert io.read_rows(path) == rows and not path.exists()
+    assert io.has_rows(path)
+    io.remove_rows(path)
+    assert not io.has_rows(path) and list(tmp_path.iterdir()) == []
+    with pytest.raises(FileNotFoundError, match="results.jsonl"):
+        io.read_rows(path)
+
+
+def test_a_compaction_stopped_at_any_point_loses_and_doubles_no_row(tmp_path, monkeypatch):
+    path = tmp_path / "results.jsonl"
+    old, new = [{"seed": 0}, {"seed": 1}], [{"seed": 2}, {"seed": 3}]
+    io.append_jsonl(path, old)
+    io.compact_jsonl(path)
+    io.append_jsonl(path, new)
+    packed = io.compact_path(path).read_bytes()
+
+    def crash(*args):
+        raise KeyboardInterrupt
+
+    # Stopped while writing the compact file: both files as they were.
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(KeyboardInterrupt):
+        io.compact_jsonl(path)
+    monkeypatch.undo()
+    assert io.compact_path(path).read_bytes() == packed and io.read_jsonl(path) == new
+    assert io.read_rows(path) == old + new
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.jsonl", "results.jsonl.gz"]
+    # Stopped after writing it, before removing the plain file: its rows are read once.
+    monkeypatch.setattr(Path, "unlink", crash)
+    with pytest.raises(KeyboardInterrupt):
+        io.compact_jsonl(path)
+    monkeypatch.undo()
+    assert io.read_jsonl(path) == new
+    assert gzip.decompress(io.compact_path(path).read_bytes()) == io._jsonl(old + new).encode()
+    with pytest.warns(UserWarning, match="already in results.jsonl.gz"):
+        assert io.read_rows(path) == old + new
+    io.finish_compaction(path)               # what a writer does before appending again
+    assert not path.exists() and io.read_rows(path) == old + new
 
 
 def test_atomic_writes_get_the_permissions_of_any_new_file(tmp_path):

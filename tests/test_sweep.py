@@ -129,6 +129,27 @@ def test_interrupted_sweep_resumes_without_redoing_finished_cells(full_sweep, ce
     assert sweep.run_sweep(cells, tmp_path, log=lambda _: None) == []    # nothing left to do
 
 
+def test_a_compacted_sweep_resumes_without_redoing_finished_cells(full_sweep, cells, tmp_path):
+    from vaco_jax.commands import mujoco_lag_sweep
+
+    full_out, _ = full_sweep
+    # The sweep stopped after its first cell, then compacted.
+    first = [r for r in io.read_rows(full_out / sweep.RESULTS) if r["cell"] == cells[0].cell_id]
+    io.append_jsonl(tmp_path / sweep.RESULTS, first)
+    io.append_jsonl(tmp_path / sweep.CELLS, io.read_rows(full_out / sweep.CELLS)[:1])
+    (tmp_path / sweep.PLAN).write_bytes((full_out / sweep.PLAN).read_bytes())
+    assert sweep.compact(tmp_path) == len(first) and not (tmp_path / sweep.RESULTS).exists()
+    packed = io.compact_path(tmp_path / sweep.RESULTS).read_bytes()
+
+    assert sweep.run_sweep(cells, tmp_path, log=lambda _: None) == [cells[1].cell_id]
+    assert io.compact_path(tmp_path / sweep.RESULTS).read_bytes() == packed   # left as it was
+    pd.testing.assert_frame_equal(sweep.load_results(tmp_path), sweep.load_results(full_out))
+    assert mujoco_lag_sweep.main(["--compact", str(tmp_path)]) == 0
+    assert not (tmp_path / sweep.RESULTS).exists()
+    pd.testing.assert_frame_equal(sweep.load_results(tmp_path), sweep.load_results(full_out))
+    assert sweep.run_sweep(cells, tmp_path, log=lambda _: None) == []    # nothing left to do
+
+
 def test_a_logged_cell_gives_each_run_its_own_tensorboard_run_and_changes_no_result(
         full_sweep, cells, tmp_path):
     from tensorboard.backend.event_processing import event_accumulator

@@ -1,9 +1,15 @@
-"""Writing results safely: atomic JSON files, append-only JSONL, and run provenance."""
+"""Writing results safely: atomic JSON files, append-only JSONL, compact JSONL tables, and run
+provenance.
+
+A JSONL table (`results.jsonl`) is appended to line by line while it is written; `compact_jsonl`
+moves its rows into gzip'd JSONL beside it (`results.jsonl.gz`, ~8× smaller), and `read_rows`
+reads the table in either form or both (the compact rows first, then the lines appended since)."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import gzip
 import hashlib
 import importlib.metadata
 import json
@@ -12,6 +18,8 @@ import os
 import platform
 import secrets
 import subprocess
+import warnings
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -186,6 +194,102 @@ def read_jsonl(path) -> list[dict]:
             except json.JSONDecodeError:
                 break
     return rows
+
+
+# --- compact JSONL tables ------------------------------------------------------------------------
+def compact_path(path) -> Path:
+    """Where the rows of the JSONL table `path` go when compacted: `path` + `.gz`."""
+    path = Path(path)
+    return path.with_name(path.name + ".gz")
+
+
+def has_rows(path) -> bool:
+    """Whether the JSONL table `path` exists, in either form."""
+    return Path(path).exists() or compact_path(path).exists()
+
+
+def read_rows(path) -> list[dict]:
+    """The rows of the JSONL table `path` (e.g. `results.jsonl`), in the order they were written:
+    those of its compact form (`path.gz`), then those appended to `path` since. Every reader of a
+    result table reads it through here."""
+    path, packed = Path(path), compact_path(path)
+    if not has_rows(path):
+        raise FileNotFoundError(f"no rows at {path} (nor {packed.name})")
+    # Written whole and atomically (`compact_jsonl`): every line is a row.
+    rows = ([json.loads(line) for line in gzip.decompress(packed.read_bytes()).splitlines()]
+            if packed.exists() else [])
+    if path.exists():
+        if packed.exists() and _compacted_already(path, packed):
+            warnings.warn(f"{path}: skipped, its rows already in {packed.name} (a compaction "
+                          f"stopped before removing it; compacting again removes it)", stacklevel=2)
+        else:
+            rows += read_jsonl(path)
+    return rows
+
+
+def remove_rows(path) -> None:
+    """Delete the JSONL table `path` in both forms."""
+    for each in (Path(path), compact_path(path)):
+        each.unlink(missing_ok=True)
+
+
+def compact_jsonl(path) -> int:
+    """Move the rows of the JSONL file `path` into `path.gz`; returns how many moved.
+
+    The rows go in as one new gzip member after those already there (the bytes of earlier rows
+    are kept as they are), written atomically; `path` is removed only after. So a crash at any
+    point loses no row: before `path.gz` is replaced, both files are as they were; after it,
+    `read_rows` knows `path`'s rows are in `path.gz` (the last member's CRC-32 and length are
+    theirs) and skips them, and compacting again removes `path`. Lines that are not whole rows
+    (a torn write) are left out. Appending to `path` meanwhile is the caller's to prevent (a
+    sweep compacts under its directory's lock)."""
+    path, packed = Path(path), compact_path(path)
+    finish_compaction(path)
+    if not path.exists():
+        return 0
+    lines = _whole_lines(path.read_bytes())
+    if lines:
+        old = packed.read_bytes() if packed.exists() else b""
+        new = old + gzip.compress(b"".join(lines), compresslevel=9, mtime=0)
+        if gzip.decompress(new[len(old):]) != b"".join(lines):   # what was written reads back
+            raise OSError(f"compacting {path}: the gzip'd rows do not read back")
+        write_bytes_atomic(packed, new)
+    path.unlink()
+    return len(lines)
+
+
+def finish_compaction(path) -> None:
+    """Remove `path` when a `compact_jsonl` stopped after moving its rows into `path.gz`: called
+    before appending to a table that may have been compacted, so those rows never count twice."""
+    path, packed = Path(path), compact_path(path)
+    if path.exists() and packed.exists() and _compacted_already(path, packed):
+        path.unlink()
+
+
+def _whole_lines(data: bytes) -> list[bytes]:
+    """The lines of JSONL bytes that are whole JSON objects, each ending in a newline."""
+    lines = []
+    for line in data.splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict):
+            lines.append(line + b"\n")
+    return lines
+
+
+def _compacted_already(path: Path, packed: Path) -> bool:
+    """Whether `packed`'s last gzip member holds exactly `path`'s whole lines (`compact_jsonl`
+    stopped between writing `packed` and removing `path`): read from the gzip trailer, the
+    member's CRC-32 and length."""
+    lines = b"".join(_whole_lines(path.read_bytes()))
+    with open(packed, "rb") as f:
+        if not lines or f.seek(0, os.SEEK_END) < 8:
+            return False
+        f.seek(-8, os.SEEK_END)
+        trailer = f.read(8)
+    return trailer == zlib.crc32(lines).to_bytes(4, "little") + (len(lines) % 2**32).to_bytes(4, "little")
 
 
 # The code this process runs: its source and commit now, not when a result is written hours later.

@@ -35,7 +35,7 @@ def plot(runs, out, title: str = "") -> Path:
     curves, configs = {}, []
     for run_dir in map(Path, runs):
         config = json.loads((run_dir / "config.json").read_text())["config"]
-        curves[config["algo"]] = io.read_jsonl(run_dir / "metrics.jsonl")
+        curves[config["algo"]] = io.read_rows(run_dir / "metrics.jsonl")
         configs.append(config)
     c = configs[0]
     title = title or (f"{c['env']}, C = {c['capacity']} ({c['snapshot_sampling']} snapshots), "

@@ -32,7 +32,7 @@ def load_run(run_dir) -> pd.DataFrame:
     rows = []
     network = config.get("network", "mlp")   # named when not the default
     method = config["algo"] if network == "mlp" else f"{config['algo']} ({network})"
-    for row in io.read_jsonl(run_dir / "metrics.jsonl"):
+    for row in io.read_rows(run_dir / "metrics.jsonl"):
         for i, value in enumerate(row["eval_return"]):
             rows.append({"env": config["env"], "algo": config["algo"], "method": method,
                          "capacity": config["capacity"], "seed": config["seed"] + i,

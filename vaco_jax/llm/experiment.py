@@ -349,9 +349,9 @@ def write_primary(directory) -> Path | None:
     None when there is nothing to test (no results.jsonl, or no N with both VACO and PPO-Clip on
     2 seeds)."""
     directory = Path(directory)
-    if not (directory / "results.jsonl").exists():
+    if not io.has_rows(directory / "results.jsonl"):
         return None
-    rows = io.read_jsonl(directory / "results.jsonl")
+    rows = io.read_rows(directory / "results.jsonl")
     config = json.loads((directory / "config.json").read_text())
     table = primary_tests(rows, config.get("git_commit"))
     if not len(table):
@@ -703,8 +703,9 @@ def log_cell(log, runs, objective: str, mode: str, k: int, show_lag: bool) -> No
 def run(experiment: Experiment, log=print) -> dict:
     """The whole sweep; returns the summary (also written to `out/summary.json`).
 
-    Resumes: (k, N, objective) cells already in `out/results.jsonl` (from the same configuration)
-    are not run again, so objectives, k or N values can also be added to a finished sweep."""
+    Resumes: (k, N, objective) cells already in `out/results.jsonl` (from the same configuration;
+    compacted or not, `io.read_rows`) are not run again, so objectives, k or N values can also be
+    added to a finished sweep."""
     config = experiment.config
     validate_lags(config, experiment.ks, experiment.lag_sampling)
     ks, mode = tuple(sorted(set(experiment.ks))), experiment.lag_sampling
@@ -734,7 +735,8 @@ def run(experiment: Experiment, log=print) -> dict:
         if not same_config(json.loads((out / "config.json").read_text()).get("config"), spec):
             raise invalid("out", str(out), "it holds results of another configuration; choose "
                                            "another directory or --overwrite")
-    rows = [] if experiment.overwrite or not results_path.exists() else io.read_jsonl(results_path)
+    rows = ([] if experiment.overwrite or not io.has_rows(results_path)
+            else io.read_rows(results_path))
     for row in rows:
         if row["objective"] in codes and row.get("objective_code") != codes[row["objective"]]:
             raise invalid("objectives", row["objective"],
@@ -744,7 +746,8 @@ def run(experiment: Experiment, log=print) -> dict:
     runtime.barrier("llm results read")
     if primary:
         if experiment.overwrite:
-            results_path.unlink(missing_ok=True)
+            io.remove_rows(results_path)
+        io.finish_compaction(results_path)   # before appending: no row counts twice
         io.write_json_atomic(out / "config.json", {"config": spec, **io.provenance(),
                                                    **({"user_objectives": user} if user else {})})
     wall_start = time.perf_counter()

@@ -36,6 +36,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from vaco_jax import io
 from vaco_jax.study import bench, stats, sweep
 
 BREAK_LEVEL = 0.8
@@ -74,7 +75,7 @@ def load(directory: str | Path) -> BenchResult:
     method = bench.Method(info["algo"], overrides, info["method"]
                           if info["method"] != info["algo"] else "")
     runs_dir = directory / bench.RUNS
-    results = (sweep.load_results(runs_dir) if (runs_dir / sweep.RESULTS).exists()
+    results = (sweep.load_results(runs_dir) if io.has_rows(runs_dir / sweep.RESULTS)
                else pd.DataFrame())
     finished = set(results["cell"]) if len(results) else set()
     missing = []
@@ -422,8 +423,6 @@ def scorecard_figure(card, leaderboard: dict, reps: int = 2000):
 
 def write(card: Scorecard, out: str | Path, leaderboard: dict[str, BenchResult] | None = None) -> list[Path]:
     """`scorecard.json`, `scorecard.md` and `scorecard.png` in `out`."""
-    from vaco_jax import io
-
     out = Path(out)
     io.write_json_atomic(out / "scorecard.json", card.to_json())
     io.write_bytes_atomic(out / "scorecard.md", markdown(card).encode())

@@ -13,6 +13,8 @@ Output directory:
     results.jsonl   one row per run × evaluation: cell, study, env, algo, variant, capacity, delta,
                     seed, eval_index, step, budget, eval_return, filtered/clip fraction, TV estimate,
                     snapshot age, ... (`load_results` returns it as a pandas DataFrame)
+    results.jsonl.gz  the rows of results.jsonl once compacted (`compact`, `vaco-sweep --compact`):
+                    gzip'd JSONL, read before the rows appended to results.jsonl since
     cells.jsonl     one record per finished cell: fingerprint, timings, steps/s, git commit
     partial/        the saved state of a cell in progress (one directory per cell fingerprint,
                     removed when it finishes): a long cell resumes where it was stopped
@@ -434,6 +436,7 @@ def run_sweep(cells: Sequence[Cell], out: str | Path, *, preset: Preset | None =
             f"mix. Use another --out directory, or --allow-code-change to add to it anyway")
     if primary:
         with _directory_lock(out):
+            io.finish_compaction(out / RESULTS)
             _discard_unfinished_rows(out, _finished_cells(out))
             _write_plan(out, all_cells, preset)
 
@@ -577,7 +580,7 @@ def _run_claimed(cell: Cell, n: int, total: int, out: Path, *, progress, primary
 
 def _finished_cells(out: Path) -> dict[str, dict]:
     path = out / CELLS
-    return {r["cell"]: r for r in io.read_jsonl(path)} if path.exists() else {}
+    return {r["cell"]: r for r in io.read_rows(path)} if io.has_rows(path) else {}
 
 
 def _discard_unfinished_rows(out: Path, finished: dict) -> None:
@@ -618,12 +621,25 @@ def _progress_bar(cell: Cell, n: int, total: int):
 def load_results(out: str | Path) -> pd.DataFrame:
     """The tidy table of every finished cell in `out` (rows of unfinished cells are left out)."""
     out = Path(out)
-    if not (out / RESULTS).exists():
+    if not io.has_rows(out / RESULTS):
         raise FileNotFoundError(f"no sweep results in {out} (expected {out / RESULTS}); run "
                                 f"`vaco-sweep --out {out}` first")
     finished = _finished_cells(out)
-    table = pd.DataFrame(io.read_jsonl(out / RESULTS))
+    table = pd.DataFrame(io.read_rows(out / RESULTS))
     return table[table["cell"].isin(finished)].reset_index(drop=True)
+
+
+def compact(out: str | Path) -> int:
+    """Move the rows of `out/results.jsonl` into `out/results.jsonl.gz` (`io.compact_jsonl`); in a
+    sweep's directory under its lock, so no process appends meanwhile, and rows of cells that
+    never finished are dropped first, as a sweep starting there would. Returns how many rows
+    moved. A compacted directory resumes as any other: new cells' rows go to results.jsonl."""
+    out = Path(out)
+    if not io.has_rows(out / CELLS):   # not a sweep's (an LLM sweep's, written by one process)
+        return io.compact_jsonl(out / RESULTS)
+    with _directory_lock(out):
+        _discard_unfinished_rows(out, _finished_cells(out))
+        return io.compact_jsonl(out / RESULTS)
 
 
 def load_cells(out: str | Path) -> pd.DataFrame:

@@ -10,11 +10,13 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
+from vaco_jax import io
+
 HERE = Path(__file__).resolve().parent
 
 
 def curves(network: str) -> tuple[np.ndarray, np.ndarray]:
-    rows = [json.loads(line) for line in (HERE / network / "metrics.jsonl").read_text().splitlines()]
+    rows = io.read_rows(HERE / network / "metrics.jsonl")
     return np.array([r["step"] for r in rows]), np.array([r["eval_return"] for r in rows]).T
 
 
