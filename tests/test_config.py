@@ -145,3 +145,72 @@ def test_a_grid_sweeps_fields_of_the_given_config_and_validates_every_setting():
         base.grid(num_envs=(8, 16))
     with pytest.raises(ConfigError, match="non-empty sequence"):
         base.grid(delta=0.1)
+
+
+# --- lag profiles (--lag-profile FILE): refused before compiling, a leaf only when sampled ----------
+
+PROFILE = Config(env="toy_reach", snapshot_sampling="profile", lag_profile=(0.5, 0.3, 0.2),
+                 capacity=3)
+
+
+@pytest.mark.parametrize("changes,field,allowed", [
+    (dict(lag_profile=(0.5, -0.1, 0.6)), "lag_profile", ">= 0"),
+    (dict(lag_profile=(0.5, 0.3)), "lag_profile", "sum to 1"),
+    (dict(lag_profile=(0.5, math.nan, 0.5)), "lag_profile", "finite"),
+    (dict(lag_profile=(0.25,) * 4), "capacity", "at least the lag profile's length 4"),
+    (dict(lag_profile=()), "lag_profile", "must be given with snapshot_sampling='profile'"),
+    (dict(snapshot_sampling="uniform"), "snapshot_sampling", "must be 'profile'"),
+    (dict(lag_profile=(0.25,) * 4, capacity=4, max_capacity=3), "max_capacity", ">= capacity"),
+])
+def test_bad_lag_profiles_are_refused_naming_the_field(changes, field, allowed):
+    with pytest.raises(ConfigError) as error:
+        make_train(dataclasses.replace(PROFILE, **changes))
+    assert f"`{field}`" in str(error.value) and allowed in str(error.value), str(error.value)
+
+
+@pytest.mark.parametrize("text,allowed", [
+    ('{"probabilities": [0.5, 0.3, 0.1]}', "sum to 1"),
+    ('{"probabilities": [0.5, "x", 0.5]}', "numbers only"),
+    ('{"probabilities": []}', "at least one"),
+    ('{"probabilities": 1.0}', "list of probabilities"),
+    ('[0.5, 0.5]', "JSON object"),
+    ('{"probabilities": [1.0], "capacity": 4}', "unknown keys ['capacity']"),
+    ('{"probabilities": [1.0', "cannot read it as JSON"),
+])
+def test_a_bad_lag_profile_file_is_refused_naming_the_file(tmp_path, text, allowed):
+    from vaco_jax.config import read_lag_profile
+    path = tmp_path / "profile.json"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as error:
+        read_lag_profile(path)
+    assert str(path) in str(error.value) and allowed in str(error.value), str(error.value)
+
+
+def test_a_lag_profile_file_reads_as_its_probabilities_and_sets_the_capacity(tmp_path):
+    from vaco_jax.config import read_lag_profile, validate, with_lag_profile
+    path = tmp_path / "profile.json"
+    path.write_text('{"probabilities": [0.6, 0.3, 0.1], "description": "a queue of 3"}')
+    assert read_lag_profile(path) == (0.6, 0.3, 0.1)
+    config = with_lag_profile(Config(env="toy_reach", max_capacity=2), read_lag_profile(path))
+    assert (config.snapshot_sampling, config.capacity, config.max_capacity) == ("profile", 3, 3)
+    validate(config)
+
+
+def test_a_lag_profile_is_a_leaf_only_when_snapshots_are_drawn_from_it():
+    import jax
+    import numpy as np
+
+    from vaco_jax.config import from_json_dict, to_json_dict
+    # Other runs' hyper-parameters hold the leaves they held before profiles existed.
+    assert Config(env="toy_reach").hparams().lag_profile is None
+    assert len(jax.tree.leaves(Config(env="toy_reach").hparams())) == len(
+        jax.tree.leaves(PROFILE.hparams())) - 1
+    padded = dataclasses.replace(PROFILE, max_capacity=5).hparams().lag_profile
+    np.testing.assert_allclose(np.asarray(padded), [0.5, 0.3, 0.2, 0.0, 0.0], rtol=1e-6)
+    # Two profiles in one program: a grid stacks them, each checked first.
+    grid, _ = dataclasses.replace(PROFILE, capacity=4).grid(
+        lag_profile=((1.0,), (0.0, 0.0, 0.0, 1.0)))
+    np.testing.assert_array_equal(np.asarray(grid.lag_profile), [[1, 0, 0, 0], [0, 0, 0, 1]])
+    with pytest.raises(ConfigError, match="`lag_profile`.*sum to 1"):
+        PROFILE.grid(lag_profile=((1.0,), (0.5,)))
+    assert from_json_dict(to_json_dict(PROFILE)) == PROFILE

@@ -5,6 +5,8 @@ intervened fraction as the objective's own key."""
 import dataclasses
 import itertools
 
+import chex
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -165,3 +167,28 @@ def test_a_run_reports_the_split_and_the_objectives_intervention():
     for run in (synchronous, stale):
         shares = sum(v for k, v in run.items() if k.startswith("update_age_hist_"))
         np.testing.assert_allclose(shares, 1.0, rtol=1e-6)
+
+
+def test_a_lag_profile_run_logs_its_snapshot_ages_and_a_last_age_profile_trains_as_oldest():
+    # Two profiles in one program: all mass on age C − 1 = 2, and a skewed one.
+    config = dataclasses.replace(TINY, snapshot_sampling="profile", lag_profile=(0.0, 0.0, 1.0))
+    hparams = stack_hparams([dataclasses.replace(config, lag_profile=p).hparams()
+                             for p in [(0.0, 0.0, 1.0), (0.5, 0.0, 0.5)]])
+    states, metrics = jax.jit(jax.vmap(Trainer(config).train, in_axes=(None, 0)))(
+        jax.random.PRNGKey(0), hparams)
+    last_age, skewed = ({k: np.asarray(v[i]) for k, v in metrics.items()} for i in (0, 1))
+    hist = [f"snapshot_age_hist_{k}" for k in range(TINY.slots)]
+    for run in (last_age, skewed):
+        np.testing.assert_allclose(sum(run[k] for k in hist), 1.0, rtol=1e-6)
+    assert np.all(skewed["snapshot_age_hist_1"][1:] == 0)   # age 1 only while the buffer fills
+    assert np.all(skewed["snapshot_age_hist_3"] == 0)        # beyond the profile
+    # The same run as oldest sampling (vmapped alike), bit for bit; a run without a profile logs
+    # no histogram.
+    oldest_config = dataclasses.replace(TINY, snapshot_sampling="oldest")
+    oldest_states, oldest = jax.jit(jax.vmap(Trainer(oldest_config).train, in_axes=(None, 0)))(
+        jax.random.PRNGKey(0), stack_hparams([oldest_config.hparams()] * 2))
+    assert not set(hist) & set(oldest)
+    for name, values in oldest.items():
+        np.testing.assert_array_equal(last_age[name], np.asarray(values[0]), err_msg=name)
+    first = lambda tree: jax.tree.map(lambda x: x[0], tree)  # noqa: E731
+    chex.assert_trees_all_equal(first(states.params), first(oldest_states.params))

@@ -15,7 +15,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import typing
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
+
+import tyro
 
 from vaco_jax import catalog
 from vaco_jax.errors import ConfigError, check_types, invalid
@@ -23,15 +25,86 @@ from vaco_jax.errors import ConfigError, check_types, invalid
 if TYPE_CHECKING:
     from vaco_jax.hparams import HParams
 
-__all__ = ["Config", "ConfigError", "validate", "to_json_dict", "from_json_dict"]
+__all__ = ["Config", "ConfigError", "validate", "to_json_dict", "from_json_dict",
+           "read_lag_profile", "check_lag_profile", "with_lag_profile"]
 
 
-SnapshotSampling = Literal["uniform", "oldest", "newest"]
+SnapshotSampling = Literal["uniform", "oldest", "newest", "profile"]
 TVReference = Literal["behavior", "learner"]
 KLReference = Literal["behavior", "learner"]
 FilterMode = Literal["batch", "per_sample"]
 MjxSolver = Literal["default", "fast"]
 Network = Literal["mlp", "cnn"]   # `vaco_jax.networks.NETWORKS`
+
+
+# --- lag profiles: the snapshot-age distribution of an asynchronous system (SPEC §2) -------------
+PROFILE_TOLERANCE = 1e-3   # how far a profile's sum may be from 1 (it is then rescaled to 1)
+
+
+def check_lag_profile(probabilities, field: str = "lag_profile") -> tuple[float, ...]:
+    """`probabilities` as a tuple of floats, refused (`ConfigError` naming `field`) unless it is a
+    non-empty sequence of finite, non-negative numbers summing to 1 within `PROFILE_TOLERANCE`.
+    Entry k is the share of actor groups acting with the snapshot of age k (0 = the newest)."""
+    if isinstance(probabilities, (str, bytes, dict)) or not hasattr(probabilities, "__len__"):
+        raise invalid(field, probabilities, "must be a list of probabilities [p_0, ..., p_{C-1}], "
+                                            "one per snapshot age")
+    if not len(probabilities):
+        raise invalid(field, probabilities, "must hold at least one probability (age 0)")
+    if not all(isinstance(p, (int, float)) and not isinstance(p, bool) for p in probabilities):
+        raise invalid(field, probabilities, "must hold numbers only")
+    values = tuple(float(p) for p in probabilities)
+    if not all(math.isfinite(p) and p >= 0 for p in values):
+        raise invalid(field, probabilities, "every probability must be finite and >= 0")
+    if abs(sum(values) - 1.0) > PROFILE_TOLERANCE:
+        raise invalid(field, probabilities,
+                      f"the probabilities must sum to 1 (within {PROFILE_TOLERANCE}); they sum to "
+                      f"{sum(values):.6g} (divide counts by their total)")
+    return values
+
+
+def read_lag_profile(path) -> tuple[float, ...]:
+    """The lag profile in the JSON file `path`, `{"probabilities": [p_0, ..., p_{C-1}]}` (and
+    optionally a `"description"`), checked by `check_lag_profile`. Raises `ConfigError` naming the
+    file and what is wrong with it."""
+    import json
+    from pathlib import Path
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"option `lag_profile` = {str(path)!r} is invalid: cannot read it as "
+                          f"JSON ({type(error).__name__}: {error})") from None
+    if not isinstance(data, dict) or "probabilities" not in data:
+        raise ConfigError(f"option `lag_profile` = {str(path)!r} is invalid: it must hold a JSON "
+                          f"object {{\"probabilities\": [p_0, ..., p_{{C-1}}]}}")
+    unknown = sorted(set(data) - {"probabilities", "description"})
+    if unknown:
+        raise ConfigError(f"option `lag_profile` = {str(path)!r} is invalid: unknown keys {unknown} "
+                          f"(allowed: probabilities, description)")
+    try:
+        return check_lag_profile(data["probabilities"])
+    except ConfigError as error:
+        raise ConfigError(f"option `lag_profile` = {str(path)!r} is invalid: {error}") from None
+
+
+def with_lag_profile(config: "Config", probabilities, *, capacity: bool = True) -> "Config":
+    """`config` acting with the lag profile `probabilities`: `snapshot_sampling="profile"` and,
+    with `capacity`, a buffer as long as the profile (`capacity = len(probabilities)`, raising
+    `max_capacity` to it if it was set lower)."""
+    values = check_lag_profile(probabilities)
+    fields = {"lag_profile": values, "snapshot_sampling": "profile"}
+    if capacity:
+        fields["capacity"] = len(values)
+        if config.max_capacity:
+            fields["max_capacity"] = max(config.max_capacity, len(values))
+    return dataclasses.replace(config, **fields)
+
+
+# `--lag-profile FILE` on the command line: the file is read (and checked) as the flags are parsed.
+_LAG_PROFILE_FLAG = tyro.constructors.PrimitiveConstructorSpec(
+    nargs=1, metavar="FILE", instance_from_str=lambda args: read_lag_profile(args[0]),
+    is_instance=lambda value: isinstance(value, tuple),
+    str_from_instance=lambda value: [str(list(value))] if value else ["none"])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +149,13 @@ class Config:
     max_capacity: int = 0
     """Slots allocated for the ring buffer (0 = same as capacity). Static: sets array shapes."""
     snapshot_sampling: SnapshotSampling = "uniform"
-    """How each actor group picks its behaviour snapshot: uniform over filled slots, oldest, newest."""
+    """How each actor group picks its behaviour snapshot: uniform over filled slots, oldest, newest,
+    or profile (its age drawn from lag_profile)."""
+    lag_profile: Annotated[tuple[float, ...], _LAG_PROFILE_FLAG] = ()
+    """Snapshot-age probabilities p_0 … p_{C−1} (snapshot_sampling=profile): the share of actor
+    groups acting with the snapshot of each age, e.g. the staleness histogram an asynchronous system
+    logs. On the command line a JSON file {"probabilities": [...]}; it sets snapshot_sampling=profile
+    and capacity = its length unless those are given (docs/configuration.md). Vmappable."""
     num_actors: int = 4
     """Actor groups; each draws one snapshot per iteration. Must divide num_envs."""
 
@@ -267,11 +346,18 @@ class Config:
         from vaco_jax import algorithms
         from vaco_jax.hparams import HParams
 
+        from vaco_jax import ring_buffer
+
         objective = algorithms.parse(self.algo).objective
         own = algorithms.objective_hparams(objective, self.objective_hparams)
+        # The profile is a leaf only when snapshots are drawn from it: other runs' HParams (and so
+        # their programs) hold exactly the leaves they held before profiles existed.
+        lag_profile = (ring_buffer.profile_probabilities(self.lag_profile, self.slots)
+                       if self.snapshot_sampling == "profile" else None)
         return HParams(**{f.name: jnp.asarray(getattr(self, f.name), f.metadata.get("dtype", jnp.float32))
-                          for f in dataclasses.fields(HParams) if f.name != "objective"},
-                       objective={k: jnp.asarray(v, jnp.float32) for k, v in own.items()})
+                          for f in dataclasses.fields(HParams) if f.name not in ("objective", "lag_profile")},
+                       objective={k: jnp.asarray(v, jnp.float32) for k, v in own.items()},
+                       lag_profile=lag_profile)
 
 
 # Floats that may be infinite (inf disables the mechanism); every other float must be finite.
@@ -333,6 +419,8 @@ def validate(config: Config, *, env_given: bool = False) -> None:
     if config.max_capacity < 0 or (config.max_capacity and config.max_capacity < config.capacity):
         _fail("max_capacity", config.max_capacity,
               f"must be 0 (= capacity) or an integer >= capacity ({config.capacity})")
+    if config.snapshot_sampling == "profile" or config.lag_profile:
+        _check_profile(config)
     if config.num_envs % config.num_minibatches:
         _fail("num_minibatches", config.num_minibatches,
               f"must divide num_envs ({config.num_envs}): minibatches are whole trajectory segments; "
@@ -381,6 +469,24 @@ def validate(config: Config, *, env_given: bool = False) -> None:
         widths = getattr(config, name)
         if not widths or min(widths) < 1:
             _fail(name, widths, "must be a non-empty tuple of positive layer widths")
+
+
+def _check_profile(config: Config) -> None:
+    """A lag profile goes with `snapshot_sampling="profile"`, and fits the buffer: one age per
+    slot in use (`len(lag_profile) <= capacity`; `capacity = len` unless told otherwise)."""
+    if not config.lag_profile:
+        _fail("lag_profile", config.lag_profile,
+              "must be given with snapshot_sampling='profile' (--lag-profile FILE: a JSON file "
+              "{\"probabilities\": [p_0, ..., p_{C-1}]})")
+    if config.snapshot_sampling != "profile":
+        _fail("snapshot_sampling", config.snapshot_sampling,
+              "must be 'profile' when a lag_profile is given (snapshot ages are drawn from it); "
+              "drop the lag profile to sample 'uniform', 'oldest' or 'newest'")
+    check_lag_profile(config.lag_profile)
+    if len(config.lag_profile) > config.capacity:
+        _fail("capacity", config.capacity,
+              f"must be at least the lag profile's length {len(config.lag_profile)} (ages 0 to "
+              f"{len(config.lag_profile) - 1}; the command line sets it to that length)")
 
 
 # Options of the command line that versions before 0.2 kept in `Config` (now `vaco_jax.options`).

@@ -14,6 +14,8 @@ the objective intervened on.
   update), `tv_forward` = ½ mean |π_θ/β − π_T/β| per minibatch step (the update's drift from π_T,
   estimated on β's samples; ½ mean |π_θ/π_T − 1| when β = π_T). By the triangle inequality the
   total `tv_estimate` = ½ mean |π_θ/β − 1| is at most their sum.
+* **Snapshot-age histogram** (runs that replay a lag profile): the share of actor groups that
+  acted with the snapshot of each age, `snapshot_age_hist_<k>`, to compare with the profile.
 * **Intervened fraction**: the share of samples the objective itself clipped, masked, truncated or
   filtered, under one name, from whichever of `INTERVENTION_KEYS` it reports.
 """
@@ -68,6 +70,15 @@ def age_bins(slots: int, num_epochs: int, num_minibatches: int) -> list[tuple[in
     while edges[-1] <= oldest:
         edges.append(2 * edges[-1])
     return [(lo, hi - 1, f"update_age_hist_{lo}_{hi - 1}") for lo, hi in zip(edges, edges[1:])]
+
+
+def snapshot_age_histogram(snapshot_age, slots: int) -> dict:
+    """`snapshot_age_hist_<k>` for every age k < `slots`: the share of actor groups that acted with
+    the snapshot of age k this iteration (averaged over a chunk's iterations, the share of
+    (iteration, actor group) draws). Logged by runs that replay a lag profile, to compare with it."""
+    ages = jnp.asarray(snapshot_age, jnp.int32)
+    shares = jnp.zeros(slots, jnp.float32).at[ages].add(1.0) / ages.shape[0]
+    return {f"snapshot_age_hist_{k}": shares[k] for k in range(slots)}
 
 
 def update_age_metrics(snapshot_age, num_epochs: int, num_minibatches: int, slots: int) -> dict:

@@ -61,6 +61,10 @@ def _check_type(name: str, value, hint) -> None:
     elif origin is tuple and typing.get_args(hint)[0] is str:
         ok = isinstance(value, tuple) and all(isinstance(v, str) for v in value)
         allowed = "must be a tuple of strings"
+    elif origin is tuple and typing.get_args(hint)[0] is float:
+        ok = isinstance(value, tuple) and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+        allowed = "must be a tuple of numbers"
     elif origin is tuple:
         ok = isinstance(value, tuple) and all(
             isinstance(v, int) and not isinstance(v, bool) for v in value)

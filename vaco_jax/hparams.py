@@ -32,3 +32,6 @@ class HParams:
     capacity: jnp.ndarray = struct.field(metadata={"dtype": jnp.int32})
     objective: dict = struct.field(default_factory=dict)
     """The objective's own hyper-parameters by name (`Objective.hparams`), float32 leaves."""
+    lag_profile: jnp.ndarray | None = None
+    """`[max_capacity]` float32 snapshot-age probabilities (`snapshot_sampling="profile"`, padded
+    with zeros); None otherwise, so it adds no leaf to other runs."""

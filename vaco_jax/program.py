@@ -297,6 +297,8 @@ class TrainProgram:
         shared = {f.name: f.default for f in dataclasses.fields(Config)
                   if f.name in _HPARAM_FIELDS or f.name in ("seed", "num_seeds")}
         shared.update(capacity=1, max_capacity=config.slots)
+        if config.snapshot_sampling == "profile":   # a profile's values are leaves too
+            shared.update(lag_profile=(1.0,))
         placed = layout(num_runs, num_envs=config.num_envs, log=log)
         config = dataclasses.replace(config, **shared)
         trainer = Trainer(config, env, networks=networks)   # its config: with the env's own episode limit

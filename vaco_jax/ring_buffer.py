@@ -8,6 +8,13 @@ Push `n` (0-based) writes slot `n mod capacity` with snapshot version `n`: the l
 whose start-of-iteration parameters it holds. The k-th newest snapshot (k = 0 is the newest) lives in
 slot `(num_pushed − 1 − k) mod capacity` and has age k. `C = 1` always returns the newest snapshot:
 synchronous on-policy training.
+
+A **lag profile** (`mode="profile"`) draws each actor group's age from given probabilities
+`p_0 … p_{C−1}`, e.g. the staleness histogram an asynchronous system logs. Before the buffer holds
+C snapshots, an age that does not exist yet is clamped to the oldest snapshot there is: an actor
+that is k iterations behind a learner that has taken fewer than k steps still acts with the
+initial parameters, as in a real system, which starts at lag 0. So a profile that puts all its
+mass on age C − 1 is `oldest`, at every iteration.
 """
 
 from __future__ import annotations
@@ -16,9 +23,10 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
-SAMPLING_MODES = ("uniform", "oldest", "newest")
+SAMPLING_MODES = ("uniform", "oldest", "newest", "profile")
 
 
 @struct.dataclass
@@ -54,13 +62,33 @@ def push(buffer: PolicyRingBuffer, snapshot) -> PolicyRingBuffer:
     return buffer.replace(snapshots=snapshots, versions=versions, num_pushed=buffer.num_pushed + 1)
 
 
-def sample(buffer: PolicyRingBuffer, key, num_groups: int, mode: str = "uniform"):
+def profile_probabilities(probabilities, max_capacity: int) -> jax.Array:
+    """A lag profile `p_0 … p_{C−1}` (C ≤ `max_capacity`, checked by `config.check_lag_profile`) as
+    the `[max_capacity]` float32 vector `sample` draws from: rescaled to sum to 1, padded with
+    zeros (ages no actor acts with)."""
+    values = np.asarray(probabilities, np.float64)
+    if values.ndim != 1 or not 0 < len(values) <= max_capacity:
+        raise ValueError(f"a lag profile of {max_capacity} slots holds 1 to {max_capacity} "
+                         f"probabilities, got shape {values.shape}")
+    return jnp.asarray(np.pad(values / values.sum(), (0, max_capacity - len(values))), jnp.float32)
+
+
+def sample(buffer: PolicyRingBuffer, key, num_groups: int, mode: str = "uniform",
+           probabilities=None):
     """One snapshot per actor group.
+
+    `mode="profile"` draws each group's age from `probabilities` `[max_capacity]` (a traced leaf:
+    `profile_probabilities`), clamped to the oldest snapshot held while the buffer fills.
 
     Returns `(snapshots, ages)`: snapshots with a leading `[num_groups]` axis, and each one's age
     (`newest version − its version`; 0 means on-policy).
     """
-    if mode == "uniform":
+    if mode == "profile":
+        if probabilities is None:
+            raise ValueError("snapshot sampling mode 'profile' needs the profile's probabilities")
+        drawn = jax.random.choice(key, buffer.max_capacity, (num_groups,), p=probabilities)
+        ages = jnp.minimum(drawn, buffer.num_filled - 1)
+    elif mode == "uniform":
         ages = jax.random.randint(key, (num_groups,), 0, buffer.num_filled)
     elif mode == "oldest":
         ages = jnp.full((num_groups,), buffer.num_filled - 1)

@@ -176,7 +176,7 @@ class Trainer:
         # run's envs are reset first).
         started = self.vec_env.start(state.env_state, start_key)
         snapshots, snapshot_age = ring_buffer.sample(state.buffer, sample_key, config.num_actors,
-                                                     config.snapshot_sampling)
+                                                     config.snapshot_sampling, hp.lag_profile)
         env_state, traj = rollout.collect(
             self.vec_env, self.actor, started, snapshots, rollout_key,
             unroll_length=config.unroll_length, num_actors=config.num_actors,
@@ -212,6 +212,9 @@ class Trainer:
             **update_metrics, **lag_metrics,
             "snapshot_age": jnp.mean(snapshot_age.astype(jnp.float32)),
             "snapshot_age_max": jnp.max(snapshot_age).astype(jnp.float32),
+            # A run that replays a lag profile logs the ages it realised, to compare with it.
+            **(diagnostics.snapshot_age_histogram(snapshot_age, config.slots)
+               if config.snapshot_sampling == "profile" else {}),
             # How many optimiser steps old each sample is when an update uses it.
             **diagnostics.update_age_metrics(snapshot_age, config.num_epochs,
                                              config.num_minibatches, config.slots),

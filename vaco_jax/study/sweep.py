@@ -164,7 +164,8 @@ def _split(runs, per_call: int):
 
 # Config fields added after results were committed: left out of a cell's fingerprint while they
 # hold their default, so the cells of those results keep their fingerprints (and resume).
-LATER_FIELDS = ("objective_hparams", "kl_reference", "kl_coef_min", "kl_coef_max", "network")
+LATER_FIELDS = ("objective_hparams", "kl_reference", "kl_coef_min", "kl_coef_max", "network",
+                "lag_profile")
 
 
 def _config_dict(config: Config) -> dict:
