@@ -528,3 +528,36 @@ def test_the_readme_quotes_the_quick_start_s_own_step_count():
     quoted = re.findall(r"\(([\d,]+) steps/seed|\(after ([\d,]+) steps\)", readme + evaluated)
     assert [bool(a) for a, b in quoted] == [True, False], quoted
     assert {int((a or b).replace(",", "")) for a, b in quoted} == {steps}, quoted
+
+
+EXAMPLE_PROFILE = Path(__file__).resolve().parent.parent / "docs" / "lag_profiles" / "example.json"
+
+
+def test_lag_profile_flag_reads_the_file_and_sets_sampling_and_capacity(tmp_path, capsys):
+    probabilities = tuple(json.loads(EXAMPLE_PROFILE.read_text())["probabilities"])
+    config = parse(["--env", "toy_reach", "--lag-profile", str(EXAMPLE_PROFILE)]).config
+    assert (config.lag_profile, config.snapshot_sampling) == (probabilities, "profile")
+    assert config.capacity == len(probabilities)
+    config = parse(["--lag-profile", str(EXAMPLE_PROFILE), "--capacity", "10"]).config
+    assert config.capacity == 10                            # a capacity given is kept
+    assert main(ARGS + ["--lag-profile", str(EXAMPLE_PROFILE), "--out", str(tmp_path / "run")]) == 2
+    assert "`capacity` = 2 is invalid" in capsys.readouterr().err
+    assert main(["--lag-profile", str(EXAMPLE_PROFILE), "--snapshot-sampling", "oldest",
+                 "--env", "toy_reach", "--out", str(tmp_path / "run")]) == 2
+    assert "`snapshot_sampling` = 'oldest' is invalid" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_lag_profile_run_reports_its_realised_snapshot_ages(tmp_path, capsys):
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps({"probabilities": [0.5, 0.0, 0.5]}))
+    out = tmp_path / "run"
+    at = ARGS.index("--capacity")
+    assert main(ARGS[:at] + ARGS[at + 2:] + ["--lag-profile", str(profile), "--out", str(out)]) == 0
+    assert "snapshot ages, profile -> realised" in capsys.readouterr().out
+    summary = json.loads((out / "summary.json").read_text())["snapshot_ages"]
+    assert summary["profile"] == [0.5, 0.0, 0.5]
+    assert len(summary["realised_per_seed"]) == 2 and summary["draws"] == 6 * 2
+    np.testing.assert_allclose(sum(summary["realised"]), 1.0, atol=1e-5)
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert all(len(row["snapshot_age_hist_2"]) == 2 for row in rows)

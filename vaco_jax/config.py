@@ -45,21 +45,27 @@ def check_lag_profile(probabilities, field: str = "lag_profile") -> tuple[float,
     """`probabilities` as a tuple of floats, refused (`ConfigError` naming `field`) unless it is a
     non-empty sequence of finite, non-negative numbers summing to 1 within `PROFILE_TOLERANCE`.
     Entry k is the share of actor groups acting with the snapshot of age k (0 = the newest)."""
+    problem = _profile_problem(probabilities)
+    if problem:
+        raise invalid(field, probabilities, problem)
+    return tuple(float(p) for p in probabilities)
+
+
+def _profile_problem(probabilities) -> str | None:
+    """What is wrong with a lag profile, or None."""
     if isinstance(probabilities, (str, bytes, dict)) or not hasattr(probabilities, "__len__"):
-        raise invalid(field, probabilities, "must be a list of probabilities [p_0, ..., p_{C-1}], "
-                                            "one per snapshot age")
+        return "must be a list of probabilities [p_0, ..., p_{C-1}], one per snapshot age"
     if not len(probabilities):
-        raise invalid(field, probabilities, "must hold at least one probability (age 0)")
+        return "must hold at least one probability (age 0)"
     if not all(isinstance(p, (int, float)) and not isinstance(p, bool) for p in probabilities):
-        raise invalid(field, probabilities, "must hold numbers only")
-    values = tuple(float(p) for p in probabilities)
+        return "must hold numbers only"
+    values = [float(p) for p in probabilities]
     if not all(math.isfinite(p) and p >= 0 for p in values):
-        raise invalid(field, probabilities, "every probability must be finite and >= 0")
+        return "every probability must be finite and >= 0"
     if abs(sum(values) - 1.0) > PROFILE_TOLERANCE:
-        raise invalid(field, probabilities,
-                      f"the probabilities must sum to 1 (within {PROFILE_TOLERANCE}); they sum to "
-                      f"{sum(values):.6g} (divide counts by their total)")
-    return values
+        return (f"the probabilities must sum to 1 (within {PROFILE_TOLERANCE}); they sum to "
+                f"{sum(values):.6g} (divide counts by their total)")
+    return None
 
 
 def read_lag_profile(path) -> tuple[float, ...]:
@@ -81,18 +87,25 @@ def read_lag_profile(path) -> tuple[float, ...]:
     if unknown:
         raise ConfigError(f"option `lag_profile` = {str(path)!r} is invalid: unknown keys {unknown} "
                           f"(allowed: probabilities, description)")
-    try:
-        return check_lag_profile(data["probabilities"])
-    except ConfigError as error:
-        raise ConfigError(f"option `lag_profile` = {str(path)!r} is invalid: {error}") from None
+    problem = _profile_problem(data["probabilities"])
+    if problem:
+        raise ConfigError(f"option `lag_profile` = {str(path)!r} is invalid: its probabilities "
+                          f"{data['probabilities']!r} {problem}" if problem.startswith("must")
+                          else f"option `lag_profile` = {str(path)!r} is invalid: {problem} "
+                               f"(probabilities {data['probabilities']!r})")
+    return check_lag_profile(data["probabilities"])
 
 
-def with_lag_profile(config: "Config", probabilities, *, capacity: bool = True) -> "Config":
-    """`config` acting with the lag profile `probabilities`: `snapshot_sampling="profile"` and,
-    with `capacity`, a buffer as long as the profile (`capacity = len(probabilities)`, raising
-    `max_capacity` to it if it was set lower)."""
+def with_lag_profile(config: "Config", probabilities, *, sampling: bool = True,
+                     capacity: bool = True) -> "Config":
+    """`config` acting with the lag profile `probabilities`: with `sampling`,
+    `snapshot_sampling="profile"`; with `capacity`, a buffer as long as the profile
+    (`capacity = len(probabilities)`, raising `max_capacity` to it if it was set lower). The
+    command line leaves alone what its flags set."""
     values = check_lag_profile(probabilities)
-    fields = {"lag_profile": values, "snapshot_sampling": "profile"}
+    fields = {"lag_profile": values}
+    if sampling:
+        fields["snapshot_sampling"] = "profile"
     if capacity:
         fields["capacity"] = len(values)
         if config.max_capacity:

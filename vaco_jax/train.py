@@ -303,6 +303,8 @@ def _train(config: Config, options: Options, out: Path, checkpoints: checkpoint.
         "out": str(out),
     }
     summary["env_steps_total"] = summary["env_steps"] * config.num_seeds
+    if config.snapshot_sampling == "profile":
+        summary["snapshot_ages"] = snapshot_ages(config, history, end)
     if finished and runtime.is_primary():
         io.write_json_atomic(out / "summary.json", summary)
     return summary
@@ -482,6 +484,22 @@ def _row(config: Config, history: dict, chunk_index: int, source: str) -> dict:
            "iteration": (chunk_index + 1) * config.iterations_per_eval, "source": source}
     row.update({k: v[chunk_index] for k, v in history.items() if k not in ("env_steps", "iteration")})
     return row
+
+
+def snapshot_ages(config: Config, history, chunks_done: int) -> dict:
+    """A lag-profile run's snapshot ages: the profile (`lag_profile`, padded to the buffer's
+    slots) beside the realised share of each age over the evaluations done, per seed and pooled
+    (every evaluation covers the same number of iterations and actor groups)."""
+    if history is None or chunks_done == 0:
+        return {}
+    realised = np.stack([np.asarray(history[f"snapshot_age_hist_{k}"][:chunks_done], np.float64)
+                         for k in range(config.slots)], axis=-1)      # [evals, seeds, slots]
+    per_seed = realised.mean(axis=0)
+    profile = np.pad(config.lag_profile, (0, config.slots - len(config.lag_profile)))
+    return {"profile": [float(p) for p in profile / profile.sum()],
+            "realised": [round(float(x), 6) for x in per_seed.mean(axis=0)],
+            "realised_per_seed": [[round(float(x), 6) for x in seed] for seed in per_seed],
+            "draws": chunks_done * config.iterations_per_eval * config.num_actors}
 
 
 def _last_row(history, chunks_done: int) -> dict:

@@ -3,6 +3,7 @@
     vaco-train --env inverted_pendulum --algo vaco --capacity 4 --num-seeds 4 \\
         --total-steps 300000 --out runs/ip_vaco_c4
     vaco-train --resume runs/ip_vaco_c4      # continue after a crash or pre-emption
+    vaco-train --lag-profile docs/lag_profiles/example.json   # replay a system's staleness
 
 The command (`python -m vaco_jax.commands.train` where the script is not installed): its flags are the run's `Config`, the
 process `Options` and the `Cluster`; the run is `vaco_jax.run` (`vaco_jax.train`), imported once
@@ -18,7 +19,7 @@ from typing import Annotated
 
 import tyro
 
-from vaco_jax.config import Config, read_config_file
+from vaco_jax.config import Config, read_config_file, with_lag_profile
 from vaco_jax.errors import CheckpointError, ConfigError, DivergenceError
 from vaco_jax.options import Cluster, Options
 
@@ -43,7 +44,19 @@ def parse(argv: list[str], default: Command | None = None, prog: str = "vaco-tra
     if default is None:
         default = Command(config=Config.for_env(env_in(argv), algo=algo_in(argv)))
     description = __doc__.split("\n\n")[0]
-    return tyro.cli(Command, args=argv, default=default, description=description, prog=prog)
+    command = tyro.cli(Command, args=argv, default=default, description=description, prog=prog)
+    if _given(argv, "--lag-profile"):
+        # The profile draws the snapshot ages, from a buffer as long as it, unless flags say
+        # otherwise (a wrong --snapshot-sampling, or a --capacity too small, is refused).
+        config = with_lag_profile(command.config, command.config.lag_profile,
+                                  sampling=not _given(argv, "--snapshot-sampling"),
+                                  capacity=not _given(argv, "--capacity"))
+        command = dataclasses.replace(command, config=config)
+    return command
+
+
+def _given(argv: list[str], flag: str) -> bool:
+    return any(arg == flag or arg.startswith(flag + "=") for arg in argv)
 
 
 def env_in(argv: list[str]) -> str:
@@ -113,6 +126,11 @@ def main(argv: list[str] | None = None, prog: str = "vaco-train") -> int:
           f"{summary['sps']:,.0f} steps/s, compile {summary['compile_seconds']:.1f} s, evaluation "
           f"{summary['eval_fraction']:.0%} of the time, "
           f"{summary['devices']}) -> {summary['out']}")
+    if summary.get("snapshot_ages"):
+        ages = summary["snapshot_ages"]
+        print("snapshot ages, profile -> realised (all seeds): " + ", ".join(
+            f"{k}: {p:.3f} -> {r:.3f}" for k, (p, r) in enumerate(zip(ages["profile"],
+                                                                      ages["realised"]))))
     return 0
 
 
