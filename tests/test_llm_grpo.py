@@ -567,19 +567,46 @@ def test_every_k_of_an_n_trains_in_one_program_and_its_rows_record_the_lag():
         np.testing.assert_array_equal(sum(hist.values()), np.ones(4))
         np.testing.assert_array_equal(r["update_age_mean"], r["snapshot_age"])
     assert llm_config.with_lags(config, (0, 2)).grpo.snapshot_sampling == "oldest"
+    assert llm_config.with_lags(config, (0, 2), "profile", (0, 0, 1)).grpo.lag_profile == (0, 0, 1)
     assert llm_config.with_lags(config, (0, 2), "uniform").grpo.max_capacity == 3
     assert llm_config.with_lags(config, (0,)) is config                # no buffer at k = 0
+
+
+def test_a_lag_profile_draws_each_batchs_age_from_its_probabilities():
+    # All its mass on age 2: the oldest snapshot there is, as constant k = 2 (the buffer fills
+    # first: ages 0, 1, 2, 2); beside it k = 0 in the same program. The drawn ages are logged.
+    config = llm_config.replace(TINY, grpo=dict(num_seeds=1))
+    train_set, test_set = experiment.load_problems(config)
+    params = model.init_params(config.model, jax.random.PRNGKey(0))
+    rows = experiment.train_one_n(config, 1, ("ppo_clip",), params, train_set, test_set,
+                                  log=lambda _: None, ks=(0, 2), lag_sampling="profile",
+                                  lag_profile=(0.0, 0.0, 1.0),
+                                  compiler_options=experiment.FAST_COMPILE)
+    on_policy, profiled = rows
+    assert (profiled["k"], profiled["lag_sampling"], profiled["lag_profile"]) == (
+        2, "profile", [0.0, 0.0, 1.0])
+    assert "lag_profile" not in on_policy and on_policy["lag_sampling"] == "constant"
+    np.testing.assert_array_equal(profiled["snapshot_age"], [0, 1, 2, 2])
+    np.testing.assert_array_equal(on_policy["snapshot_age"], [0, 0, 0, 0])
+    np.testing.assert_array_equal(profiled["snapshot_age_hist_2"], [0, 0, 1, 1])
+    np.testing.assert_array_equal(on_policy["snapshot_age_hist_0"], [1, 1, 1, 1])
+    with pytest.raises(ConfigError, match="grpo.lag_profile"):
+        llm_config.validate(llm_config.replace(config, grpo=dict(snapshot_sampling="profile")))
+    with pytest.raises(ConfigError, match="grpo.lag_profile"):
+        llm_config.validate(llm_config.replace(config, grpo=dict(
+            snapshot_sampling="profile", lag_profile=(0.5, 0.5), max_capacity=1)))
 
 
 # --- the sweep driver (no compilation: training is replaced by a stub) ---------------------------
 def fake_rows(config, n, objectives, params, train_set, test_set, log=print,
               compiler_options=None, program=None, runs_per_call=0, ks=(0,),
-              lag_sampling="constant"):
+              lag_sampling="constant", lag_profile=()):
     rows = []
     for k, o in ((k, o) for k in ks for o in objectives):
         for seed in range(config.grpo.num_seeds):
             acc = 0.5 - 0.01 * n * (o == "ppo_clip") + 0.01 * seed - 0.02 * k
             rows.append({"k": k, "lag_sampling": experiment.lag_mode(k, lag_sampling),
+                         **({"lag_profile": list(lag_profile)} if k and lag_profile else {}),
                          "tv_backward": [0.0, 0.01 * k], "tv_forward_mean": [0.0, 0.001 * n],
                          "intervened_fraction_mean": [0.0, 0.1], "snapshot_age": [0, min(k, 1)],
                          "update_age_mean": [0.0, n * min(k, 1) + (n - 1) / 2],
@@ -716,6 +743,39 @@ def test_backward_lags_are_run_resumed_and_summarised_by_k_and_the_family_stays_
                         "grpo.snapshot_sampling")):
         with pytest.raises(ConfigError, match=field):
             experiment.run(dataclasses.replace(run, **bad), log=lambda _: None)
+    assert calls == []
+
+
+def test_a_lag_profile_runs_beside_k0_recorded_at_its_oldest_age_and_one_per_directory(
+        tmp_path, stubbed_sweep):
+    calls = stubbed_sweep
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps({"probabilities": [0.5, 0.25, 0.25]}))
+    run = dataclasses.replace(experiment.Experiment(TINY), ns=(1,), lag_profile=str(profile),
+                              out=str(tmp_path / "out"), throughput=False)
+    summary = experiment.run(run, log=lambda _: None)
+    assert calls == [(1, ("ppo_clip", "vaco"), (0, 2), "profile")]
+    assert {m: sorted(t) for m, t in summary["by_lag"].items()} == {"constant": ["0"],
+                                                                  "profile": ["2"]}
+    assert summary["lag_profile"]["probabilities"] == [0.5, 0.25, 0.25]
+    rows = io.read_jsonl(tmp_path / "out" / "results.jsonl")
+    assert {r.get("lag_profile") and tuple(r["lag_profile"]) for r in rows if r["k"]} == {
+        (0.5, 0.25, 0.25)}
+    assert (tmp_path / "out" / "backward_lag_profile.png").exists()
+    calls.clear()
+    experiment.run(run, log=lambda _: None)                 # resumed: nothing left to run
+    assert calls == []
+    # Another profile of the same length in the same directory would be filed under the same k.
+    profile.write_text(json.dumps({"probabilities": [0.2, 0.3, 0.5]}))
+    with pytest.raises(ConfigError, match="--lag-profile.*another lag profile"):
+        experiment.run(run, log=lambda _: None)
+    for bad, field in (({"lag_sampling": "uniform"}, "--lag-sampling"), ({"ks": (0, 1)}, "--ks")):
+        with pytest.raises(ConfigError, match=field):
+            experiment.run(dataclasses.replace(run, out=str(tmp_path / "other"), **bad),
+                           log=lambda _: None)
+    profile.write_text(json.dumps({"probabilities": [0.5, 0.6]}))
+    with pytest.raises(ConfigError, match="sum to 1"):
+        experiment.run(dataclasses.replace(run, out=str(tmp_path / "other")), log=lambda _: None)
     assert calls == []
 
 

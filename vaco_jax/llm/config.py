@@ -39,10 +39,11 @@ OBJECTIVES = typing.get_args(ObjectiveName)
 
 # How the sweep's backward lag k picks each batch's behaviour snapshot from a ring buffer of the
 # last k + 1 (`vaco_jax.ring_buffer`'s sampling mode): the oldest (a constant lag k), or one drawn
-# uniformly (a lag uniform over 0..k). Before k + 1 snapshots exist, from those there are.
+# uniformly (a lag uniform over 0..k). Before k + 1 snapshots exist, from those there are. A lag
+# profile (`Experiment.lag_profile`) is a third mode, "profile", with k its oldest age.
 LagSampling = Literal["constant", "uniform"]
 LAG_SAMPLINGS = typing.get_args(LagSampling)
-SNAPSHOT_SAMPLING = {"constant": "oldest", "uniform": "uniform"}
+SNAPSHOT_SAMPLING = {"constant": "oldest", "uniform": "uniform", "profile": "profile"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,7 +175,12 @@ class GRPOConfig:
     """Backward lag: generate with a snapshot drawn from the last `capacity` (1 = on-policy)."""
     max_capacity: int = 0
     """Ring-buffer slots allocated (0 = capacity). Static."""
-    snapshot_sampling: Literal["uniform", "oldest", "newest"] = "uniform"
+    snapshot_sampling: Literal["uniform", "oldest", "newest", "profile"] = "uniform"
+    """How the behaviour snapshot is drawn from the last `capacity` (`vaco_jax.ring_buffer`):
+    uniformly, the oldest, the newest, or its age from `lag_profile`."""
+    lag_profile: tuple[float, ...] = ()
+    """Snapshot-age probabilities p_0 … p_{C−1} (`snapshot_sampling="profile"`; C ≤ capacity),
+    as `vaco_jax.config.Config.lag_profile`. Vmappable."""
     num_seeds: int = 3
     seed: int = 0
 
@@ -261,15 +267,20 @@ def hparams(config: GRPOConfig, objectives=None) -> GRPOHParams:
     `program_objectives((config.objective,))`); `config.objective` must be one of them."""
     import jax.numpy as jnp
 
+    from vaco_jax import ring_buffer
     from vaco_jax.llm.hparams import GRPOHParams
 
     objectives = program_objectives((config.objective,)) if objectives is None else objectives
     f = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
+    # The profile is a leaf only when snapshots are drawn from it: other programs are unchanged.
+    profile = (ring_buffer.profile_probabilities(config.lag_profile, config.slots)
+               if config.snapshot_sampling == "profile" else None)
     return GRPOHParams(jnp.asarray(objectives.index(config.objective), jnp.int32),
                        f(config.learning_rate), f(config.clip_eps), f(config.delta),
                        f(config.temperature), jnp.asarray(config.capacity, jnp.int32),
                        f(config.decoupled_is_max),
-                       {k: f(v) for k, v in objective_hparams(config, objectives).items()})
+                       {k: f(v) for k, v in objective_hparams(config, objectives).items()},
+                       profile)
 
 
 def stack_hparams(items: list[GRPOHParams]) -> GRPOHParams:
@@ -338,8 +349,19 @@ def validate(config: LLMConfig, objectives=()) -> LLMConfig:
         _bad("grpo.clip_eps", g.clip_eps, "must be > 0")
     if g.capacity < 1 or g.capacity > g.slots:
         _bad("grpo.capacity", g.capacity, f"must be in 1..max_capacity ({g.slots})")
-    if g.snapshot_sampling not in ("uniform", "oldest", "newest"):
-        _bad("grpo.snapshot_sampling", g.snapshot_sampling, "one of ('uniform', 'oldest', 'newest')")
+    if g.snapshot_sampling not in ("uniform", "oldest", "newest", "profile"):
+        _bad("grpo.snapshot_sampling", g.snapshot_sampling,
+             "one of ('uniform', 'oldest', 'newest', 'profile')")
+    if (g.snapshot_sampling == "profile") != bool(g.lag_profile):
+        _bad("grpo.lag_profile", g.lag_profile, "must be given exactly when "
+             "grpo.snapshot_sampling='profile' (the probabilities of each snapshot age)")
+    if g.lag_profile:
+        from vaco_jax.config import check_lag_profile
+
+        check_lag_profile(g.lag_profile, field="grpo.lag_profile")
+        if len(g.lag_profile) > g.slots:
+            _bad("grpo.lag_profile", g.lag_profile,
+                 f"holds {len(g.lag_profile)} ages, more than the buffer's {g.slots} slots")
     if g.optimizer not in ("adam", "sgd"):
         _bad("grpo.optimizer", g.optimizer, "one of ('adam', 'sgd')")
     objective_hparams(g, program_objectives((g.objective, *objectives)))   # names and values
@@ -383,29 +405,42 @@ PRESETS = {
 }
 
 
-def with_lags(config: LLMConfig, ks, lag_sampling: str = "constant") -> LLMConfig:
+def with_lags(config: LLMConfig, ks, lag_sampling: str = "constant",
+              lag_profile=()) -> LLMConfig:
     """`config` for one program whose runs have the backward lags `ks`: a ring buffer of
-    `max(ks) + 1` slots sampled as `lag_sampling` says (`SNAPSHOT_SAMPLING`); each run's own k is
-    its `capacity` leaf, k + 1 (`vaco_jax.llm.experiment.sweep_keys`). Every k 0: `config`
-    itself (no buffer: the on-policy program)."""
+    `max(ks) + 1` slots sampled as `lag_sampling` says (`SNAPSHOT_SAMPLING`; "profile": ages drawn
+    from `lag_profile`, its oldest age the largest k); each run's own k is its `capacity` leaf,
+    k + 1 (`vaco_jax.llm.experiment.sweep_keys`). Every k 0: `config` itself (no buffer: the
+    on-policy program)."""
     top = max(ks)
     if not top:
         return config
+    profile = {"lag_profile": tuple(lag_profile)} if lag_sampling == "profile" else {}
     return replace(config, grpo=dict(max_capacity=top + 1,
-                                     snapshot_sampling=SNAPSHOT_SAMPLING[lag_sampling]))
+                                     snapshot_sampling=SNAPSHOT_SAMPLING[lag_sampling], **profile))
 
 
-def validate_lags(config: LLMConfig, ks, lag_sampling: str) -> None:
+def validate_lags(config: LLMConfig, ks, lag_sampling: str, lag_profile=()) -> None:
     """Refuse, before anything compiles, backward lags the sweep cannot run: `ks` not integers
-    ≥ 0, an unknown `lag_sampling`, or a config that sets the lag itself (`grpo.capacity`,
-    `grpo.max_capacity`, `grpo.snapshot_sampling`: the sweep sets them from `--ks` and
-    `--lag-sampling`, and its results record k)."""
+    ≥ 0, an unknown `lag_sampling`, with a `lag_profile` (p_0 … p_{C−1}) a `lag_sampling` other
+    than the default or a k other than 0 and C − 1, or a config that sets the lag itself
+    (`grpo.capacity`, `grpo.max_capacity`, `grpo.snapshot_sampling`, `grpo.lag_profile`: the sweep
+    sets them from `--ks`, `--lag-sampling` and `--lag-profile`, and its results record k)."""
     if not ks or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in ks):
         raise invalid_option("--ks", ks, "one or more integers >= 0 (0 = on-policy)")
     if lag_sampling not in LAG_SAMPLINGS:
         raise invalid_option("--lag-sampling", lag_sampling, f"one of {LAG_SAMPLINGS}")
+    if lag_profile:
+        oldest = len(lag_profile) - 1
+        if lag_sampling != "constant":
+            raise invalid_option("--lag-sampling", lag_sampling,
+                                 "not given with --lag-profile, whose probabilities draw the lag")
+        if set(ks) - {0, oldest}:
+            raise invalid_option("--ks", ks, f"with --lag-profile, 0 (on-policy, beside the "
+                                             f"profile) or its oldest age {oldest}: the profile's "
+                                             "runs are recorded at k = its oldest age")
     g, default = config.grpo, GRPOConfig()
-    for field in ("capacity", "max_capacity", "snapshot_sampling"):
+    for field in ("capacity", "max_capacity", "snapshot_sampling", "lag_profile"):
         if getattr(g, field) != getattr(default, field):
             _bad(f"grpo.{field}", getattr(g, field),
                  f"must stay {getattr(default, field)!r} in the sweep, which sets the backward "
@@ -430,6 +465,11 @@ class Experiment:
     lag_sampling: LagSampling = "constant"
     """`constant` (every batch from the snapshot k iterations old) or `uniform` (each batch from
     one drawn uniformly from the last k + 1, ages 0..k)."""
+    lag_profile: str = ""
+    """A lag profile, a JSON file `{"probabilities": [p_0, ..., p_{C-1}]}` as `vaco-train
+    --lag-profile`'s: each batch's snapshot age drawn from it (while fewer than C snapshots exist,
+    at most the oldest there is), beside k = 0; its rows record `lag_sampling` "profile" at
+    k = C − 1, and the probabilities."""
     objectives: tuple[str, ...] = ("ppo_clip", "vaco")
     """Objectives to compare (any of `vaco_jax.llm.config.OBJECTIVES`: ppo_clip, vaco, pg,
     decoupled_ppo, spo, impala, icepop, cispo, dppo_tv, m2po, topr, geppo, tis, gspo; or your own:

@@ -26,6 +26,7 @@ import jax
 import numpy as np
 
 from vaco_jax import algorithms, cache, io, loggers, program as program_lib, runtime
+from vaco_jax.config import read_lag_profile
 from vaco_jax.errors import invalid, invalid_option
 from vaco_jax.options import LoggerOptions, validate_logging
 from vaco_jax.llm import benchmark, dataset, problems, sft
@@ -49,9 +50,9 @@ REFERENCES = ("ppo_clip", "vaco")
 EVALUATIONS = ("eval_accuracy", "eval_sampled_accuracy", "train_greedy_accuracy")
 
 # The update-age diagnostics a summary keeps (`vaco_jax.diagnostics.update_age_metrics`), and the
-# prefix of its histogram's bins.
+# prefixes of the histograms' bins: update ages, and the snapshot ages a lag profile's run drew.
 AGE_METRICS = ("update_age_mean", "update_age_p90", "update_age_max")
-AGE_HISTOGRAM = "update_age_hist_"
+AGE_HISTOGRAMS = ("update_age_hist_", "snapshot_age_hist_")
 
 # The lag diagnostics each (k, objective) line of the log gives, where several k ran.
 LAG_LOGGED = ("tv_backward", "tv_forward_mean", "intervened_fraction_mean", "update_age_mean",
@@ -113,13 +114,14 @@ def lag_of(row) -> tuple[str, int]:
 
 def train_one_n(config: LLMConfig, n: int, objectives, params, train_set, test_set, log=print,
                 compiler_options=None, program=None, runs_per_call: int = 0, ks=(0,),
-                lag_sampling: str = "constant"):
+                lag_sampling: str = "constant", lag_profile=()):
     """Train every (k, objective, seed) run at N = n, each k of `ks` a backward lag drawn as
-    `lag_sampling` says (`vaco_jax.llm.config.with_lags`), in one compiled program (one that can
+    `lag_sampling` says (`vaco_jax.llm.config.with_lags`; "profile": from `lag_profile`, whose
+    oldest age is the largest k), in one compiled program (one that can
     run every objective of `program`, default `program_objectives(objectives)`), or, with
     `runs_per_call`, in chunks of at most that many runs that share one compiled program; rows to
     save."""
-    cfg = with_lags(replace(config, grpo=dict(num_minibatches=n)), ks, lag_sampling)
+    cfg = with_lags(replace(config, grpo=dict(num_minibatches=n)), ks, lag_sampling, lag_profile)
     program = program_objectives(objectives) if program is None else tuple(program)
     validate(cfg, program)
     runs, keys, hps = sweep_keys(cfg, objectives, program, ks)
@@ -147,6 +149,7 @@ def train_one_n(config: LLMConfig, n: int, objectives, params, train_set, test_s
     run_s = time.perf_counter() - start - compile_s
     calls = f" in {len(chunks)} calls of {size}" if len(chunks) > 1 else ""
     lags = "" if tuple(ks) == (0,) else f", k = {', '.join(map(str, ks))} ({lag_sampling})"
+    profile = {"lag_profile": list(cfg.grpo.lag_profile)} if cfg.grpo.lag_profile else {}
     log(f"N={n:>2}{lags}: {len(runs)} runs ({placed.describe()}{calls}) in {run_s:.0f} s "
         f"(+{compile_s:.0f} s compile)")
     rows = []
@@ -155,7 +158,7 @@ def train_one_n(config: LLMConfig, n: int, objectives, params, train_set, test_s
         steps = m.pop("steps")
         evaluations = {name: m.pop(name) for name in EVALUATIONS}             # [num_evals]
         rows.append({
-            "k": k, "lag_sampling": lag_mode(k, lag_sampling),
+            "k": k, "lag_sampling": lag_mode(k, lag_sampling), **(profile if k else {}),
             "n": n, "objective": objective, "seed": seed,
             "eval_iterations": [(j + 1) * cfg.grpo.eval_every
                                 for j in range(len(evaluations["eval_accuracy"]))],
@@ -206,13 +209,13 @@ def scalars_by_iteration(row: dict) -> dict[int, dict[str, float]]:
 
 def log_runs(options: LoggerOptions, out: Path, config: LLMConfig, rows) -> None:
     """Each row, one (k, N, objective, seed), as a logged run (`vaco_jax.loggers`) named
-    `N=<N>/<objective>/seed=<seed>` (at k > 0 under `k=<k>/`, or `uniform-k=<k>/` for a uniform
-    lag) and tagged with those coordinates; what an earlier attempt logged for it is replaced."""
+    `N=<N>/<objective>/seed=<seed>` (at k > 0 under `k=<k>/`, or `uniform-k=<k>/`,
+    `profile-k=<k>/` for a uniform lag or a lag profile) and tagged with those coordinates; what an earlier attempt logged for it is replaced."""
     for row in rows:
         mode, k = lag_of(row)
         coordinates = {"k": k, "lag_sampling": mode, "n": row["n"],
                        "objective": row["objective"], "seed": row["seed"]}
-        lag = "" if k == 0 else f"{'uniform-' if mode == 'uniform' else ''}k={k}/"
+        lag = "" if k == 0 else f"{'' if mode == 'constant' else mode + '-'}k={k}/"
         name = f"{lag}N={row['n']}/{row['objective']}/seed={row['seed']}"
         logger = loggers.make(options, out, {**io.to_jsonable(config), **coordinates}, name=name,
                               coordinates=coordinates, group=Path(out).name, first_step=0)
@@ -245,7 +248,8 @@ def summarize_lag(rows) -> dict:
     held-out accuracy of sampled answers (`sampled_accuracy`), means over seeds with per-seed
     lists; and the backward lag's diagnostics, means over iterations and seeds: the snapshot's age
     (`snapshot_age`), the update age (`update_age_mean`, `_p90`, `_max`) and its histogram
-    (`update_age_hist`, bin → share of sample uses). (Rows of versions before these evaluations
+    (`update_age_hist`, bin → share of sample uses), and a lag profile's run's drawn snapshot
+    ages (`snapshot_age_hist`, age → share of batches). (Rows of versions before these evaluations
     have none: their entries lack them.)"""
     summary = {}
     for objective in sorted({r["objective"] for r in rows}):
@@ -276,10 +280,11 @@ def summarize_lag(rows) -> dict:
                               *((k, k) for k in AGE_METRICS)):
                 if all(key in r for r in runs):   # lag diagnostics (docs/diagnostics.md)
                     table[str(n)][name] = mean_of(key)
-            bins = [k for k in runs[0] if k.startswith(AGE_HISTOGRAM)]
-            if bins and all(b in r for b in bins for r in runs):
-                table[str(n)]["update_age_hist"] = {b.removeprefix(AGE_HISTOGRAM): mean_of(b)
-                                                    for b in bins}
+            for prefix in AGE_HISTOGRAMS:
+                bins = [k for k in runs[0] if k.startswith(prefix)]
+                if bins and all(b in r for b in bins for r in runs):
+                    table[str(n)][prefix.rstrip("_")] = {b.removeprefix(prefix): mean_of(b)
+                                                         for b in bins}
             for key, name in (("final_train_greedy_accuracy", "train_greedy_accuracy"),
                               ("final_sampled_accuracy", "sampled_accuracy")):
                 if all(key in r for r in runs):
@@ -456,7 +461,8 @@ def lag_figure(summary, mode: str = "constant", title=""):
                 ax.set_title(f"N = {n}", fontsize=10)
             else:
                 ax.set_xlabel("k: backward lag (learner iterations)"
-                              + (", uniform over 0..k" if mode == "uniform" else ""))
+                              + {"uniform": ", uniform over 0..k",
+                                 "profile": ", the lag profile's oldest age"}.get(mode, ""))
             if j == 0:
                 ax.set_ylabel(f"{label}\n(mean ± std over seeds)")
     axes[0][0].legend(fontsize=7)
@@ -689,7 +695,7 @@ def log_cell(log, runs, objective: str, mode: str, k: int, show_lag: bool) -> No
     spread = f" ± {np.std(acc, ddof=1):.3f}" if len(acc) > 1 else ""
     lag = ""
     if show_lag:
-        lag = f"k={k}{' uniform' if mode == 'uniform' else ''} "
+        lag = f"k={k}{'' if mode == 'constant' else ' ' + mode} "
     log(f"       {lag}{objective:>8}: final accuracy {np.mean(acc):.3f}{spread} "
         f"(seeds {', '.join(f'{a:.3f}' for a in acc)}); on train problems "
         f"{mean('final_train_greedy_accuracy'):.3f}, sampled {mean('final_sampled_accuracy'):.3f}")
@@ -707,8 +713,11 @@ def run(experiment: Experiment, log=print) -> dict:
     compacted or not, `io.read_rows`) are not run again, so objectives, k or N values can also be
     added to a finished sweep."""
     config = experiment.config
-    validate_lags(config, experiment.ks, experiment.lag_sampling)
+    profile = read_lag_profile(experiment.lag_profile) if experiment.lag_profile else ()
+    validate_lags(config, experiment.ks, experiment.lag_sampling, profile)
     ks, mode = tuple(sorted(set(experiment.ks))), experiment.lag_sampling
+    if profile:   # the profile's runs at its oldest age, beside k = 0 if asked
+        ks, mode = tuple(sorted({0} & set(ks) | {len(profile) - 1})), "profile"
     codes, user = {}, {}   # a user objective's code: recorded in config.json and rows, checked
     for o in experiment.objectives:
         objective = resolve(o, field="objectives", tv_reference=config.grpo.tv_reference)
@@ -720,7 +729,7 @@ def run(experiment: Experiment, log=print) -> dict:
     program = program_objectives(experiment.objectives)
     config = validate(config, experiment.objectives)
     for n in experiment.ns:
-        validate(with_lags(replace(config, grpo=dict(num_minibatches=n)), ks, mode),
+        validate(with_lags(replace(config, grpo=dict(num_minibatches=n)), ks, mode, profile),
                  experiment.objectives)
     validate_logging(experiment.logging)
     if experiment.runs_per_call < 0:
@@ -743,6 +752,13 @@ def run(experiment: Experiment, log=print) -> dict:
                           f"{results_path} holds results of {row['objective']!r} made by other "
                           f"code ({row.get('objective_code')}; now {codes[row['objective']]}): "
                           "choose another --out, or --overwrite to start afresh")
+    others = {tuple(r.get("lag_profile", ())) for r in rows if r.get("lag_sampling") == "profile"
+              and tuple(r.get("lag_profile", ())) != profile}
+    if profile and others:   # the rows of one profile are keyed by its oldest age alone
+        raise invalid_option("--lag-profile", experiment.lag_profile,
+                             f"{results_path} holds runs of another lag profile "
+                             f"({', '.join(str(list(p)) for p in sorted(others))}; this one "
+                             f"{list(profile)}): choose another --out")
     runtime.barrier("llm results read")
     if primary:
         if experiment.overwrite:
@@ -786,7 +802,8 @@ def run(experiment: Experiment, log=print) -> dict:
         if not groups:
             log(f"N={n:>2}: already in {results_path}, skipped")
         for todo_ks, todo in groups.items():
-            lag_args = {} if todo_ks == (0,) else {"ks": todo_ks, "lag_sampling": mode}
+            lag_args = {} if todo_ks == (0,) else {"ks": todo_ks, "lag_sampling": mode,
+                                                   **({"lag_profile": profile} if profile else {})}
             new_rows = train_one_n(config, n, todo, params, train_set, test_set, log, options,
                                    program=program, runs_per_call=experiment.runs_per_call,
                                    **lag_args)
@@ -822,6 +839,8 @@ def run(experiment: Experiment, log=print) -> dict:
         previous = json.loads((out / "summary.json").read_text())
         if "throughput" in previous:
             summary["throughput"] = previous["throughput"]
+    if profile:
+        summary["lag_profile"] = {"file": experiment.lag_profile, "probabilities": list(profile)}
     summary["wall_seconds"] = time.perf_counter() - wall_start   # this call (not resumed parts)
     if not primary:
         return summary

@@ -6,7 +6,8 @@ One iteration:
 1. behaviour policy: the current learner π_T, or (backward lag, `capacity > 1`) a stale snapshot
    drawn from the policy ring buffer (`vaco_jax.ring_buffer`, SPEC §2): with `snapshot_sampling =
    "oldest"` and `capacity = k + 1`, the learner's parameters at the start of the iteration k
-   before (or, in the first k iterations, the warm start);
+   before (or, in the first k iterations, the warm start); with `"profile"`, an age drawn from
+   `lag_profile`;
 2. draw `num_prompts` train problems, sample G answers each with the behaviour policy (KV cache);
 3. verifiable rewards, group-normalised advantages (one per answer, shared by its tokens);
 4. log β of every answer token as the sampler drew it (from its own logits: the stale snapshot's
@@ -181,7 +182,8 @@ class GRPO:
         if state.buffer is None:
             behavior, age = state.params, jnp.int32(0)
         else:
-            snapshots, ages = ring_buffer.sample(state.buffer, snapshot_key, 1, g.snapshot_sampling)
+            snapshots, ages = ring_buffer.sample(state.buffer, snapshot_key, 1, g.snapshot_sampling,
+                                                 state.hparams.lag_profile)
             behavior, age = jax.tree.map(lambda x: x[0], snapshots), ages[0]
         idx = jax.random.randint(prompt_key, (g.num_prompts,), 0, len(train))
         idx = jnp.repeat(idx, g.group_size)                    # G answers per prompt, adjacent
@@ -212,7 +214,10 @@ class GRPO:
                 # The lag split's backward part, and each answer's age in optimiser steps.
                 "tv_backward": diagnostics.tv_backward(log_learner_start, log_behavior, mask),
                 **diagnostics.update_age_metrics(age[None], g.num_epochs, g.num_minibatches,
-                                                 g.slots)}
+                                                 g.slots),
+                # A run that replays a lag profile logs the ages it drew, to compare with it.
+                **(diagnostics.snapshot_age_histogram(age[None], g.slots)
+                   if g.snapshot_sampling == "profile" else {})}
         return batch, info
 
     def update(self, params, opt_state, batch: Batch, hp: GRPOHParams):

@@ -20,3 +20,6 @@ class GRPOHParams:
     decoupled_is_max: jnp.ndarray
     objective_hparams: dict = struct.field(default_factory=dict)
     """Every objective's own hyper-parameters by name (`objective_hparams`), float32 leaves."""
+    lag_profile: jnp.ndarray | None = None
+    """`[slots]` float32 snapshot-age probabilities (`snapshot_sampling="profile"`, padded with
+    zeros); None otherwise, so it adds no leaf to other programs."""
