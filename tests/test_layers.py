@@ -14,13 +14,17 @@ SOURCES = ("vaco_jax", "experiments", "benchmarks", "tests")
 # The layers, lowest first: a module may import its own layer and the layers below it. A module
 # belongs to the longest entry that names it or a package above it. `vaco_jax` is the core, one
 # layer whose own order the acyclicity check keeps. In the study layer, statistics and sweeps come
-# first, then the generic figures, then the studies, which draw their own figures with them.
+# first, then the analysis pipeline (runs, scores, estimates, pre-registered tests: never its
+# tables or figures), its tables and figures, the generic figures, then the studies, which draw
+# their own figures with them.
 LAYERS = (
     {"vaco_jax"},
     {"vaco_jax.study"},
+    {"vaco_jax.pipeline"},
+    {"vaco_jax.pipeline.tables", "vaco_jax.pipeline.figures"},
     {"vaco_jax.study.plotting"},
     {"vaco_jax.study.lag", "vaco_jax.study.settings", "vaco_jax.study.scorecard",
-     "vaco_jax.study.leaderboard"},
+     "vaco_jax.study.leaderboard", "vaco_jax.study.robustness"},
     {"vaco_jax.llm"},
     {"vaco_jax.commands"},
     {"experiments", "benchmarks"},

@@ -4,6 +4,7 @@
     vaco-bench --algo gae+my_module:my_loss --out runs/lag-bench/mine
     vaco-bench --algo ppo_kl --set kl_adaptive=true --label ppo_kl_adaptive
     vaco-bench --table results/lag-bench/cpu     # the leaderboard's table
+    vaco-bench --table DIR --check               # recompute it from the per-run files
 
 Runs the method's cells (`vaco_jax.study.bench`: per task, the constant-lag axis in one program
 and the high-update-frequency setting in another, every lag × seed vmapped), resumably, into
@@ -51,6 +52,9 @@ class Args:
     table: str = ""
     """Write the leaderboard table (leaderboard.md) and figure (leaderboard.png) of every method
     in this directory, and exit."""
+    check: bool = False
+    """With --table: recompute the leaderboard (protocol v2) from the per-run files committed in
+    the directory and exit non-zero, naming each file, when a number differs."""
     agree_with: str = ""
     """With --table: also compare the leaderboard with a controlled-lag study's report
     (its degradation.csv, e.g. results/lag-cpu/lag_report/degradation.csv) in agreement.md."""
@@ -70,6 +74,15 @@ def main(argv: list[str] | None = None, prog: str = "vaco-bench") -> int:
     from vaco_jax import runtime
     from vaco_jax.study import bench, scorecard, sweep
 
+    if args.table and args.check:
+        from vaco_jax.study import robustness
+        try:
+            problems = robustness.check(args.table)
+        except FileNotFoundError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        print("\n".join(problems) or f"{args.table}: every table matches its recomputation")
+        return 1 if problems else 0
     if args.table:
         from vaco_jax.study import leaderboard
         try:

@@ -1,0 +1,152 @@
+"""The analysis pipeline: runs → scores → estimates → pre-registered tests → tables, and the
+lag-robustness benchmark's report built on it, on synthetic runs with known answers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from vaco_jax.pipeline import estimates, preregistration, runs, scores, tables
+from vaco_jax.study import robustness
+
+STEPS = np.array([1.0, 2.0, 3.0, 4.0])
+RANDOM = {"a": 10.0, "b": -5.0}
+SEEDS = range(300, 310)
+# Per method, the fraction of synchronous PPO-Clip's return it keeps at k = 2 and at k = 8.
+KEEPS = {"ppo_clip": (0.9, 0.5), "appo": (0.95, 0.7), "vaco": (1.0, 0.9)}
+SETTINGS = [(0, "oldest", 4), (2, "oldest", 4), (8, "oldest", 4), (8, "uniform", 4),
+            (0, "oldest", 16), (8, "oldest", 16)]
+
+
+def synthetic_runs(seeds=SEEDS, methods=KEEPS) -> pd.DataFrame:
+    """A tidy runs table: every method reaches 100 above random at k = 0 (seed noise ±5), its
+    `KEEPS` fraction at lag, along a linear curve."""
+    rows = []
+    for task, random in RANDOM.items():
+        for method in methods:
+            for k, sampling, K in SETTINGS:
+                keep = {0: 1.0, 2: KEEPS[method][0], 8: KEEPS[method][1]}[k]
+                for seed in seeds:
+                    top = random + 100 * keep + 5 * np.sin(seed * 7.0 + k)
+                    returns = random + (top - random) * STEPS / STEPS[-1]
+                    rows.append({"study": "bench", "task": task, "method": method, "k": k,
+                                 "sampling": sampling, "K": K, "lr": 3e-4, "delta": 0.2,
+                                 "seed": seed, "budget": 4, "final": returns[-1],
+                                 "auc": returns.mean(), "diverged": False,
+                                 "diverged_at_step": None, "evaluations": 4, "commit": "",
+                                 "steps": STEPS, "returns": returns})
+    return pd.DataFrame(rows)
+
+
+def test_a_sweeps_rows_become_one_row_per_run_diverged_from_its_first_bad_evaluation():
+    rows = pd.DataFrame([{"cell": "c", "study": "s", "env": "a", "algo": "vaco", "variant": "oldest",
+                          "capacity": 3, "delta": 0.2, "seed": seed, "eval_index": i,
+                          "step": 10 * (i + 1), "budget": 40, "snapshot_sampling": "oldest",
+                          "diverged": False,
+                          "eval_return": np.nan if (seed, i) == (1, 2) else float(i)}
+                         for seed in (0, 1) for i in range(4)])
+    plan = {"c": {"config": {"num_epochs": 4, "learning_rate": 3e-4}}}
+    table = runs.tidy(runs.evaluations(rows, plan, {"c": "abc"}), last_evals=2)
+    assert len(table) == 2 and set(table["k"]) == {2} and set(table["K"]) == {4}
+    ok, bad = table.iloc[0], table.iloc[1]
+    assert ok["final"] == 2.5 and not ok["diverged"] and ok["commit"] == "abc"
+    assert bad["diverged"] and bad["diverged_at_step"] == 30 and np.isnan(bad["final"])
+    assert np.isnan(bad["returns"][3])   # diverged from then on, though its last return is finite
+
+
+def test_random_scores_zero_and_the_reference_method_one_on_final_and_auc():
+    table = synthetic_runs()
+    reference = scores.reference_of_method(table, RANDOM, "ppo_clip", k=0, sampling="oldest", K=4)
+    scored = scores.normalised(table, RANDOM, reference)
+    sync = scored[(scored.method == "ppo_clip") & (scored.k == 0) & (scored.K == 4)]
+    np.testing.assert_allclose(sync.groupby("task")[["final_score", "auc_score"]].mean(), 1.0)
+    failed = table.iloc[[0]].assign(returns=[np.full(4, np.nan)], diverged=True)
+    assert scores.normalised(failed, RANDOM, reference)[["final_score", "auc_score"]].eq(0).all(None)
+
+
+def test_retention_is_the_score_kept_and_breaks_at_the_first_lag_below_the_level():
+    scored = scores.normalised(synthetic_runs(seeds=range(300, 302)) .assign(), RANDOM,
+                               pd.DataFrame({"task": ["a", "b"], "final": [110.0, 95.0],
+                                             "auc": [110.0, 95.0]}))
+    ppo = scored[(scored.method == "ppo_clip") & (scored.K == 4) & (scored.sampling == "oldest")]
+    kept = estimates.retention(ppo, "final_score", {"k": 0}, {"k": 8}, reps=200)
+    assert list(kept["task"]) == ["a", "b", estimates.POOLED]
+    np.testing.assert_allclose(kept["retention"], 0.5, atol=0.05)
+    assert estimates.break_lag([8, 2], [0.5, 0.9], [0.6, 0.95]) == ("8", "8")
+    assert estimates.break_lag([2, 8], [0.9, 0.85], [1.0, 0.9]) == ("none", "none")
+    assert estimates.break_lag([2], [np.nan], [np.nan]) == ("undefined", "undefined")
+
+
+def test_paired_differences_pool_the_per_seed_mean_over_tasks():
+    frame = pd.DataFrame({"task": ["a"] * 4 + ["b"] * 4, "seed": [0, 1] * 4,
+                          "method": (["x"] * 2 + ["y"] * 2) * 2,
+                          "v": [1.0, 2.0, 0.0, 0.0, 3.0, 4.0, 1.0, 1.0]})
+    d = estimates.paired_differences(frame, "v", {"method": "x"}, {"method": "y"})
+    assert list(d[estimates.POOLED]) == [1.5, 2.5]
+
+
+def test_a_family_is_holm_adjusted_and_a_study_names_its_own_target():
+    tests = [{"method": "m", "differences": np.full(10, 1.0) + np.arange(10) * 0.01},
+             {"method": "n", "differences": np.r_[np.ones(5), -np.ones(5)]}]
+    table = preregistration.family(tests, test="sign-flip")
+    assert table["p_holm"].iloc[0] == pytest.approx(2 * table["p"].iloc[0])
+    assert list(table["verdict"]) == ["higher", "no difference shown"]
+    assert preregistration.status([], "0" * 40)[0] == "unknown"
+
+
+def test_one_interval_formatter_says_undefined_for_a_number_that_does_not_exist():
+    assert tables.interval(0.5, 0.41, 0.625) == "0.50 [0.41, 0.62]"
+    assert tables.interval(np.nan, 0, 1) == "undefined"
+    assert tables.interval(0.5, np.nan, np.nan) == "0.50 [n/a]"
+    assert tables.interval(0.1, -0.2, 0.3, sign=True) == "+0.10 [-0.20, +0.30]"
+
+
+@pytest.fixture(scope="module")
+def report():
+    return robustness.report(synthetic_runs(), RANDOM, robustness.Spec(reps=200))
+
+
+def test_the_benchmark_ranks_by_iqm_of_normalised_auc_at_the_largest_lag(report):
+    assert not report.notes
+    at = report.aggregates[(report.aggregates.k == 8) & (report.aggregates.K == 4)
+                           & (report.aggregates.sampling == "oldest")
+                           & (report.aggregates.metric == "auc")]
+    assert list(at.sort_values("iqm", ascending=False)["method"]) == ["vaco", "appo", "ppo_clip"]
+    poi = report.improvement.set_index("method")["point"]
+    assert poi["vaco"] == 1.0 and poi["appo"] == 1.0
+    verdicts = report.comparisons.set_index("method")["verdict"]
+    assert verdicts.to_dict() == {"appo": "higher", "vaco": "higher"}
+    kept = report.retention[(report.retention.method == "vaco") & (report.retention.k == 8)
+                            & (report.retention.K == 4) & (report.retention.task == "pooled")
+                            & (report.retention.sampling == "oldest")]
+    np.testing.assert_allclose(kept["retention"], 0.9, atol=0.02)
+
+
+def test_split_half_reliability_compares_the_first_five_seeds_with_the_second(report):
+    rel = report.reliability
+    assert rel["seeds_a"].iloc[0] == "300–304" and rel["seeds_b"].iloc[0] == "305–309"
+    assert rel["spearman"].iloc[0] == 1.0 and rel["spearman_brown"].iloc[0] == 1.0
+    assert (rel["verdict_a"] == rel["verdict_b"]).all()
+
+
+def test_a_report_without_its_reference_says_what_it_could_not_compare(tmp_path):
+    table = synthetic_runs(methods={"vaco": KEEPS["vaco"]})
+    r = robustness.report(table, RANDOM, robustness.Spec(reps=50))
+    assert r.scores is None and "no ppo_clip runs" in r.notes[0]
+    written = robustness.write(r, tmp_path)
+    assert "no ppo_clip runs" in (tmp_path / "leaderboard.md").read_text()
+    assert written == [tmp_path / "leaderboard.md"]
+
+
+def test_check_passes_on_its_own_tables_and_names_the_file_of_an_edited_number(
+        report, tmp_path, monkeypatch):
+    robustness.write(report, tmp_path)
+    monkeypatch.setattr(robustness, "read", lambda directory: (synthetic_runs(), RANDOM))
+    assert robustness.check(tmp_path, robustness.Spec(reps=200)) == []
+    path = tmp_path / "aggregates.csv"
+    text = path.read_text().splitlines()
+    text[1] = text[1].replace(",4,", ",5,", 1)
+    path.write_text("\n".join(text) + "\n")
+    assert robustness.check(tmp_path, robustness.Spec(reps=200)) == [
+        f"{path}: differs from its recomputation"]

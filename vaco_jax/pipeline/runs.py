@@ -1,0 +1,109 @@
+"""Sweep directories → one tidy table, one row per run.
+
+Columns: study, task, method, k (constant lag: capacity − 1), sampling, K (epochs), lr, delta,
+seed, final (mean of the last `last_evals` evaluation returns), auc (the normalised area under
+the return curve, `stats.area_under_curve`), diverged, commit, and the run's curve (`steps`,
+`returns`). A run diverges from the first evaluation the sweep marks diverged or whose return is
+not finite; its returns are NaN from then on, and so are its final and AUC (`scores` counts them
+as a random policy's)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from vaco_jax.study import presets, stats, sweep
+
+LAST_EVALS = 3
+"""A run's final score averages its last this many evaluations."""
+RUN = ("study", "task", "method", "k", "sampling", "K", "lr", "delta", "seed")
+COLUMNS = (*RUN, "budget", "final", "auc", "diverged", "diverged_at_step", "evaluations", "commit",
+           "steps", "returns")
+
+
+def diverged_from_then_on(results: pd.DataFrame, run: Sequence[str]) -> pd.Series:
+    """Per evaluation row, whether its run (the columns `run`) has diverged by then: the sweep's
+    `diverged`, or a non-finite return, either failing the run from that evaluation on."""
+    diverged = (results["diverged"].fillna(False).astype(bool) if "diverged" in results
+                else pd.Series(False, index=results.index))
+    diverged = diverged | ~np.isfinite(results["eval_return"].to_numpy(np.float64))
+    order = results.assign(diverged=diverged).sort_values([*run, "eval_index"])
+    return order.groupby(list(run), sort=False)["diverged"].cummax()   # aligned by index
+
+
+SETTING_VARIANTS = ("K=", "lr=", "δ=")
+"""Variants that name a setting (its own columns), not a method."""
+
+
+def method(algo: str, variant: str) -> str:
+    """A cell's method: the algorithm, with its method variant in brackets where it has one
+    (`presets.method_label`); a variant naming a setting (K, lr, δ) is not a method."""
+    if presets.method_variant(variant).startswith(SETTING_VARIANTS):
+        return algo
+    return presets.method_label(algo, variant)
+
+
+def evaluations(results: pd.DataFrame, plan: dict | None = None,
+                commits: dict | None = None) -> pd.DataFrame:
+    """A sweep's result rows with the run's columns `RUN` (K and lr from each cell's config in
+    `plan`, a swept lr from the row) and `commit` (per cell, from `commits`)."""
+    plan, commits = plan or {}, commits or {}
+    config = {c: plan.get(c, {}).get("config", {}) for c in results["cell"].unique()}
+    frame = results.assign(
+        study=results.get("study", ""), task=results["env"],
+        method=[method(a, v) for a, v in zip(results["algo"], results["variant"])],
+        k=results["capacity"].astype(int) - 1,
+        sampling=results.get("snapshot_sampling", pd.Series("oldest", index=results.index)),
+        K=results["cell"].map({c: v.get("num_epochs", np.nan) for c, v in config.items()}),
+        lr=results["cell"].map({c: v.get("learning_rate", np.nan) for c, v in config.items()}),
+        commit=results["cell"].map(commits).fillna(""))
+    if "learning_rate" in results:
+        frame["lr"] = results["learning_rate"].fillna(frame["lr"])
+    frame["diverged"] = diverged_from_then_on(frame, RUN)
+    return frame
+
+
+def tidy(evaluation_rows: pd.DataFrame, last_evals: int = LAST_EVALS) -> pd.DataFrame:
+    """One row per run of `evaluations`' rows (COLUMNS)."""
+    if evaluation_rows.empty:
+        return pd.DataFrame(columns=COLUMNS)
+    twice = evaluation_rows.duplicated([*RUN, "eval_index"])
+    if twice.any():
+        first = evaluation_rows.loc[twice, [*RUN, "eval_index"]].iloc[0].to_dict()
+        raise ValueError(f"{int(twice.sum())} evaluations appear twice (e.g. {first}); a run may "
+                         f"be in two sweep directories: read each once")
+    rows = []
+    for key, run in evaluation_rows.sort_values([*RUN, "eval_index"]).groupby(
+            list(RUN), sort=False, dropna=False):
+        if len(run) < last_evals:
+            raise ValueError(f"run {dict(zip(RUN, key))} has {len(run)} evaluations; its final "
+                             f"score averages the last {last_evals}")
+        diverged = run["diverged"].to_numpy(bool)
+        steps = run["step"].to_numpy(np.float64)
+        returns = np.where(diverged, np.nan, run["eval_return"].to_numpy(np.float64))
+        failed = bool(diverged.any())
+        rows.append({**dict(zip(RUN, key)),
+                     "budget": int(run["budget"].iloc[0]) if "budget" in run else None,
+                     "final": np.nan if failed else float(returns[-last_evals:].mean()),
+                     "auc": np.nan if failed else float(stats.area_under_curve(returns, steps)),
+                     "diverged": failed,
+                     "diverged_at_step": int(steps[diverged].min()) if failed else None,
+                     "evaluations": len(run), "commit": run["commit"].iloc[0],
+                     "steps": steps, "returns": returns})
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def read(directories: Sequence[str | Path], last_evals: int = LAST_EVALS) -> pd.DataFrame:
+    """The tidy runs of every finished cell of the sweep `directories` (read by `sweep`'s one
+    reader), K and lr from each sweep's plan (sweep.json), the commit from its cells."""
+    parts = []
+    for directory in map(Path, directories):
+        plan = json.loads((directory / "sweep.json").read_text()).get("cells", {})
+        cells = sweep.load_cells(directory)
+        commits = dict(zip(cells["cell"], cells["git_commit"])) if "git_commit" in cells else {}
+        parts.append(evaluations(sweep.load_results(directory), plan, commits))
+    return tidy(pd.concat(parts, ignore_index=True), last_evals)

@@ -1,0 +1,73 @@
+"""One normalisation: `(R − R_random) / (R_reference − R_random)`, random = 0, a reference = 1.
+
+A diverged run's evaluations count as the random policy's from its divergence on (score 0). The
+reference is per task and per metric (final, auc): a references file's synchronous return for
+both, or the mean over a reference method's runs at one setting (the same seeds)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+
+from vaco_jax.pipeline import runs as runs_
+from vaco_jax.study import references, stats
+
+METRICS = ("final", "auc")
+
+
+def _raw(run, random: float, last_evals: int) -> tuple[float, float]:
+    """(final, auc) of one run's returns, diverged evaluations at the random return."""
+    returns = np.where(np.isnan(run.returns), random, run.returns)
+    return (float(returns[-last_evals:].mean()),
+            float(stats.area_under_curve(returns, run.steps)))
+
+
+def raw(runs: pd.DataFrame, random: Mapping[str, float],
+        last_evals: int = runs_.LAST_EVALS) -> pd.DataFrame:
+    """`runs` with `raw_final`, `raw_auc`: final and AUC with a diverged run's evaluations
+    counted at its task's random return (`random`: task → return)."""
+    values = [_raw(r, random[r.task], last_evals) for r in runs.itertuples()]
+    return runs.assign(raw_final=[v[0] for v in values], raw_auc=[v[1] for v in values])
+
+
+def reference_of_method(runs: pd.DataFrame, random: Mapping[str, float], method: str,
+                        last_evals: int = runs_.LAST_EVALS, **setting) -> pd.DataFrame:
+    """Per task, `method`'s mean final and AUC over its runs at `setting` (e.g. k=0, K=4): the
+    reference of the "same seeds" normalisation. Columns task, final, auc, seeds."""
+    chosen = runs[runs["method"] == method]
+    for name, value in setting.items():
+        chosen = chosen[chosen[name] == value]
+    chosen = raw(chosen, random, last_evals)
+    return (chosen.groupby("task", sort=False)
+            .agg(final=("raw_final", "mean"), auc=("raw_auc", "mean"), seeds=("seed", "nunique"))
+            .reset_index())
+
+
+def reference_of_file(table: dict, runs: pd.DataFrame, last_evals: int) -> pd.DataFrame:
+    """Per task of `runs`, a references file's synchronous return (`references.lookup`), for
+    final and AUC alike. Columns task, final, auc, random."""
+    rows = []
+    for task, budget in sorted(set(zip(runs["task"], runs["budget"]))):
+        entry = references.lookup(table, task, int(budget), last_evals)
+        rows.append({"task": task, "final": entry["ppo_sync_return"],
+                     "auc": entry["ppo_sync_return"], "random": entry["random_return"]})
+    return pd.DataFrame(rows)
+
+
+def normalised(runs: pd.DataFrame, random: Mapping[str, float], reference: pd.DataFrame,
+               last_evals: int = runs_.LAST_EVALS) -> pd.DataFrame:
+    """`runs` with `final_score` and `auc_score`: each metric normalised by its task's random
+    return and `reference` (columns task, final, auc). Tasks without a reference are refused."""
+    missing = sorted(set(runs["task"]) - set(reference["task"]))
+    if missing:
+        raise ValueError(f"no reference for tasks {missing}: normalise only tasks it covers")
+    scored = raw(runs, random, last_evals)
+    ref = reference.set_index("task")
+    rand = scored["task"].map(random)
+    for metric in METRICS:
+        scored[f"{metric}_score"] = stats.normalize(scored[f"raw_{metric}"].to_numpy(),
+                                                    rand.to_numpy(),
+                                                    scored["task"].map(ref[metric]).to_numpy())
+    return scored

@@ -1,0 +1,324 @@
+"""The lag-robustness benchmark's report (protocol v2): which method keeps its score under lag.
+
+Per task, every run's final score and AUC are normalised, random = 0 and synchronous PPO-Clip
+(k = 0 at the base K, the same seeds) = 1 (`pipeline.scores`). Over tasks (rliable):
+
+* **primary ranking**: the IQM of normalised AUC at the largest constant lag, with a stratified
+  bootstrap 95% CI, and the probability of improvement over PPO-Clip there;
+* **robustness**: retention, the score at each lag ÷ the method's own synchronous score;
+* **comparisons**: each method − PPO-Clip at the largest lag, on the per-seed mean over tasks of
+  normalised AUC: the exact sign-flip test, Holm's correction over the family of methods;
+* **reliability**: the ranking and verdicts on the first half of the seeds against the second,
+  Spearman's ρ with the Spearman–Brown correction 2ρ/(1 + ρ), and every verdict that differs.
+
+A section that cannot be computed (no reference runs, a method without synchronous runs) is
+left out of the tables and named, with the reason, in the report's notes: a report never stops
+with a traceback after a long run. There is no break rule."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy import stats as scipy_stats
+
+from vaco_jax.pipeline import estimates, figures, preregistration, runs as runs_, scores, tables
+from vaco_jax.study import bench, stats
+
+REFERENCE = "ppo_clip"
+SETTING = ("k", "sampling", "K")
+TABLES = ("scores.csv", "aggregates.csv", "improvement.csv", "retention.csv", "comparisons.csv",
+          "reliability.csv")
+"""The files `write` makes that `check` recomputes (leaderboard.md is written from them)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """What the report compares: the reference method, its base (synchronous) setting and the
+    largest constant lag (column → value each)."""
+
+    reference: str = REFERENCE
+    base: Mapping = dataclasses.field(default_factory=lambda: {"k": 0, "sampling": "oldest", "K": 4})
+    largest: Mapping = dataclasses.field(default_factory=lambda: {"k": 8, "sampling": "oldest",
+                                                                  "K": 4})
+    reps: int = 2000
+    seed: int = 0
+
+    @classmethod
+    def of(cls, runs: pd.DataFrame, reference: str = REFERENCE, **kwargs) -> "Spec":
+        """The spec of a runs table: base K the most common K, the largest constant lag its
+        largest k at that K with `oldest` sampling."""
+        base_k = int(runs["K"].mode().iloc[0])
+        constant = runs[(runs["sampling"] == "oldest") & (runs["K"] == base_k)]
+        return cls(reference, {"k": 0, "sampling": "oldest", "K": base_k},
+                   {"k": int(constant["k"].max()), "sampling": "oldest", "K": base_k}, **kwargs)
+
+
+def setting_label(k: int, sampling: str, K: int, base_K: int) -> str:
+    lag = f"k={k}" if sampling == "oldest" else f"{sampling} 0..{k}"
+    return lag if K == base_K else f"{lag}, K={K}"
+
+
+@dataclasses.dataclass
+class Report:
+    spec: Spec
+    scores: pd.DataFrame = None
+    aggregates: pd.DataFrame = None
+    improvement: pd.DataFrame = None
+    retention: pd.DataFrame = None
+    comparisons: pd.DataFrame = None
+    reliability: pd.DataFrame = None
+    notes: list = dataclasses.field(default_factory=list)
+
+    def table(self, name: str) -> pd.DataFrame | None:
+        return getattr(self, name.removesuffix(".csv"))
+
+
+def _section(notes: list, name: str, make: Callable):
+    """`make()`, or None with a note naming the section and why it was not computed."""
+    try:
+        return make()
+    except Exception as error:   # noqa: BLE001 -- a report writes what it can, never a traceback
+        notes.append(f"{name}: not computed ({type(error).__name__}: {error})")
+        return None
+
+
+def _matrix(scored: pd.DataFrame, value: str, setting: Mapping) -> np.ndarray:
+    """`[seeds, tasks]` of `value` at `setting` (the seeds every task has)."""
+    chosen = estimates._select(scored, setting)
+    return chosen.pivot(index="seed", columns="task", values=value).dropna().to_numpy()
+
+
+def _settings(scored: pd.DataFrame) -> list[dict]:
+    keys = scored[list(SETTING)].drop_duplicates().sort_values(["K", "sampling", "k"])
+    return [dict(zip(SETTING, (int(k), s, int(K)))) for k, s, K in keys.itertuples(index=False)]
+
+
+def aggregates(scored: pd.DataFrame, spec: Spec) -> pd.DataFrame:
+    """IQM (stratified bootstrap 95% CI) per method, setting and metric."""
+    rows = []
+    for setting in _settings(scored):
+        for metric in scores.METRICS:
+            matrices = {m: _matrix(g, f"{metric}_score", setting)
+                        for m, g in scored.groupby("method", sort=True)}
+            matrices = {m: x for m, x in matrices.items() if x.size}
+            if not matrices:
+                continue
+            table = stats.interval_estimates(matrices, reps=spec.reps, seed=spec.seed)
+            for r in table[table["metric"] == "iqm"].itertuples():
+                rows.append({"method": r.method, **setting, "metric": metric, "iqm": r.point,
+                             "low": r.low, "high": r.high, "runs": matrices[r.method].size})
+    return pd.DataFrame(rows)
+
+
+def improvement(scored: pd.DataFrame, spec: Spec) -> pd.DataFrame:
+    """P(method > the reference) on normalised AUC at the largest lag."""
+    matrices = {m: _matrix(g, "auc_score", spec.largest) for m, g in scored.groupby("method")}
+    if not matrices.get(spec.reference, np.empty(0)).size:
+        raise ValueError(f"no {spec.reference} runs at {dict(spec.largest)} to compare with")
+    others = [m for m, x in matrices.items() if x.size and m != spec.reference]
+    rows = []
+    for method in others:
+        table = stats.probability_of_improvement(
+            {method: matrices[method], spec.reference: matrices[spec.reference]}, method,
+            [spec.reference], reps=spec.reps, seed=spec.seed)
+        rows += table.rename(columns={"target": "method"}).to_dict("records")
+    return pd.DataFrame(rows)
+
+
+def retention(scored: pd.DataFrame, spec: Spec) -> pd.DataFrame:
+    """Per method, setting other than the base, metric and task (and pooled): retention."""
+    parts = []
+    for method, group in scored.groupby("method", sort=True):
+        base = {**spec.base}
+        for setting in _settings(group):
+            if setting == dict(base):
+                continue
+            for metric in scores.METRICS:
+                table = estimates.retention(group, f"{metric}_score", base, setting,
+                                            reps=spec.reps, seed=spec.seed)
+                parts.append(table.assign(method=method, metric=metric, **setting))
+    frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    return frame[["method", *SETTING, "metric", "task", "retention", "low", "high", "seeds"]]
+
+
+def comparisons(scored: pd.DataFrame, spec: Spec) -> pd.DataFrame:
+    """Each method − the reference at the largest lag: the per-seed mean over tasks of
+    normalised AUC, exact sign-flip test, Holm over the methods."""
+    tests = []
+    for method in sorted(set(scored["method"]) - {spec.reference}):
+        pair = scored[scored["method"].isin([method, spec.reference])]
+        d = estimates.paired_differences(pair, "auc_score", {"method": method, **spec.largest},
+                                         {"method": spec.reference, **spec.largest})
+        pooled = d.get(estimates.POOLED, next(iter(d.values()), None)) if d else None
+        if pooled is None:
+            continue
+        tests.append({"method": method, "baseline": spec.reference, "differences": pooled})
+    if not tests:
+        raise ValueError(f"no method shares seeds with {spec.reference} at {dict(spec.largest)}")
+    table = preregistration.family(tests, test="sign-flip")
+    return table.drop(columns=["family"])
+
+
+def _board(scored: pd.DataFrame, spec: Spec) -> tuple[pd.Series, pd.Series]:
+    """(IQM of normalised AUC at the largest lag, verdict vs the reference) per method."""
+    iqm = pd.Series({m: float(stats.aggregate(x)[1]) for m, g in scored.groupby("method")
+                     if (x := _matrix(g, "auc_score", spec.largest)).size})
+    verdicts = comparisons(scored, spec).set_index("method")["verdict"]
+    return iqm, verdicts
+
+
+def reliability(runs: pd.DataFrame, random: Mapping, spec: Spec) -> pd.DataFrame:
+    """The ranking and verdicts of the first half of the seeds against the second, each half
+    normalised by its own reference runs. One row per method; ρ and 2ρ/(1 + ρ) in every row."""
+    seeds = sorted(runs["seed"].unique())
+    halves = [seeds[:len(seeds) // 2], seeds[len(seeds) // 2:]]
+    boards = []
+    for half in halves:
+        part = runs[runs["seed"].isin(half)]
+        boards.append(_board(normalise(part, random, spec), spec))
+    (iqm_a, verdict_a), (iqm_b, verdict_b) = boards
+    methods = sorted(set(iqm_a.index) & set(iqm_b.index))
+    rho = float(scipy_stats.spearmanr(iqm_a[methods], iqm_b[methods]).statistic)
+    rank_a, rank_b = (s[methods].rank(ascending=False) for s in (iqm_a, iqm_b))
+    return pd.DataFrame({
+        "method": methods, "seeds_a": f"{halves[0][0]}–{halves[0][-1]}",
+        "seeds_b": f"{halves[1][0]}–{halves[1][-1]}",
+        "iqm_a": iqm_a[methods].to_numpy(), "iqm_b": iqm_b[methods].to_numpy(),
+        "rank_a": rank_a.to_numpy(), "rank_b": rank_b.to_numpy(),
+        "verdict_a": [verdict_a.get(m, "reference") for m in methods],
+        "verdict_b": [verdict_b.get(m, "reference") for m in methods],
+        "spearman": rho, "spearman_brown": 2 * rho / (1 + rho)})
+
+
+def normalise(runs: pd.DataFrame, random: Mapping, spec: Spec) -> pd.DataFrame:
+    reference = scores.reference_of_method(runs, random, spec.reference, **spec.base)
+    if reference.empty:
+        raise ValueError(f"no {spec.reference} runs at {dict(spec.base)}: nothing to normalise by")
+    return scores.normalised(runs[runs["task"].isin(reference["task"])], random, reference)
+
+
+def report(runs: pd.DataFrame, random: Mapping, spec: Spec | None = None) -> Report:
+    """Every section of the report that can be computed from `runs` (`pipeline.runs` columns)
+    and `random` (task → the random policy's return)."""
+    spec = spec or Spec.of(runs)
+    out = Report(spec)
+    scored = _section(out.notes, "normalised scores", lambda: normalise(runs, random, spec))
+    if scored is None:
+        return out
+    out.scores = scored.drop(columns=["steps", "returns"])
+    for name, make in (("aggregates", aggregates), ("improvement", improvement),
+                       ("retention", retention), ("comparisons", comparisons)):
+        setattr(out, name, _section(out.notes, name, lambda make=make: make(scored, spec)))
+    out.reliability = _section(out.notes, "reliability", lambda: reliability(runs, random, spec))
+    return out
+
+
+# --- the committed files ----------------------------------------------------------------------
+def read(directory: str | Path) -> tuple[pd.DataFrame, dict]:
+    """The runs and random returns of a leaderboard `directory` (one sub-directory per method:
+    bench.json, random_returns.json, runs/), each run named by its bench.json method."""
+    parts, random = [], {}
+    for path in sorted(Path(directory).glob(f"*/{bench.BENCH_FILE}")):
+        method_dir = path.parent
+        if not (method_dir / bench.RUNS).is_dir():
+            continue
+        info = json.loads(path.read_text())
+        random.update(json.loads((method_dir / bench.REFERENCES).read_text()))
+        last = info.get("protocol_definition", {}).get("last_evals", runs_.LAST_EVALS)
+        parts.append(runs_.read([method_dir / bench.RUNS], last).assign(method=info["method"]))
+    if not parts:
+        raise FileNotFoundError(f"{directory} holds no per-run files (<method>/{bench.RUNS}/)")
+    return pd.concat(parts, ignore_index=True), random
+
+
+def markdown(r: Report) -> str:
+    s = r.spec
+    lines = ["# Lag-robustness leaderboard", "",
+             f"Normalised per task: random = 0, {s.reference} at {dict(s.base)} = 1. Ranked by "
+             f"the IQM of normalised AUC at {dict(s.largest)} (95% stratified bootstrap CI).", ""]
+    if r.aggregates is not None:
+        at = estimates._select(r.aggregates, s.largest)
+        auc, final = (at[at.metric == m].set_index("method") for m in ("auc", "final"))
+        rows = auc.sort_values("iqm", ascending=False)
+        frame = pd.DataFrame({"method": rows.index,
+                              "IQM AUC": tables.intervals(rows, "iqm"),
+                              "IQM final": [tables.interval(*final.loc[m, ["iqm", "low", "high"]])
+                                            if m in final.index else tables.UNDEFINED
+                                            for m in rows.index]})
+        if r.improvement is not None and len(r.improvement):
+            poi = r.improvement.set_index("method")
+            frame[f"P(> {s.reference})"] = [tables.interval(*poi.loc[m, ["point", "low", "high"]])
+                                            if m in poi.index else "" for m in rows.index]
+        if r.comparisons is not None:
+            c = r.comparisons.set_index("method")
+            frame["Holm p"] = [f"{c.loc[m, 'p_holm']:.3f}" if m in c.index else ""
+                               for m in rows.index]
+            frame["verdict"] = [c.loc[m, "verdict"] if m in c.index else "" for m in rows.index]
+        lines += [tables.markdown(frame), ""]
+    if r.reliability is not None:
+        rel = r.reliability
+        differ = rel[rel.verdict_a != rel.verdict_b]
+        lines += [f"Split-half reliability (seeds {rel.seeds_a.iloc[0]} against "
+                  f"{rel.seeds_b.iloc[0]}): Spearman ρ = {rel.spearman.iloc[0]:.2f}, "
+                  f"Spearman–Brown {rel.spearman_brown.iloc[0]:.2f}. Verdicts that differ: "
+                  + (", ".join(f"{m} ({a} / {b})" for m, a, b in differ[
+                      ["method", "verdict_a", "verdict_b"]].itertuples(index=False)) or "none")
+                  + ".", ""]
+    if r.notes:
+        lines += ["Not computed:", *[f"* {n}" for n in r.notes], ""]
+    return "\n".join(lines)
+
+
+def write(r: Report, out: str | Path) -> list[Path]:
+    """The tables (CSV), leaderboard.md and leaderboard.png: what can be written."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name in TABLES:
+        frame = r.table(name)
+        if frame is not None:
+            frame.to_csv(out / name, index=False)
+            written.append(out / name)
+    (out / "leaderboard.md").write_text(markdown(r))
+    written.append(out / "leaderboard.md")
+    if r.aggregates is not None:
+        def draw():
+            fig = figures.intervals_figure(
+                r.aggregates[r.aggregates.metric == "auc"].assign(
+                    setting=[setting_label(k, s, K, r.spec.base["K"]) for k, s, K in
+                             r.aggregates.loc[r.aggregates.metric == "auc", list(SETTING)]
+                             .itertuples(index=False)]),
+                "method", "iqm", panel="setting", xlabel="IQM of normalised AUC")
+            fig.savefig(out / "leaderboard.png", dpi=120)
+            return out / "leaderboard.png"
+        figure = _section(r.notes, "figure", draw)
+        if figure:
+            written.append(figure)
+    return written
+
+
+def check(directory: str | Path, spec: Spec | None = None) -> list[str]:
+    """Recompute the leaderboard from `directory`'s per-run files and compare every committed
+    table with it: one line per file that differs, is missing, or could not be recomputed."""
+    directory = Path(directory)
+    runs, random = read(directory)
+    fresh = report(runs, random, spec)
+    problems = [f"{directory}: {note}" for note in fresh.notes]
+    with tempfile.TemporaryDirectory() as tmp:
+        write(fresh, tmp)
+        for name in TABLES:
+            committed, made = directory / name, Path(tmp) / name
+            if not committed.exists():
+                problems.append(f"{committed}: missing (the recomputation makes it)"
+                                if made.exists() else f"{committed}: neither committed nor made")
+            elif not made.exists():
+                problems.append(f"{committed}: could not be recomputed")
+            elif committed.read_bytes() != made.read_bytes():
+                problems.append(f"{committed}: differs from its recomputation")
+    return problems
