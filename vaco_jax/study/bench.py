@@ -45,8 +45,8 @@ def committed_leaderboard(protocol: str) -> Path:
 
 
 # Modules that read results but never make them: editing them leaves every benchmark result valid.
-ANALYSIS_ONLY = ("pipeline/", "study/robustness.py", "study/analysis.py", "study/lag.py", "study/plotting.py", "study/scorecard.py",
-                 "study/stats.py", "study/settings.py", "study/leaderboard.py", "loggers.py", "llm/",
+ANALYSIS_ONLY = ("pipeline/", "study/robustness.py", "study/analysis.py", "study/lag.py",
+                 "study/plotting.py", "study/scorecard.py", "study/stats.py", "study/settings.py", "study/leaderboard.py", "loggers.py", "llm/",
                  "commands/lag_report.py", "commands/plots.py", "commands/plot_diagnostics.py",
                  "commands/plot_forward_lag.py", "commands/plot_runs.py")
 
