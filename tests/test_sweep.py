@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import re
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -477,3 +478,46 @@ def test_a_cell_run_again_replaces_what_its_interrupted_attempt_logged(tmp_path)
     scalars = events.Scalars("eval_return")
     assert [e.step for e in scalars] == list(rows["step"]) == [4096, 8192, 12288, 16384]
     np.testing.assert_allclose([e.value for e in scalars], rows["eval_return"], rtol=1e-6)
+
+
+EXAMPLE_PROFILE = Path(__file__).resolve().parent.parent / "docs" / "lag_profiles" / "example.json"
+
+
+def test_a_lag_profile_runs_every_method_of_the_study_once_at_the_profile(tmp_path, capsys):
+    from vaco_jax.commands import mujoco_lag_sweep
+
+    profile = (0.5, 0.25, 0.25)
+    cells = sweep.plan(presets.PRESETS["lag-cpu"], lag_profile=profile)
+    envs_ = presets.PRESETS["lag-cpu"].envs
+    # The oldest and uniform columns of a method are one cell at the profile.
+    assert [(c.env, c.algo, presets.method_variant(c.variant)) for c in cells] == [
+        (env, algo, presets.method_variant(variant.name))
+        for env in envs_ for algo, variant in presets.LAG_METHODS]
+    for cell in cells:
+        assert cell.variant.endswith("profile")
+        assert (cell.config.snapshot_sampling, cell.config.lag_profile) == ("profile", profile)
+        assert cell.config.slots == 3 and {r.capacity for r in cell.runs} == {3}
+    assert presets.method_label("impala", "epochs=1,profile") == "impala"
+    # On the command line: a file, and no capacities beside it.
+    assert mujoco_lag_sweep.main(["--preset", "lag-tiny", "--plan",
+                                  "--lag-profile", str(EXAMPLE_PROFILE)]) == 0
+    assert "lag/toy_reach/vaco/profile: 2 runs" in capsys.readouterr().out
+    assert mujoco_lag_sweep.main(["--preset", "lag-tiny", "--plan", "--capacities", "1", "4",
+                                  "--lag-profile", str(EXAMPLE_PROFILE)]) == 2
+    assert "`capacities` is invalid with --lag-profile" in capsys.readouterr().err
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"probabilities": [0.5, 0.6]}')
+    assert mujoco_lag_sweep.main(["--preset", "lag-tiny", "--plan", "--lag-profile", str(bad)]) == 2
+    assert "sum to 1" in capsys.readouterr().err
+
+
+def test_a_profile_cell_logs_its_snapshot_age_histogram_in_the_table(tmp_path):
+    cell, = sweep.plan(LAG_TINY, algos=["ppo_clip"], lag_profile=(0.0, 1.0))
+    assert cell.cell_id == "lag/toy_reach/ppo_clip/profile"
+    sweep.run_sweep([cell], tmp_path, log=lambda _: None)
+    table = sweep.load_results(tmp_path)
+    assert set(table["snapshot_sampling"]) == {"profile"} and set(table["capacity"]) == {2}
+    # All mass on age 1: every draw after the first iteration has age 1.
+    last = table[table["eval_index"] == LAG_TINY.config["num_evals"] - 1]
+    np.testing.assert_array_equal(last["snapshot_age_hist_1"], 1.0)
+    np.testing.assert_array_equal(last["snapshot_age"], 1.0)

@@ -6,6 +6,7 @@
     vaco-sweep --preset cpu-dmc                 # DM Control, 2 CPU cores
     vaco-sweep --preset smoke --out /tmp/smoke  # minutes: pipeline check
     vaco-sweep --preset lag-cpu --envs dmc:CartpoleSwingup  # constant lag
+    vaco-sweep --preset lag-cpu --lag-profile docs/lag_profiles/example.json  # your system's lag
 
 Each (env, algorithm, variant) is one compiled program that vmaps every capacity × δ × seed and
 spreads them over every device of every process (`vaco_jax.program`; multi-host with
@@ -26,6 +27,7 @@ from typing import Annotated, Literal
 
 import tyro
 
+from vaco_jax.config import read_lag_profile
 from vaco_jax.errors import ConfigError, SweepError, invalid_option
 from vaco_jax.options import Cluster, LoggerOptions, validate_logging
 from vaco_jax.study import presets
@@ -56,6 +58,11 @@ class Args:
     """Override the preset's envs."""
     capacities: tuple[int, ...] | None = None
     """Override the preset's capacities."""
+    lag_profile: str = ""
+    """A lag profile, a JSON file {"probabilities": [p_0, ..., p_{C-1}]} (e.g.
+    docs/lag_profiles/example.json): every method of the studies acts with it instead of its
+    snapshot sampling and the capacities (variant `profile`; default --out
+    runs/sweeps/<preset>-profile)."""
     num_seeds: int | None = None
     """Override the preset's number of seeds (on every env)."""
     seed: int | None = None
@@ -100,7 +107,7 @@ class Args:
     cluster: Annotated[Cluster, tyro.conf.OmitArgPrefixes] = Cluster()
 
 
-def dry_run(args, preset: presets.Preset, out: Path) -> None:
+def dry_run(args, preset: presets.Preset, out: Path, lag_profile=()) -> None:
     """Compile every program (nothing runs) and print its placement and per-device memory. When
     one does not fit the device memory, halve the runs per program (a multiple of the device count)
     and plan again, until every program fits or holds one run per device."""
@@ -115,7 +122,7 @@ def dry_run(args, preset: presets.Preset, out: Path) -> None:
           "accelerator")
     devices = jax.device_count()
     while True:
-        cells = sweep.plan(preset, args.studies, args.algos)
+        cells = sweep.plan(preset, args.studies, args.algos, lag_profile)
         reports = [sweep.dry_run_cell(cell, limit) for cell in cells]
         largest = max(len(cell.runs) for cell in cells)
         if all(r["fits"] is not False for r in reports) or largest <= devices:
@@ -171,12 +178,17 @@ def main(argv: list[str] | None = None, prog: str = "vaco-sweep") -> int:
         preset = presets.preset(args.preset, envs=args.envs, capacities=args.capacities,
                               num_seeds=args.num_seeds, seed=args.seed, total_steps=args.total_steps,
                               runs_per_call=args.runs_per_call)
-        cells = sweep.plan(preset, args.studies, args.algos)
+        lag_profile = read_lag_profile(args.lag_profile) if args.lag_profile else ()
+        if lag_profile and args.capacities:
+            raise ConfigError("option `capacities` is invalid with --lag-profile: the profile's "
+                              "length is the capacity; leave --capacities out")
+        cells = sweep.plan(preset, args.studies, args.algos, lag_profile)
         shard = sweep.parse_shard(args.shard) or sweep.shard_from_env()
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    out = Path(args.out) if args.out else presets.ROOT / args.preset
+    out = (Path(args.out) if args.out else
+           presets.ROOT / (args.preset + ("-profile" if lag_profile else "")))
     if args.plan:
         total = 0
         for cell in cells:
@@ -186,7 +198,7 @@ def main(argv: list[str] | None = None, prog: str = "vaco-sweep") -> int:
         print(f"{len(cells)} cells, {total:,} env steps in all -> {out}")
         return 0
     if args.dry_run:
-        dry_run(args, preset, out)
+        dry_run(args, preset, out, lag_profile)
         return 0
     try:
         sweep.run_sweep(cells, out, preset=preset, max_cells=args.max_cells, progress=args.progress,

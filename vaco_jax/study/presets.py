@@ -116,11 +116,16 @@ def _with_sampling(method: Variant, sampling: Variant) -> Variant:
                    method.hparams, method.label)
 
 
+# The variant of a method acting with a lag profile (`vaco-sweep --lag-profile FILE`).
+PROFILE_VARIANT = "profile"
+
+
 def method_variant(variant: str) -> str:
     """The method part of a lag-study variant name (`"kl_adaptive,oldest"` → `"kl_adaptive"`,
-    `"oldest"` → `"default"`); other variant names are returned unchanged."""
+    `"oldest"` → `"default"`, `"epochs=1,profile"` → `"epochs=1"`); other variant names are
+    returned unchanged."""
     head, _, tail = variant.rpartition(",")
-    if tail in LAG_SAMPLING:
+    if tail in LAG_SAMPLING or tail == PROFILE_VARIANT:
         return head or "default"
     return variant
 

@@ -47,10 +47,10 @@ import pandas as pd
 from filelock import FileLock, Timeout
 
 from vaco_jax import cache, io, loggers, program as program_lib, runtime
-from vaco_jax.config import Config, to_json_dict, validate
+from vaco_jax.config import Config, to_json_dict, validate, with_lag_profile
 from vaco_jax.options import LoggerOptions
 from vaco_jax.errors import ConfigError, SweepError
-from vaco_jax.study.presets import STUDIES, Preset
+from vaco_jax.study.presets import PROFILE_VARIANT, STUDIES, Preset, method_variant
 from vaco_jax.trainer import nonfinite_names, stack_hparams
 
 RESULTS, CELLS, PLAN = "results.jsonl", "cells.jsonl", "sweep.json"
@@ -107,9 +107,14 @@ class Cell:
 
 
 def plan(preset: Preset, studies: Sequence[str] | None = None,
-         algos: Sequence[str] | None = None) -> list[Cell]:
+         algos: Sequence[str] | None = None, lag_profile: Sequence[float] = ()) -> list[Cell]:
     """The cells of `studies` (default: the preset's) at `preset`'s scale (only `algos`, if given,
-    else the preset's), validated before anything compiles."""
+    else the preset's), validated before anything compiles.
+
+    With a `lag_profile` (`config.read_lag_profile`), every method of the studies acts with it
+    instead of its snapshot sampling and the preset's capacities: one capacity, the profile's
+    length; variant `profile` (`<method variant>,profile`). Methods that differ only in their
+    sampling column (the lag study's `oldest` and `uniform`) become one cell."""
     studies = preset.studies if studies is None else studies
     algos = preset.algos if algos is None else algos
     unknown = [s for s in studies if s not in STUDIES]
@@ -126,17 +131,28 @@ def plan(preset: Preset, studies: Sequence[str] | None = None,
                     continue
                 capacities = [c for c in preset.capacities
                               if not variant.capacities or c in variant.capacities]
+                config = dataclasses.replace(base, algo=algo, **dict(variant.overrides))
+                name = variant.name
+                if lag_profile:
+                    config = with_lag_profile(dataclasses.replace(config, max_capacity=0),
+                                              lag_profile)
+                    capacities = [config.capacity]
+                    method = method_variant(variant.name)
+                    name = (PROFILE_VARIANT if method == "default"
+                            else f"{method},{PROFILE_VARIANT}")
                 if not capacities:   # e.g. a column of capacity 16 in a preset without it
                     continue
                 settings = _settings(variant.hparams)
                 runs = tuple(Run(c, float(d), preset.seed + s, h) for c in capacities
                              for d in deltas for h in settings for s in range(preset.seeds(env)))
-                config = dataclasses.replace(base, algo=algo, **dict(variant.overrides))
                 validate(config)
                 for run in runs:
                     validate(run.config(config))
+                if lag_profile and any((c.study, c.env, c.algo, c.variant) ==
+                                       (study_name, env, algo, name) for c in cells):
+                    continue   # another sampling column of the same method
                 for part, part_runs in _split(runs, preset.runs_per_call):
-                    cells.append(Cell(study_name, env, algo, variant.name, config, part_runs, part))
+                    cells.append(Cell(study_name, env, algo, name, config, part_runs, part))
     ids = [c.cell_id for c in cells]
     if not cells:
         raise ConfigError(f"the plan is empty: no algorithm of {list(algos or [])} is in studies "
