@@ -305,3 +305,48 @@ def test_a_users_objective_gets_a_scorecard_beside_the_leaderboard(board, tmp_pa
     # against PPO-Clip and VACO.
     against = {r["against"] for r in card["comparisons"] if r["family"] == "pre-registered"}
     assert against == {"ppo_clip", "vaco"} and not card["not_compared"]
+
+
+EXAMPLE_PROFILE = Path(__file__).resolve().parent.parent / "docs" / "lag_profiles" / "example.json"
+
+
+def test_a_lag_profile_adds_one_cell_per_task_checked_before_compiling(tmp_path, capsys):
+    cells = bench.bench_cells(bench.Method("vaco"), bench.PROTOCOLS["cpu"], (0.5, 0.25, 0.25))
+    assert [c.variant for c in cells] == ["lag", "forward", "profile"]
+    profile = cells[2].config
+    assert (profile.snapshot_sampling, profile.lag_profile, profile.slots) == (
+        "profile", (0.5, 0.25, 0.25), 3)
+    assert profile.num_epochs == cells[0].config.num_epochs   # the lag axis's shapes
+    assert [(r.capacity, r.seed) for r in cells[2].runs] == [(3, s) for s in range(200, 210)]
+    assert lag_bench.main(["--algo", "vaco", "--protocol", "tiny", "--plan",
+                           "--lag-profile", str(EXAMPLE_PROFILE)]) == 0
+    assert "bench/toy_reach/vaco/profile: 3 runs" in capsys.readouterr().out
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"probabilities": [-0.5, 1.5]}')
+    assert lag_bench.main(["--algo", "vaco", "--protocol", "tiny", "--plan",
+                           "--lag-profile", str(bad)]) == 2
+    assert ">= 0" in capsys.readouterr().err
+
+
+def test_a_scorecard_reports_retention_under_the_methods_lag_profile(board, tmp_path, capsys):
+    # The method's finished cells are kept; only the profile's cell runs.
+    out = tmp_path / "vaco"
+    shutil.copytree(board / "vaco", out)
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps({"probabilities": [0.5, 0.5]}))
+    args = ["--algo", "vaco", "--protocol", "tiny", "--out", str(out), "--leaderboard", str(board),
+            "--no-progress", "--lag-profile", str(profile)]
+    assert lag_bench.main(args) == 0
+    assert json.loads((out / bench.BENCH_FILE).read_text())["lag_profile"] == [0.5, 0.5]
+    card = json.loads((out / "scorecard.json").read_text())
+    assert not card["missing_cells"]
+    rows = [r for r in card["retention"] if r["setting"] == "profile"]
+    assert {(r["metric"], r["lag"]) for r in rows} == {("final", 1), ("auc", 1)}
+    assert "lag profile (ages 0–1)" in (out / "scorecard.md").read_text()
+    runs = sweep.load_results(out / bench.RUNS)
+    assert set(runs[runs.variant == "profile"]["snapshot_sampling"]) == {"profile"}
+    # Another profile needs another directory.
+    profile.write_text(json.dumps({"probabilities": [0.25, 0.75]}))
+    capsys.readouterr()
+    assert lag_bench.main(args) == 2
+    assert "another --out directory for another profile" in capsys.readouterr().err

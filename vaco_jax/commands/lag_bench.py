@@ -3,6 +3,7 @@
     vaco-bench --algo vaco --protocol cpu --out results/lag-bench/cpu/vaco
     vaco-bench --algo gae+my_module:my_loss --out runs/lag-bench/mine
     vaco-bench --algo ppo_kl --set kl_adaptive=true --label ppo_kl_adaptive
+    vaco-bench --algo vaco --lag-profile docs/lag_profiles/example.json  # your system's lag
     vaco-bench --table results/lag-bench/cpu     # the leaderboard's table
     vaco-bench --table DIR --check               # recompute it from the per-run files
 
@@ -23,6 +24,7 @@ from typing import Literal
 
 import tyro
 
+from vaco_jax.config import read_lag_profile
 from vaco_jax.errors import ConfigError, SweepError
 
 
@@ -40,6 +42,10 @@ class Args:
     tasks of the controlled-lag study."""
     out: str = ""
     """The method's directory (default runs/lag-bench/<protocol>/<method>)."""
+    lag_profile: str = ""
+    """Your system's lag profile, a JSON file {"probabilities": [p_0, ..., p_{C-1}]} (e.g.
+    docs/lag_profiles/example.json): the method also runs acting with it on every task, and the
+    scorecard adds its retention (score under the profile ÷ own score at k = 0)."""
     leaderboard: str = ""
     """Directory of the other methods' benchmarks, one sub-directory each (default: the
     repository's results/lag-bench/<protocol>, when vaco_jax is installed from a checkout)."""
@@ -97,7 +103,8 @@ def main(argv: list[str] | None = None, prog: str = "vaco-bench") -> int:
             raise ConfigError("option `algo` is required (e.g. --algo vaco)")
         proto = bench.protocol(args.protocol)
         method = bench.Method(args.algo, bench.parse_overrides(args.set), args.label)
-        cells = bench.bench_cells(method, proto)
+        lag_profile = read_lag_profile(args.lag_profile) if args.lag_profile else ()
+        cells = bench.bench_cells(method, proto, lag_profile)
         shard = sweep.parse_shard(args.shard) or sweep.shard_from_env()
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
@@ -120,7 +127,8 @@ def main(argv: list[str] | None = None, prog: str = "vaco-bench") -> int:
         runtime.start(runtime.Cluster(), compile_cache=args.compile_cache)
         try:
             bench.run_bench(method, proto, out, shard=shard, progress=args.progress,
-                            allow_code_change=args.allow_code_change, max_cells=args.max_cells)
+                            allow_code_change=args.allow_code_change, max_cells=args.max_cells,
+                            lag_profile=lag_profile)
         except (ConfigError, SweepError) as error:
             print(f"error: {error}", file=sys.stderr)
             return 2

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from vaco_jax import algorithms, io
-from vaco_jax.config import Config, validate
+from vaco_jax.config import Config, validate, with_lag_profile
 from vaco_jax.errors import ConfigError
 from vaco_jax.study import sweep
 from vaco_jax.study.sweep import Cell, Run
@@ -36,6 +36,7 @@ BENCH_FILE = "bench.json"
 RUNS = "runs"
 REFERENCES = "random_returns.json"
 STUDY = "bench"
+PROFILE = "profile"   # the setting of a method acting with the user's lag profile
 
 def committed_leaderboard(protocol: str) -> Path:
     """The leaderboard committed with the repository, `results/lag-bench/<protocol>` of the
@@ -167,9 +168,11 @@ def parse_overrides(items) -> tuple[tuple[str, Any], ...]:
 
 
 # --- planning ------------------------------------------------------------------------------------
-def bench_cells(method: Method, proto: Protocol) -> list[Cell]:
+def bench_cells(method: Method, proto: Protocol, lag_profile=()) -> list[Cell]:
     """The method's cells: per task, the lag axis (one program: every lag × seed) and the
-    high-update-frequency setting (another program), each config validated before compiling."""
+    high-update-frequency setting (another program), each config validated before compiling.
+    With a `lag_profile` (`config.read_lag_profile`), also the method acting with it at the
+    protocol's shapes (setting `profile`, capacity the profile's length: a program per task)."""
     cells = []
     for task in proto.tasks:
         seeds = range(proto.seed, proto.seed + task.seeds)
@@ -190,6 +193,12 @@ def bench_cells(method: Method, proto: Protocol) -> list[Cell]:
             for run in runs:
                 validate(dataclasses.replace(config, capacity=run.capacity))
             cells.append(Cell(STUDY, task.env, method.name, variant, config, runs))
+        if lag_profile:
+            lag = cells[-len(settings)].config   # the lag axis's config, at the profile
+            config = with_lag_profile(dataclasses.replace(lag, max_capacity=0), lag_profile)
+            validate(config)
+            runs = tuple(Run(config.capacity, float(config.delta), s) for s in seeds)
+            cells.append(Cell(STUDY, task.env, method.name, PROFILE, config, runs))
     return cells
 
 
@@ -246,9 +255,9 @@ def code_difference(ours: dict[str, str], theirs: dict[str, str]) -> list[str]:
 
 
 # --- running -------------------------------------------------------------------------------------
-def record(out: Path, method: Method, proto: Protocol) -> dict:
+def record(out: Path, method: Method, proto: Protocol, lag_profile=()) -> dict:
     """`<out>/bench.json`: what `out` holds and the code that made it. A directory holds one
-    method on one protocol: another is refused."""
+    method on one protocol, and at most one lag profile: another is refused."""
     sources = result_sources()
     data = {"method": method.name, "algo": method.algo,
             "overrides": [list(item) for item in method.overrides],
@@ -258,6 +267,8 @@ def record(out: Path, method: Method, proto: Protocol) -> dict:
             "objective": algorithms.objective_record(algorithms.parse(method.algo).objective,
                                                      dict(method.overrides).get("objective_hparams", ())),
             **io.provenance()}
+    if lag_profile:
+        data["lag_profile"] = list(lag_profile)
     path = out / BENCH_FILE
     if path.exists():
         old = json.loads(path.read_text())
@@ -267,6 +278,13 @@ def record(out: Path, method: Method, proto: Protocol) -> dict:
                 f"{out} holds method {old['method']!r} on protocol {old['protocol']} "
                 f"v{old['protocol_version']}, not {data['method']!r} on {proto.name} "
                 f"v{proto.version}: use another --out directory")
+        if lag_profile and old.get("lag_profile", list(lag_profile)) != list(lag_profile):
+            raise ConfigError(
+                f"{out} holds the method under lag profile {old['lag_profile']}, not "
+                f"{list(lag_profile)}: use another --out directory for another profile")
+        if lag_profile and "lag_profile" not in old:   # the profile's cells join the others
+            old["lag_profile"] = list(lag_profile)
+            io.write_json_atomic(path, old)
         return old   # runs of other code are refused by the sweep (unless allow_code_change)
     out.mkdir(parents=True, exist_ok=True)
     io.write_json_atomic(path, data)
@@ -291,12 +309,12 @@ def random_returns(out: Path, proto: Protocol) -> dict[str, float]:
 
 def run_bench(method: Method, proto: Protocol, out: str | Path, *, shard=None, log=print,
               progress: bool = False, allow_code_change: bool = False,
-              max_cells: int | None = None) -> list[str]:
+              max_cells: int | None = None, lag_profile=()) -> list[str]:
     """Run the method's unfinished cells into `<out>/runs/` (resumable, shardable); returns the
-    ids of the cells run now."""
+    ids of the cells run now. With a `lag_profile`, its cells too (`bench_cells`)."""
     out = Path(out)
-    cells = bench_cells(method, proto)
-    record(out, method, proto)
+    cells = bench_cells(method, proto, lag_profile)
+    record(out, method, proto, lag_profile)
     random_returns(out, proto)
     return sweep.run_sweep(cells, out / RUNS, log=log, progress=progress, shard=shard,
                            allow_code_change=allow_code_change, max_cells=max_cells)

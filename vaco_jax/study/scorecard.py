@@ -80,7 +80,8 @@ def load(directory: str | Path) -> BenchResult:
     finished = set(results["cell"]) if len(results) else set()
     missing = []
     if proto is not None and proto.version == info["protocol_version"]:
-        missing = [c.cell_id for c in bench.bench_cells(method, proto) if c.cell_id not in finished]
+        missing = [c.cell_id for c in bench.bench_cells(method, proto, info.get("lag_profile", ()))
+                   if c.cell_id not in finished]
     last = info["protocol_definition"]["last_evals"]
     return BenchResult(directory, info, run_scores(results, random, last), random, missing)
 
@@ -110,12 +111,15 @@ def _matrix(runs: pd.DataFrame, task: str, setting: str, lag: int, value: str) -
 
 
 def retention(result: BenchResult, proto: bench.Protocol, *, reps: int = REPS) -> pd.DataFrame:
-    """Final and AUC retention per task (and pooled) at each lag k > 0 of the lag axis and at
-    each lag of the high-update-frequency setting, with 95% BCa intervals over seeds."""
+    """Final and AUC retention per task (and pooled) at each lag k > 0 of the lag axis, at
+    each lag of the high-update-frequency setting and under the method's lag profile (when it
+    ran one), with 95% BCa intervals over seeds."""
     runs = result.runs
     columns = [("lag", k) for k in proto.lags if k > 0]
     if proto.forward:
         columns += [("forward", k) for k in proto.forward_lags]
+    if result.info.get("lag_profile"):   # the user's lag profile: its oldest age as the lag
+        columns.append((bench.PROFILE, len(result.info["lag_profile"]) - 1))
     rows = []
     tasks = [t.env for t in proto.tasks]
     for value in ("final_z", "auc_z"):
@@ -335,7 +339,7 @@ def markdown(card: Scorecard) -> str:
                      f"| {r.vs_sync_ppo_clip:.2f} | {'–' if r.half_of_sync_ppo_clip is None else ('yes' if r.half_of_sync_ppo_clip else 'no')} |")
     lines += ["", "## Retention (score at k ÷ own score at k = 0; 95% BCa CI over seeds)", "",
               "| task | metric | " + " | ".join(
-                  f"{'k' if s == 'lag' else 'forward, k'} = {k}" for s, k in _columns(card.retention)) + " |",
+                  _column_name(s, k) for s, k in _columns(card.retention)) + " |",
               "|---|---|" + "---|" * len(_columns(card.retention))]
     for (task, metric), group in card.retention.groupby(["task", "metric"], sort=False):
         cells = []
@@ -368,6 +372,12 @@ def markdown(card: Scorecard) -> str:
         lines += [f"* `{n['method']}`: {n['why']}. Recompute: `{n['recompute']}`"
                   for n in card.not_compared]
     return "\n".join(lines) + "\n"
+
+
+def _column_name(setting: str, lag: int) -> str:
+    if setting == bench.PROFILE:
+        return f"lag profile (ages 0–{lag})"
+    return f"{'k' if setting == 'lag' else 'forward, k'} = {lag}"
 
 
 def _columns(table: pd.DataFrame) -> list[tuple[str, int]]:
