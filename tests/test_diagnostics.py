@@ -63,10 +63,10 @@ def test_intervened_fraction_is_the_objectives_own_key():
     assert diagnostics.intervened_fraction({"truncated_fraction": 0.2}) == {
         "intervened_fraction": 0.2}
     assert diagnostics.intervened_fraction({"masked_fraction": 0.4}) == {"intervened_fraction": 0.4}
-    # decoupled PPO reports its clip and its behavioural cap: the clip is its intervention.
-    assert diagnostics.intervened_fraction({"clip_fraction": 0.1,
-                                            "behavior_capped_fraction": 0.5}) == {
-        "intervened_fraction": 0.1}
+    # An objective with several rules reports their union itself, which comes first.
+    assert diagnostics.intervened_fraction({"clip_fraction": 0.1, "masked_fraction": 0.5,
+                                            "intervened_fraction": 0.55}) == {
+        "intervened_fraction": 0.55}
     assert diagnostics.intervened_fraction({"kl_penalty": 0.1}) == {}
 
 
@@ -145,6 +145,19 @@ def test_intervened_fraction_is_what_each_objective_reports_and_ratio_clip_fract
     spo = first_step_metrics("spo", stale_batch, clip_eps=1e-3)
     assert "intervened_fraction" not in spo
     assert float(spo["clip_fraction"]) == float(spo["ratio_clip_fraction"]) > 0
+
+
+def test_icepop_and_m2po_report_their_masks_at_the_first_step(stale_batch):
+    # At π_θ = π_T nothing is clipped; tight bounds (IcePop) and a small τ (M2PO) mask part of
+    # the stale batch, and that is what each intervened on.
+    icepop = first_step_metrics("icepop", stale_batch,
+                                objective_hparams=("mis_low=0.99", "mis_high=1.01"))
+    m2po = first_step_metrics("m2po", stale_batch, objective_hparams=("m2_tau=1e-5",))
+    for metrics in (icepop, m2po):
+        assert float(metrics["clip_fraction"]) == 0.0
+        assert 0.0 < float(metrics["masked_fraction"]) < 1.0
+        assert float(metrics["intervened_fraction"]) >= float(metrics["masked_fraction"])
+    assert float(icepop["intervened_fraction"]) == float(icepop["masked_fraction"])
 
 
 def test_a_run_reports_the_split_and_the_objectives_intervention():

@@ -303,7 +303,7 @@ def test_every_registered_objective_is_the_objective_function_it_names():
         "dppo_tv": objectives.dppo_tv(log_prob, log_behavior, advantages, delta=0.2,
                                       penalty=1e-3),
         "m2po": objectives.m2po(log_prob, log_behavior, advantages, log_proximal=log_proximal,
-                                clip_eps=0.2, is_max=1.5, tau=0.04),
+                                clip_eps=0.2, tau=0.04, cap=5.0),
         "topr": objectives.topr(log_prob, log_behavior, advantages, threshold=0.0),
         "geppo": objectives.geppo(log_prob, log_behavior, advantages, log_proximal=log_proximal,
                                   clip_eps=0.2),

@@ -161,17 +161,72 @@ def m2_keep_by_loop(log_t, log_b, tau):
 def test_m2po_by_hand():
     # (log β − log π_T)² = 1.207, 0, 0.840, 0.050, 3.210, 0; suffix means of the sorted values
     # 0.884, 0.419, 0.222, 0.017, 0, 0: τ = 0.3 removes two, τ = 0.04 (AReaL's) three.
+    # AReaL's form (the default): the mean over the kept samples, a weight π_T/β above the cap
+    # zeroed (π_T/β = 3.0 on sample 0: zeroed by a cap of 2.5, kept by AReaL's 5).
     for tau, removed in ((0.3, [0, 4]), (0.04, [0, 2, 4]), (10.0, []), (0.0, [0, 2, 3, 4])):
         keep = m2_keep_by_loop(LOG_T, LOG_B, tau)
         assert np.flatnonzero(~keep).tolist() == removed
-        weights = [min(t / b, 2.0) if k else 0.0 for k, b, t in zip(keep, BEHAVIOR, PROXIMAL)]
+        for cap in (5.0, 2.5):
+            weights = [t / b if k and t / b <= cap else 0.0
+                       for k, b, t in zip(keep, BEHAVIOR, PROXIMAL)]
+            expected_loss, expected_grad = weighted_ppo_by_hand(weights)
+            kept = N - len(removed)   # AReaL divides by the kept count, not by N
+            loss, grad, metrics = value_and_grad(
+                objectives.m2po, log_behavior=LOG_B, advantages=ADVANTAGES, log_proximal=LOG_T,
+                clip_eps=EPS, tau=tau, cap=cap)
+            assert metrics["masked_fraction"] == pytest.approx(len(removed) / N)
+            assert metrics["capped_fraction"] == pytest.approx((cap < 3.0) / N)
+            assert loss == pytest.approx(expected_loss * N / kept, rel=1e-5)
+            np.testing.assert_allclose(grad, expected_grad * N / kept, rtol=1e-5, atol=1e-7)
+
+
+def test_m2po_paper_normaliser_and_truncation_are_options():
+    # m2_over_kept = 0: the M2PO paper's 1/N (a masked sample counts as a zero); m2_truncate = 1:
+    # min(π_T/β, cap) instead of a zero above the cap. Together with cap 2 they are the form
+    # this objective had before it took AReaL's (`m2_over_kept=0 m2_truncate=1 m2_cap=2`).
+    keep = m2_keep_by_loop(LOG_T, LOG_B, 0.3)                   # removes samples 0 and 4
+    for over_kept, truncate in ((0.0, 0.0), (0.0, 1.0), (1.0, 1.0)):
+        weights = [(min(t / b, 1.1) if truncate else (t / b if t / b <= 1.1 else 0.0)) if k
+                   else 0.0 for k, b, t in zip(keep, BEHAVIOR, PROXIMAL)]
         expected_loss, expected_grad = weighted_ppo_by_hand(weights)
-        loss, grad, metrics = value_and_grad(
+        scale = N / int(keep.sum()) if over_kept else 1.0
+        loss, grad, _ = value_and_grad(
             objectives.m2po, log_behavior=LOG_B, advantages=ADVANTAGES, log_proximal=LOG_T,
-            clip_eps=EPS, is_max=2.0, tau=tau)
-        assert metrics["masked_fraction"] == pytest.approx(len(removed) / N)
-        assert loss == pytest.approx(expected_loss, rel=1e-5)
-        np.testing.assert_allclose(grad, expected_grad, rtol=1e-5, atol=1e-7)
+            clip_eps=EPS, tau=0.3, cap=1.1, over_kept=over_kept, truncate=truncate)
+        assert loss == pytest.approx(expected_loss * scale, rel=1e-5)
+        np.testing.assert_allclose(grad, expected_grad * scale, rtol=1e-5, atol=1e-7)
+    # Sample 3 (π_T/β = 1.25 > 1.1) is zeroed by AReaL's rule and truncated to 1.1 by the other.
+    zeroed = value_and_grad(objectives.m2po, log_behavior=LOG_B, advantages=ADVANTAGES,
+                            log_proximal=LOG_T, clip_eps=EPS, tau=0.3, cap=1.1)[1]
+    truncated = value_and_grad(objectives.m2po, log_behavior=LOG_B, advantages=ADVANTAGES,
+                               log_proximal=LOG_T, clip_eps=EPS, tau=0.3, cap=1.1,
+                               truncate=1.0)[1]
+    assert zeroed[3] == 0.0 and truncated[3] != 0.0
+
+
+def test_m2po_earlier_form_is_reproduced_by_its_options():
+    # The earlier objective: −(1/N) Σ_kept sg(min(π_T/β, 2)) · min(rÂ, clip(r, 1±ε)Â).
+    rng = np.random.default_rng(3)
+    log_b = (rng.normal(size=(8, 16)) - 2.0).astype(np.float32)
+    log_t = (log_b + 0.8 * rng.normal(size=(8, 16))).astype(np.float32)
+    log_p = (log_t + 0.3 * rng.normal(size=(8, 16))).astype(np.float32)
+    adv = rng.normal(size=(8, 16)).astype(np.float32)
+
+    def earlier(lp):
+        keep = objectives.second_moment_mask(log_t, log_b, 0.04)
+        weight = jnp.minimum(jnp.exp(log_t - log_b), 2.0)
+        surrogate, _ = objectives._proximal_surrogate(lp, log_t, adv, EPS)
+        return -jnp.mean(jnp.where(keep, weight * surrogate, 0.0))
+
+    loss, grad, _ = value_and_grad(objectives.m2po, log_p, log_behavior=log_b, advantages=adv,
+                                   log_proximal=log_t, clip_eps=EPS, tau=0.04, cap=2.0,
+                                   over_kept=0.0, truncate=1.0)
+    assert loss == pytest.approx(float(earlier(log_p)), rel=1e-6)
+    np.testing.assert_allclose(grad, np.asarray(jax.grad(earlier)(jnp.asarray(log_p))),
+                               rtol=1e-6, atol=1e-9)
+    areal_loss = value_and_grad(objectives.m2po, log_p, log_behavior=log_b, advantages=adv,
+                                log_proximal=log_t, clip_eps=EPS, tau=0.04, cap=5.0)[0]
+    assert areal_loss != pytest.approx(loss, rel=1e-3)   # the default is another loss
 
 
 def test_m2po_mask_matches_the_loop_jitted_vmapped_and_on_token_shapes():
@@ -258,12 +313,14 @@ def test_clipped_objectives_on_on_policy_data_are_ppo_clip(name):
 
 
 def test_m2po_with_nothing_masked_is_its_ratio_loss_decoupled_ppo():
-    # Off-policy (β ≠ π_T) but τ above every second moment: AReaL's decoupled loss, untouched.
-    loss, metrics = call("m2po", LOG_P, LOG_B, LOG_T, ADVANTAGES, m2_tau=100.0)
+    # Off-policy (β ≠ π_T) but τ above every second moment and the weight truncated at decoupled
+    # PPO's C = 2: AReaL's decoupled loss, untouched (π_T/β = 3 on sample 0 is truncated by both).
+    own = dict(m2_tau=100.0, m2_truncate=1.0, m2_cap=2.0)
+    loss, metrics = call("m2po", LOG_P, LOG_B, LOG_T, ADVANTAGES, **own)
     expected, _ = call("decoupled_ppo", LOG_P, LOG_B, LOG_T, ADVANTAGES)
     assert metrics["masked_fraction"] == 0.0
     assert float(loss) == pytest.approx(float(expected), rel=1e-6)
-    np.testing.assert_allclose(grad_of("m2po", LOG_P, LOG_B, LOG_T, ADVANTAGES, m2_tau=100.0),
+    np.testing.assert_allclose(grad_of("m2po", LOG_P, LOG_B, LOG_T, ADVANTAGES, **own),
                                grad_of("decoupled_ppo", LOG_P, LOG_B, LOG_T, ADVANTAGES),
                                rtol=1e-6)
 
@@ -301,6 +358,41 @@ def test_masked_entries_holding_nan_or_minus_inf_change_nothing(name):
         assert metrics.keys() == alone_metrics.keys()
         for key in metrics:
             assert float(metrics[key]) == pytest.approx(float(alone_metrics[key]), abs=1e-7), key
+
+
+def test_the_intervened_fraction_is_the_union_of_an_objectives_rules():
+    # On the hand batch: IcePop masks 0, 2, 4 and clips 1, 4, 5; M2PO (τ = 0.04) masks 0, 2, 4,
+    # clips 1, 4, 5 and, with a cap of 1.1, zeroes the weights of 0 and 3 (π_T/β = 3.0, 1.25);
+    # decoupled PPO truncates the weight of 0 (C = 2) and clips 1, 4, 5.
+    from vaco_jax import diagnostics
+
+    cases = (("icepop", {}, 5), ("m2po", {}, 5), ("m2po", {"m2_cap": 1.1}, 6),
+             ("decoupled_ppo", {}, 4), ("geppo", {}, 3))
+    for name, own, union in cases:
+        _, metrics = call(name, LOG_P, LOG_B, LOG_T, ADVANTAGES, **own)
+        reported = diagnostics.intervened_fraction(metrics)["intervened_fraction"]
+        assert float(reported) == pytest.approx(union / N), (name, own)
+    # At the first step of an iteration (π_θ = π_T) nothing is clipped: IcePop's and M2PO's
+    # intervention is their mask, not PPO's clip fraction (0).
+    for name in ("icepop", "m2po"):
+        _, metrics = call(name, LOG_T, LOG_B, LOG_T, ADVANTAGES)
+        assert float(metrics["clip_fraction"]) == 0.0
+        reported = diagnostics.intervened_fraction(metrics)["intervened_fraction"]
+        assert float(reported) == float(metrics["masked_fraction"]) == pytest.approx(3 / N)
+
+
+def test_dppo_tv_counts_a_zero_advantage_sample_under_the_negative_rule_as_prime_rl():
+    # Sample 2 (π_θ − β = −0.33 < −δ) with Â = 0: prime-rl's `is_masked` counts it (its rule
+    # for Â ≤ 0); the loss does not change (the sample's term is 0 either way).
+    advantages = ADVANTAGES.copy()
+    advantages[2] = 0.0
+    loss, metrics = call("dppo_tv", LOG_P, LOG_B, LOG_T, advantages)
+    assert float(metrics["masked_fraction"]) == pytest.approx(3 / N)     # samples 0, 2 and 5
+    kept = [1, 3, 4]
+    w = LEARNER / BEHAVIOR
+    expected = (-sum(w[i] * advantages[i] for i in kept)
+                + 1e-3 * sum(np.log(w) ** 2)) / N
+    assert float(loss) == pytest.approx(expected, rel=1e-5)
 
 
 def test_every_objective_reports_the_fraction_it_intervened_on():

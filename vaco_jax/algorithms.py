@@ -106,7 +106,7 @@ class ObjectiveParams:
     is_max: Any = jnp.inf          # cap on the TV filter's importance weight
     rho_bar: Any = 1.0             # IMPALA's ρ̄
     kl_coef: Any = 0.0             # PPO-KL's β_KL
-    decoupled_is_max: Any = 2.0    # decoupled PPO's (and M2PO's) cap C on the weight π_prox/β
+    decoupled_is_max: Any = 2.0    # decoupled PPO's cap C on the weight π_prox/β
     filter_mode: str = "batch"     # "batch" | "per_sample" (static)
     own: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     """The objective's own hyper-parameters (`Objective.hparams`, overridden by the config's
@@ -196,8 +196,13 @@ OBJECTIVES: dict[str, Objective] = {o.name: o for o in (
     Objective("m2po", lambda x, p: objectives.m2po(
         x.log_prob, x.log_behavior, x.advantages,
         log_proximal=_required(x.log_proximal, "log_proximal"), clip_eps=p.clip_eps,
-        is_max=p.decoupled_is_max, tau=p.m2_tau, mask=x.mask),
-        hparams=(("m2_tau", 0.04),)),
+        tau=p.m2_tau, cap=p.m2_cap, over_kept=p.m2_over_kept, truncate=p.m2_truncate,
+        mask=x.mask),
+        # AReaL's form: mean over the kept samples, weights above 5 zeroed. The M2PO paper's
+        # normaliser is `m2_over_kept=0`; the earlier form of this objective (mean over all N,
+        # weights truncated at 2) is `m2_over_kept=0 m2_truncate=1 m2_cap=2`.
+        hparams=(("m2_tau", 0.04), ("m2_cap", 5.0), ("m2_over_kept", 1.0),
+                 ("m2_truncate", 0.0))),
     Objective("topr", lambda x, p: objectives.topr(
         x.log_prob, x.log_behavior, x.advantages, threshold=p.topr_threshold, mask=x.mask),
         hparams=(("topr_threshold", 0.0),)),

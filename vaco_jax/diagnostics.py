@@ -16,8 +16,10 @@ the objective intervened on.
   total `tv_estimate` = ½ mean |π_θ/β − 1| is at most their sum.
 * **Snapshot-age histogram** (runs that replay a lag profile): the share of actor groups that
   acted with the snapshot of each age, `snapshot_age_hist_<k>`, to compare with the profile.
-* **Intervened fraction**: the share of samples the objective itself clipped, masked, truncated or
-  filtered, under one name, from whichever of `INTERVENTION_KEYS` it reports.
+* **Intervened fraction**: the share of samples whose gradient the objective's own rules changed
+  (clipped, masked, truncated or filtered), under one name. An objective with several rules reports
+  their union as `intervened_fraction` itself; one with a single rule reports that rule's fraction,
+  the first of `INTERVENTION_KEYS` it reports.
 """
 
 from __future__ import annotations
@@ -28,14 +30,17 @@ import jax.numpy as jnp
 from vaco_jax.objectives import log_ratio, masked_mean, sg, unmasked
 
 # The keys an objective reports its own intervention under, in order of precedence (the first one
-# it reports is its `intervened_fraction`).
-INTERVENTION_KEYS = ("clip_fraction", "masked_fraction", "truncated_fraction", "filtered_fraction")
+# it reports is its `intervened_fraction`): the union of its rules when it has several, else the
+# fraction of its one rule.
+INTERVENTION_KEYS = ("intervened_fraction", "clip_fraction", "masked_fraction",
+                     "truncated_fraction", "filtered_fraction")
 AGE_QUANTILES = (50, 90)   # percent: update_age_p50, update_age_p90
 
 
 def intervened_fraction(objective_metrics: dict) -> dict:
     """`{"intervened_fraction": x}` with x the objective's own fraction (the first of
-    `INTERVENTION_KEYS` in its metrics), or `{}` when it reports none of them."""
+    `INTERVENTION_KEYS` in its metrics: the union of its rules where it reports one), or `{}`
+    when it reports none of them."""
     for key in INTERVENTION_KEYS:
         if key in objective_metrics:
             return {"intervened_fraction": objective_metrics[key]}

@@ -100,6 +100,7 @@ def decoupled_ppo(log_prob, log_behavior, advantages, *, log_proximal, clip_eps,
     iteration: forward lag), whatever the data's staleness (backward lag), which the behavioural
     weight corrects, truncated at C (`is_max`; truncated importance sampling, as verl's TIS; C ≥ 1).
     With π_prox = β the weight is 1 and this is `ppo_clip`, bit for bit.
+    `intervened_fraction`: samples clipped or whose weight was truncated (the union of its rules).
     """
     log_prob, log_behavior, advantages, log_proximal = unmasked(
         mask, log_prob, log_behavior, advantages, log_proximal)
@@ -107,9 +108,11 @@ def decoupled_ppo(log_prob, log_behavior, advantages, *, log_proximal, clip_eps,
     behavior_weight = jnp.minimum(behavior_ratio, is_max)
     surrogate, clipped_active = _proximal_surrogate(log_prob, log_proximal, advantages, clip_eps)
     loss = -masked_mean(behavior_weight * surrogate, mask)
+    capped = behavior_ratio > is_max
     return loss, {"clip_fraction": masked_mean(clipped_active, mask),
-                  "behavior_capped_fraction": masked_mean(
-                      (behavior_ratio > is_max).astype(surrogate.dtype), mask)}
+                  "behavior_capped_fraction": masked_mean(capped.astype(surrogate.dtype), mask),
+                  "intervened_fraction": masked_mean(
+                      (capped | (clipped_active > 0)).astype(surrogate.dtype), mask)}
 
 
 def _proximal_surrogate(log_prob, log_proximal, advantages, clip_eps):
@@ -132,6 +135,7 @@ def icepop(log_prob, log_behavior, advantages, *, log_proximal, clip_eps, low, h
     ```
     A sample the behaviour policy drew far from where π_T would (ρ out of range) contributes
     nothing, rather than a capped weight. With β = π_T (ρ = 1) this is `ppo_clip`.
+    `intervened_fraction`: samples masked or clipped (the union of its two rules).
     """
     log_prob, log_behavior, advantages, log_proximal = unmasked(
         mask, log_prob, log_behavior, advantages, log_proximal)
@@ -141,7 +145,9 @@ def icepop(log_prob, log_behavior, advantages, *, log_proximal, clip_eps, low, h
     surrogate, clipped_active = _proximal_surrogate(log_prob, log_proximal, advantages, clip_eps)
     loss = -masked_mean(behavior_weight * surrogate, mask)
     return loss, {"masked_fraction": masked_mean((~inside).astype(surrogate.dtype), mask),
-                  "clip_fraction": masked_mean(clipped_active, mask)}
+                  "clip_fraction": masked_mean(clipped_active, mask),
+                  "intervened_fraction": masked_mean(
+                      ((~inside) | (clipped_active > 0)).astype(surrogate.dtype), mask)}
 
 
 def cispo(log_prob, log_behavior, advantages, *, eps_low, eps_high, mask=None):
@@ -191,7 +197,10 @@ def dppo_tv(log_prob, log_behavior, advantages, *, delta, penalty, discrete=True
     keep = (~drop).astype(ratio.dtype)
     loss = (-masked_mean(keep * ratio * advantages, mask)
             + penalty * masked_mean(jnp.square(log_ratio_), mask))
-    return loss, {"masked_fraction": 1.0 - masked_mean(keep, mask)}
+    # prime-rl counts a sample with Â = 0 under the rule for Â < 0 (its `is_masked`); the loss
+    # is the same either way (its term is 0), so only the reported fraction reads it.
+    masked = jnp.where(advantages > 0, gap > delta, gap < -delta)
+    return loss, {"masked_fraction": masked_mean(masked.astype(ratio.dtype), mask)}
 
 
 def second_moment_mask(log_proximal, log_behavior, tau, mask=None):
@@ -216,24 +225,41 @@ def second_moment_mask(log_proximal, log_behavior, tau, mask=None):
     return (rank >= num_removed).reshape(shape)
 
 
-def m2po(log_prob, log_behavior, advantages, *, log_proximal, clip_eps, is_max, tau, mask=None):
+def m2po(log_prob, log_behavior, advantages, *, log_proximal, clip_eps, tau, cap,
+         over_kept=1.0, truncate=0.0, mask=None):
     """M2PO (Zheng et al. 2025, arXiv 2510.01161; AReaL's `m2_threshold`): `second_moment_mask`,
-    then AReaL's ratio loss, decoupled PPO, on the kept samples:
+    then AReaL's decoupled PPO loss on the kept samples. As AReaL runs it (the defaults):
 
     ```
-    L = −(1/N) Σ_kept sg(min(π_T/β, C)) · min(r Â, clip(r, 1±ε) Â),   r = π_θ/π_T
+    L = −(1/N_kept) Σ_kept sg(ρ · 1[ρ ≤ cap]) · min(r Â, clip(r, 1±ε) Â),   ρ = π_T/β,  r = π_θ/π_T
     ```
-    Averaged over all N samples (the M2PO paper's normaliser), so a masked sample counts as a
-    zero, as a filtered one does in `tv_filter`. With nothing masked (e.g. β = π_T) this is
-    `decoupled_ppo`."""
+    averaged over the kept samples (AReaL's `loss_mask` count after the M2PO mask) and with a
+    weight above `cap` zeroed (AReaL's `behav_imp_weight_cap`: masked, not truncated; a zeroed
+    sample still counts in N_kept). `over_kept = 0` averages over all N samples instead (the M2PO
+    paper's `1/Σ|o_i|`: a masked sample counts as a zero); `truncate = 1` caps the weight at
+    `min(ρ, cap)` instead of zeroing it (decoupled PPO's cap). Both are switches (0 or 1), traced
+    leaves like the rest. With nothing masked and nothing above the cap (e.g. β = π_T) this is
+    `decoupled_ppo`.
+
+    Metrics: `masked_fraction` (the M2PO mask), `capped_fraction` (weights the cap zeroed or
+    truncated), `clip_fraction` (`|r − 1| > ε`) and `intervened_fraction`, their union."""
     log_prob, log_behavior, advantages, log_proximal = unmasked(
         mask, log_prob, log_behavior, advantages, log_proximal)
     keep = second_moment_mask(log_proximal, log_behavior, tau, mask)
-    behavior_weight = jnp.minimum(jnp.exp(sg(log_ratio(log_proximal, log_behavior))), is_max)
+    behavior_ratio = jnp.exp(sg(log_ratio(log_proximal, log_behavior)))
+    above_cap = behavior_ratio > cap
+    behavior_weight = jnp.where(above_cap, jnp.where(truncate > 0, cap, 0.0), behavior_ratio)
     surrogate, clipped_active = _proximal_surrogate(log_prob, log_proximal, advantages, clip_eps)
-    loss = -masked_mean(jnp.where(keep, behavior_weight * surrogate, 0.0), mask)
-    return loss, {"masked_fraction": masked_mean((~keep).astype(surrogate.dtype), mask),
-                  "clip_fraction": masked_mean(clipped_active, mask)}
+    kept_terms = jnp.where(keep, behavior_weight * surrogate, 0.0)
+    valid = jnp.ones(keep.shape, bool) if mask is None else jnp.asarray(mask) > 0
+    count = jnp.where(over_kept > 0, jnp.sum(keep & valid), jnp.sum(valid)).astype(surrogate.dtype)
+    loss = -jnp.sum(jnp.where(valid, kept_terms, 0.0)) / jnp.maximum(count, 1.0)
+    dtype = surrogate.dtype
+    return loss, {"masked_fraction": masked_mean((~keep).astype(dtype), mask),
+                  "capped_fraction": masked_mean(above_cap.astype(dtype), mask),
+                  "clip_fraction": masked_mean(clipped_active, mask),
+                  "intervened_fraction": masked_mean(
+                      ((~keep) | above_cap | (clipped_active > 0)).astype(dtype), mask)}
 
 
 def topr(log_prob, log_behavior, advantages, *, threshold=0.0, mask=None):

@@ -152,7 +152,7 @@ class GRPOConfig:
     delta: float = 0.005
     """VACO's TV threshold δ (token ratios stay near 1, so much smaller than MuJoCo's 0.2)."""
     decoupled_is_max: float = 2.0
-    """Decoupled PPO's (and M2PO's) cap C on the behavioural weight π_T/β (≥ 1; only backward lag
+    """Decoupled PPO's cap C on the behavioural weight π_T/β (≥ 1; only backward lag
     makes it differ from 1); as `vaco_jax.config.Config.decoupled_is_max`."""
     objective_hparams: tuple[str, ...] = ()
     """The objectives' own hyper-parameters, as name=value (e.g. `mis_high=5 tv_delta=0.1`): any
