@@ -308,6 +308,8 @@ def test_every_registered_objective_is_the_objective_function_it_names():
         "geppo": objectives.geppo(log_prob, log_behavior, advantages, log_proximal=log_proximal,
                                   clip_eps=0.2),
         "gspo": objectives.gspo(log_prob, log_behavior, advantages, eps_low=3e-4, eps_high=4e-4),
+        "geppo_clip": objectives.geppo(log_prob, log_behavior, advantages,
+                                       log_proximal=log_proximal, clip_eps=0.2),
     }
     assert set(algorithms.OBJECTIVES) == set(direct)
     for name, objective in algorithms.OBJECTIVES.items():

@@ -280,6 +280,141 @@ def test_geppo_by_hand():
     assert grad[0] == 0.0 and grad[3] != 0.0
 
 
+# --- GePPO as its authors run it -------------------------------------------------------------------
+def test_geppo_normalises_advantages_with_the_weights_pi_t_over_beta_by_hand():
+    # π_T/β = 3.0, 1.0, 0.4, 1.25, 0.167, 1.0 and Â as above: centre E[ρÂ]/E[ρ], scale std(ρÂ).
+    rho = PROXIMAL / BEHAVIOR
+    weighted = rho * ADVANTAGES
+    centre = weighted.mean() / rho.mean()
+    expected = (ADVANTAGES - centre) / (weighted.std() + 1e-8)
+    normalised = objectives.geppo_advantages(jnp.asarray(ADVANTAGES), LOG_B, LOG_T)
+    np.testing.assert_allclose(normalised, expected, rtol=1e-5)
+    plain = (ADVANTAGES - ADVANTAGES.mean()) / (ADVANTAGES.std() + 1e-8)
+    assert np.abs(expected - plain).max() > 0.1          # not the plain normalisation
+    # On-policy (ρ = 1) it is the plain normalisation, bit for bit.
+    assert np.array_equal(objectives.geppo_advantages(jnp.asarray(ADVANTAGES), LOG_B, LOG_B),
+                          (jnp.asarray(ADVANTAGES) - jnp.mean(jnp.asarray(ADVANTAGES)))
+                          / (jnp.std(jnp.asarray(ADVANTAGES)) + 1e-8))
+
+
+def test_geppo_learning_rate_rule_by_hand():
+    # ε = 0.2: divided by 1.03 above TV = ε/2 = 0.1, unchanged at or below it with the authors'
+    # lower threshold 0; with a lower threshold of ½, multiplied by 1.03 below ε/4 = 0.05.
+    rule = lambda tv, low=0.0: float(objectives.geppo_learning_rate_scale(
+        0.5, tv, eps=0.2, factor=0.03, max_threshold=1.0, min_threshold=low))
+    assert rule(0.11) == pytest.approx(0.5 / 1.03, rel=1e-6)
+    assert rule(0.1) == rule(0.05) == rule(0.0) == 0.5
+    assert rule(0.04, low=0.5) == pytest.approx(0.5 * 1.03, rel=1e-6)
+    assert rule(0.06, low=0.5) == 0.5
+    # The algorithm's ε is clip_eps · geppo_eps_mult: with 0.5 the threshold is 0.05.
+    p = algorithms.ObjectiveParams(clip_eps=0.2, own={**algorithms.OBJECTIVES["geppo"].defaults,
+                                                      "geppo_eps_mult": 0.5})
+    assert float(algorithms.OBJECTIVES["geppo"].adapt_learning_rate(1.0, 0.06, p)) == \
+        pytest.approx(1 / 1.03, rel=1e-6)
+
+
+def test_geppo_is_vtrace_the_weighted_normalisation_and_an_adaptive_actor_learning_rate():
+    geppo = algorithms.parse("geppo")
+    assert geppo.estimator is algorithms.ESTIMATORS["vtrace_once"]
+    assert geppo.objective.normalize_advantages is not None
+    assert geppo.objective.adapt_learning_rate is not None
+    # The authors' switch `--no_vtrace` is the pairing with GAE.
+    assert algorithms.parse("gae+geppo").objective is geppo.objective
+
+
+def test_the_actor_lr_scale_scales_the_actors_updates_only():
+    from vaco_jax.trainer import actor_lr_scale, make_optimizer, with_actor_lr_scale
+
+    hp = Config(env="toy_reach", algo="geppo").hparams()
+    params = {"actor": {"w": jnp.arange(3.0)}, "critic": {"w": jnp.ones(2)}}
+    grads = {"actor": {"w": jnp.array([0.1, -0.2, 0.3])}, "critic": {"w": jnp.array([0.5, 1.0])}}
+    plain = make_optimizer(hp, 1e-3)
+    scaled = make_optimizer(hp, 1e-3, adaptive_actor_lr=True)
+    state = scaled.init(params)
+    assert float(actor_lr_scale(state)) == 1.0
+    state = with_actor_lr_scale(state, 0.25)
+    expected, _ = plain.update(grads, plain.init(params), params)
+    updates, state = scaled.update(grads, state, params)
+    np.testing.assert_allclose(updates["actor"]["w"], 0.25 * expected["actor"]["w"], rtol=1e-6)
+    np.testing.assert_array_equal(updates["critic"]["w"], expected["critic"]["w"])
+    assert float(actor_lr_scale(state)) == 0.25
+
+
+def test_geppo_clip_is_the_earlier_geppo_with_gae():
+    # `gae+geppo_clip`: GePPO's clip around π_T/β with ε = clip_eps, GAE, the trainer's plain
+    # advantage normalisation and a fixed learning rate.
+    ablation = algorithms.parse("gae+geppo_clip")
+    assert ablation.estimator.name == "gae"
+    objective = ablation.objective
+    assert objective.hparams == () and objective.normalize_advantages is None
+    assert objective.adapt_learning_rate is None
+    loss, metrics = call("geppo_clip", LOG_P, LOG_B, LOG_T, ADVANTAGES)
+    direct = objectives.geppo(LOG_P, LOG_B, ADVANTAGES, log_proximal=LOG_T, clip_eps=EPS)
+    assert float(loss) == float(direct[0]) and metrics.keys() == direct[1].keys()
+    # geppo's objective at its default geppo_eps_mult = 1 is the same clip.
+    assert float(call("geppo", LOG_P, LOG_B, LOG_T, ADVANTAGES)[0]) == float(loss)
+    assert float(call("geppo", LOG_P, LOG_B, LOG_T, ADVANTAGES, geppo_eps_mult=0.5)[0]) != \
+        float(loss)
+
+
+def test_geppos_trainer_loss_uses_vtrace_advantages_normalised_with_the_weights():
+    # After two iterations the batch comes from the oldest of two snapshots (β ≠ π_T). At the
+    # first step (θ = θ_T) GePPO's policy loss is its clip on the V-trace advantages of the batch
+    # (computed with π_T, V_φT), each minibatch normalised with the weights π_T/β.
+    from vaco_jax import advantages as adv_lib, ring_buffer, rollout
+
+    trainer = Trainer(dataclasses.replace(CHUNK, algo="geppo", learning_rate=0.05))
+    config, state = trainer.config, trainer.init(jax.random.PRNGKey(0))
+    for _ in range(2):
+        state, _ = jax.jit(trainer.iteration)(state)
+    started = trainer.vec_env.start(state.env_state, jax.random.PRNGKey(1))
+    snapshots, _ = ring_buffer.sample(state.buffer, jax.random.PRNGKey(2), 1, "oldest")
+    _, traj = rollout.collect(trainer.vec_env, trainer.actor, started, snapshots,
+                              jax.random.PRNGKey(3), unroll_length=4, num_actors=1,
+                              normalize_obs=config.normalize_observations)
+    batch, _ = trainer.realign(state.params, state.normalizer, traj, state.hparams)
+    values = trainer.critic.apply({"params": state.params["critic"]}, batch.obs)
+    next_values = trainer.critic.apply({"params": state.params["critic"]}, batch.next_obs)
+    _, vtrace_advantages = adv_lib.vtrace(
+        batch.log_learner_start - batch.log_behavior, batch.reward, values, next_values,
+        batch.terminated, batch.truncated, gamma=config.gamma, lambda_=config.gae_lambda)
+    np.testing.assert_allclose(batch.advantages, vtrace_advantages, rtol=1e-5, atol=1e-6)
+    mb = jax.tree.map(lambda x: x[:, :2], batch)
+    rho = np.exp(np.asarray(mb.log_learner_start - mb.log_behavior))
+    assert np.abs(rho - 1).max() > 0.1                       # stale
+    a = np.asarray(mb.advantages)
+    weighted_norm = (a - (rho * a).mean() / rho.mean()) / ((rho * a).std() + 1e-8)
+    plain_norm = (a - a.mean()) / (a.std() + 1e-8)
+    hp = state.hparams
+    _, metrics = jax.jit(trainer.loss)(state.params, mb, hp, hp.kl_coef)
+    log_prob = trainer.head.distribution(
+        trainer.actor.apply({"params": state.params["actor"]}, mb.obs)).log_prob(mb.action)
+    expected, other = (float(objectives.geppo(log_prob, mb.log_behavior, jnp.asarray(adv),
+                                              log_proximal=mb.log_learner_start,
+                                              clip_eps=0.2)[0])
+                       for adv in (weighted_norm, plain_norm))
+    assert float(metrics["policy_loss"]) == pytest.approx(expected, rel=1e-4, abs=1e-6)
+    assert abs(expected - other) > 1e-3                       # the weights matter here
+
+
+def test_a_geppo_run_adapts_the_actors_learning_rate_from_its_updates_tv():
+    # A large learning rate moves the policy more than ε/2 = 0.1 in TV: the scale falls by 1.03
+    # after each such update; with geppo_adapt_factor = 0 it stays 1.
+    config = dataclasses.replace(CHUNK, algo="geppo", learning_rate=0.05,
+                                 total_steps=4 * 4 * 3)
+    for factor in (0.03, 0.0):
+        trainer = Trainer(dataclasses.replace(
+            config, objective_hparams=(f"geppo_adapt_factor={factor}",)))
+        state, _, steps = jax.jit(lambda s: trainer.learn_chunk(s, per_iteration=True))(
+            trainer.init(jax.random.PRNGKey(0)))
+        tv, used = np.asarray(steps["update_tv"]), np.asarray(steps["actor_lr_scale"])
+        assert np.all(tv > 0.1), tv
+        expected = (1.0 + factor) ** -np.arange(4.0)
+        np.testing.assert_allclose(used, expected[:3], rtol=1e-6)
+        from vaco_jax.trainer import actor_lr_scale
+        assert float(actor_lr_scale(state.opt_state)) == pytest.approx(expected[3], rel=1e-6)
+
+
 # --- reductions on-policy ---------------------------------------------------------------------------
 def call(name, log_prob, log_behavior, log_proximal, advantages, mask=None, discrete=True,
          **own):
@@ -407,7 +542,9 @@ def test_every_objective_reports_the_fraction_it_intervened_on():
 def test_each_is_an_algorithm_with_gae_and_pairs_with_any_estimator():
     for name in NEW:
         algorithm = algorithms.parse(name)
-        assert algorithm.estimator.name == "gae" and algorithm.objective.name == name
+        # GePPO corrects its advantages with V-trace, as its authors' code does by default.
+        estimator = "vtrace_once" if name == "geppo" else "gae"
+        assert algorithm.estimator.name == estimator and algorithm.objective.name == name
         assert algorithms.parse(f"vtrace_once+{name}").objective is algorithm.objective
     own = [n for name in NEW for n, _ in algorithms.OBJECTIVES[name].hparams]
     assert len(own) == len(set(own))                 # distinct names: the LLM runs them together
@@ -416,7 +553,7 @@ def test_each_is_an_algorithm_with_gae_and_pairs_with_any_estimator():
 def test_objective_hparams_are_set_by_name_and_checked():
     hp = Config(env="toy_reach", algo="icepop", objective_hparams=("mis_high=5",)).hparams()
     assert {k: float(v) for k, v in hp.objective.items()} == {"mis_low": 0.5, "mis_high": 5.0}
-    assert Config(env="toy_reach", algo="geppo").hparams().objective == {}
+    assert Config(env="toy_reach", algo="gae+geppo_clip").hparams().objective == {}
     with pytest.raises(ConfigError, match="m2_tau"):
         Config(env="toy_reach", algo="icepop", objective_hparams=("m2_tau=1",)).hparams()
 
@@ -504,7 +641,7 @@ def test_grpo_runs_each_objective_on_token_ratios_with_its_own_hyper_parameters(
             if key:
                 assert float(metrics[key]) == pytest.approx(float(expected_metrics[key])), name
             assert {"masked_fraction", "truncated_fraction"} <= set(metrics)
-        # The overrides reach the objective (geppo has none of its own).
+        # The overrides reach the objective (none of them is geppo's).
         default_loss = jax.jit(grpo.policy_loss)(log_prob, batch, llm_config.hparams(
             dataclasses.replace(base, objective=name)))[0]
         assert (float(loss) != float(default_loss)) == (name != "geppo"), name

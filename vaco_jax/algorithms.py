@@ -12,7 +12,8 @@ One vocabulary, the same everywhere (MuJoCo and LLM): the **algorithm** names `v
 `ppo_kl`, `spo`, `impala`, `pg`, `decoupled_ppo`, `appo`, and the stale-data objectives of other
 systems `icepop`, `cispo`, `dppo_tv`, `m2po`, `topr`, `geppo`, `tis`, `gspo`; the **objective**
 names `tv_filter`, `ppo_clip`, `ppo_kl`, `spo`, `impala_pg`, `pg`, `decoupled_ppo`, `icepop`,
-`cispo`, `dppo_tv`, `m2po`, `topr`, `geppo`, `gspo` (`tis` is another name of `decoupled_ppo`).
+`cispo`, `dppo_tv`, `m2po`, `topr`, `geppo`, `gspo` (`tis` is another name of `decoupled_ppo`),
+`geppo_clip` (GePPO's clip alone, without the rest of its method).
 The LLM testbed has no critic, so there an algorithm contributes its objective and the advantage
 is always GRPO's group-normalised reward. `gspo` clips a sequence's ratio: only the LLM runs it.
 
@@ -146,6 +147,16 @@ class Objective:
     """Reads the inputs' last axis as the tokens of one sequence (GSPO's sequence ratio): the LLM's
     answers `[B, L]` only. The control trainer's samples are single actions, and it refuses it."""
 
+    normalize_advantages: Callable | None = None
+    """`(advantages, log_behavior, log_proximal, p: ObjectiveParams) -> advantages`: the
+    objective's own advantage normalisation, which the MuJoCo trainer uses on each minibatch in
+    place of its plain one when the config's `normalize_advantages` is on (None: the plain one)."""
+    adapt_learning_rate: Callable | None = None
+    """`(scale, tv, p: ObjectiveParams) -> scale`: the actor's learning rate, relative to the
+    configured one, after an iteration whose update moved the policy `tv = ½ E|π_θ/β − π_T/β|`
+    from π_T on the batch. The MuJoCo trainer keeps `scale` in the optimiser state only for an
+    objective that has this rule (None: the learning rate is the configured one)."""
+
     @property
     def defaults(self) -> dict[str, float]:
         return dict(self.hparams)
@@ -206,7 +217,24 @@ OBJECTIVES: dict[str, Objective] = {o.name: o for o in (
     Objective("topr", lambda x, p: objectives.topr(
         x.log_prob, x.log_behavior, x.advantages, threshold=p.topr_threshold, mask=x.mask),
         hparams=(("topr_threshold", 0.0),)),
+    # GePPO as its authors run it (`jqueeney/geppo`): its clip with ε = clip_eps · geppo_eps_mult,
+    # advantages normalised with the weights π_T/β, and the actor's learning rate divided by
+    # 1 + geppo_adapt_factor after an update whose TV from π_T exceeds geppo_adapt_max · ε/2
+    # (docs/SPEC.md lists what differs from their code and why).
     Objective("geppo", lambda x, p: objectives.geppo(
+        x.log_prob, x.log_behavior, x.advantages,
+        log_proximal=_required(x.log_proximal, "log_proximal"),
+        clip_eps=p.clip_eps * p.geppo_eps_mult, mask=x.mask),
+        hparams=(("geppo_eps_mult", 1.0), ("geppo_adapt_factor", 0.03),
+                 ("geppo_adapt_max", 1.0), ("geppo_adapt_min", 0.0)),
+        normalize_advantages=lambda advantages, log_behavior, log_proximal, p:
+            objectives.geppo_advantages(advantages, log_behavior, log_proximal),
+        adapt_learning_rate=lambda scale, tv, p: objectives.geppo_learning_rate_scale(
+            scale, tv, eps=p.clip_eps * p.geppo_eps_mult, factor=p.geppo_adapt_factor,
+            max_threshold=p.geppo_adapt_max, min_threshold=p.geppo_adapt_min)),
+    # GePPO's clip alone, with the shared protocol's advantages and learning rate: what `geppo`
+    # was before it took the rest of the authors' method (`gae+geppo_clip` reproduces it).
+    Objective("geppo_clip", lambda x, p: objectives.geppo(
         x.log_prob, x.log_behavior, x.advantages,
         log_proximal=_required(x.log_proximal, "log_proximal"), clip_eps=p.clip_eps,
         mask=x.mask)),
@@ -257,14 +285,18 @@ REGISTRY: dict[str, Algorithm] = {
     "appo": pair("vtrace_once", "ppo_clip"),
     # What other asynchronous RL systems use for stale data, each with GAE (any other estimator
     # through `<estimator>+<objective>`).
-    **{name: pair("gae", name) for name in ("icepop", "cispo", "dppo_tv", "m2po", "topr", "geppo")},
+    **{name: pair("gae", name) for name in ("icepop", "cispo", "dppo_tv", "m2po", "topr")},
+    # GePPO corrects its advantages with V-trace, once per iteration with π_T (the authors'
+    # default; their `--no_vtrace` is `gae+geppo`).
+    "geppo": pair("vtrace_once", "geppo"),
     # Truncated importance sampling (verl's and slime's correction of stale rollouts) is decoupled
     # PPO with C = 2: one algorithm under two names, the same program.
     "tis": pair("gae", "decoupled_ppo"),
     # GSPO's sequence ratio (the LLM only: `vaco_jax.config.validate` refuses it in control).
     "gspo": pair("gae", "gspo"),
 }
-# Ablations that separate Align from Filter (written as pairings).
+# Ablations that separate Align from Filter (written as pairings); `gae+geppo_clip` is GePPO's
+# clip alone.
 ABLATIONS = ("gae+tv_filter", "vtrace_once+ppo_clip")
 
 

@@ -141,8 +141,9 @@ class Config:
     objectives of other systems icepop, cispo, dppo_tv, m2po, topr, geppo, tis (decoupled_ppo
     under verl's and slime's name), or any `<estimator>+<objective>` pairing (estimators gae,
     vtrace_once, vtrace_every; objectives tv_filter, ppo_clip, ppo_kl, spo, impala_pg, pg,
-    decoupled_ppo and those six; e.g. the ablations gae+tv_filter, vtrace_once+ppo_clip); gspo
-    (a sequence-level ratio) is the LLM's only. The objective may be your own: a name given
+    decoupled_ppo, those six and geppo_clip, GePPO's clip alone; e.g. the ablations
+    gae+tv_filter, vtrace_once+ppo_clip, gae+geppo_clip); gspo (a sequence-level ratio) is the
+    LLM's only. The objective may be your own: a name given
     to vaco_jax.register_objective, or module:function (e.g. gae+my_objectives:my_loss;
     docs/objectives.md)."""
     seed: int = 0

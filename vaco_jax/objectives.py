@@ -280,14 +280,17 @@ def topr(log_prob, log_behavior, advantages, *, threshold=0.0, mask=None):
 
 
 def geppo(log_prob, log_behavior, advantages, *, log_proximal, clip_eps, mask=None):
-    """GePPO (Queeney, Paschalidis, Cassandras 2021, "Generalized Proximal Policy Optimization
-    with Sample Reuse"): PPO's clip of `w = π_θ/β`, centred on `π_T/β` instead of 1, so the
-    update stays within ε (in TV terms) of the learner π_T whatever the data's staleness:
+    """GePPO's objective (Queeney, Paschalidis, Cassandras 2021, "Generalized Proximal Policy
+    Optimization with Sample Reuse"; the authors' `jqueeney/geppo`, `_get_neg_pg`): PPO's clip of
+    `w = π_θ/β`, centred on `π_T/β` instead of 1, so the update stays within ε (in TV terms) of the
+    learner π_T whatever the data's staleness:
 
     ```
     L = −E[ min(w Â, clip(w, c − ε, c + ε) Â) ],   c = sg(π_T/β)
     ```
-    With β = π_T (c = 1) this is `ppo_clip`, bit for bit."""
+    With β = π_T (c = 1) this is `ppo_clip`, bit for bit. The algorithm `geppo` adds the rest of
+    the authors' method around it (V-trace advantages, `geppo_advantages`,
+    `geppo_learning_rate_scale`, ε scaled by `geppo_eps_mult`); `geppo_clip` is this alone."""
     log_prob, log_behavior, advantages, log_proximal = unmasked(
         mask, log_prob, log_behavior, advantages, log_proximal)
     ratio = jnp.exp(log_ratio(log_prob, log_behavior))
@@ -297,6 +300,35 @@ def geppo(log_prob, log_behavior, advantages, *, log_proximal, clip_eps, mask=No
     loss = -masked_mean(jnp.minimum(unclipped, clipped), mask)
     clipped_active = (jnp.abs(sg(ratio) - centre) > clip_eps).astype(ratio.dtype)
     return loss, {"clip_fraction": masked_mean(clipped_active, mask)}
+
+
+def geppo_advantages(advantages, log_behavior, log_proximal, mask=None):
+    """GePPO's advantage normalisation (the authors' `adv_center`, `adv_scale`), per minibatch:
+    centred on the mean weighted by `ρ = π_T/β` and scaled by the standard deviation of `ρ Â`:
+
+    ```
+    Â' = (Â − E[ρ Â] / E[ρ]) / (std(ρ Â) + 1e-8)
+    ```
+    `ρ` carries no gradient. With β = π_T (ρ = 1) this is the plain `(Â − mean) / (std + 1e-8)`."""
+    advantages, log_behavior, log_proximal = unmasked(mask, advantages, log_behavior,
+                                                      log_proximal)
+    ratio = jnp.exp(sg(log_ratio(log_proximal, log_behavior)))
+    weighted = ratio * advantages
+    centre = masked_mean(weighted, mask) / masked_mean(ratio, mask)
+    spread = jnp.sqrt(masked_mean(jnp.square(weighted - masked_mean(weighted, mask)), mask))
+    return (advantages - centre) / (spread + 1e-8)
+
+
+def geppo_learning_rate_scale(scale, tv, *, eps, factor, max_threshold, min_threshold):
+    """GePPO's adaptive learning rate (the authors' `adapt_lr`, on by default): after each update,
+    divide the actor's learning rate by `1 + factor` when the update's TV from π_T exceeds
+    `max_threshold · ε/2`, multiply it by `1 + factor` when the TV is below `min_threshold · ε/2`
+    (the authors' defaults 0.03, 1 and 0: it only ever falls), with no bound. `scale` is the
+    learning rate relative to the configured one; `tv = ½ E|π_θ/β − π_T/β|` on the whole batch
+    after the update (`diagnostics.tv_forward`)."""
+    grow = 1.0 + factor
+    return jnp.where(tv > max_threshold * 0.5 * eps, scale / grow,
+                     jnp.where(tv < min_threshold * 0.5 * eps, scale * grow, scale))
 
 
 def ppo_kl(log_prob, log_behavior, advantages, *, kl, kl_coef, mask=None):

@@ -93,9 +93,33 @@ class LearnerBatch:
                                    # penalty to π_T (`kl_reference="learner"`), else None
 
 
-def make_optimizer(hparams: HParams, learning_rate):
-    return optax.chain(optax.clip_by_global_norm(hparams.max_grad_norm),
-                       optax.adam(learning_rate, eps=hparams.adam_eps))
+def make_optimizer(hparams: HParams, learning_rate, *, adaptive_actor_lr: bool = False):
+    """Adam after global-norm clipping. With `adaptive_actor_lr` (static: an objective that adapts
+    its learning rate) the actor's updates are then scaled by a leaf of the optimiser state
+    (`actor_lr_scale`, `with_actor_lr_scale`), 1 at the start; without it the optimiser and its
+    state are what they always were."""
+    transforms = [optax.clip_by_global_norm(hparams.max_grad_norm),
+                  optax.adam(learning_rate, eps=hparams.adam_eps)]
+    if adaptive_actor_lr:
+        # Adam's step is linear in its learning rate, so scaling the actor's updates scales the
+        # actor's learning rate alone (the critic keeps the configured one).
+        transforms.append(optax.masked(optax.inject_hyperparams(optax.scale)(step_size=1.0),
+                                       {"actor": True, "critic": False}))
+    return optax.chain(*transforms)
+
+
+def actor_lr_scale(opt_state) -> jax.Array:
+    """The actor's learning rate relative to the configured one, from the state of
+    `make_optimizer(..., adaptive_actor_lr=True)`."""
+    return opt_state[-1].inner_state.hyperparams["step_size"]
+
+
+def with_actor_lr_scale(opt_state, scale):
+    """`opt_state` with the actor's relative learning rate set to `scale`."""
+    masked = opt_state[-1]
+    injected = masked.inner_state._replace(hyperparams={"step_size": jnp.asarray(scale,
+                                                                                 jnp.float32)})
+    return (*opt_state[:-1], masked._replace(inner_state=injected))
 
 
 class Trainer:
@@ -158,7 +182,8 @@ class Trainer:
         normalizer = networks.init_normalizer(observation_size)
         capacity = jnp.clip(hparams.capacity, 1, config.slots)
         buffer = ring_buffer.init(self.snapshot(params, normalizer), config.slots, capacity)
-        opt_state = make_optimizer(hparams, hparams.learning_rate).init(params)
+        opt_state = make_optimizer(hparams, hparams.learning_rate,
+                                   adaptive_actor_lr=self.adapts_learning_rate).init(params)
         return TrainState(params, opt_state, normalizer, env_state, buffer, key,
                           jnp.int32(0), jnp.int32(0), hparams.kl_coef, hparams, Health.healthy())
 
@@ -189,9 +214,14 @@ class Trainer:
         learning_rate = hp.learning_rate
         if config.anneal_lr:
             learning_rate = learning_rate * (1.0 - state.iteration / config.num_iterations)
-        optimizer = make_optimizer(hp, learning_rate)
+        optimizer = make_optimizer(hp, learning_rate, adaptive_actor_lr=self.adapts_learning_rate)
         (params, opt_state), update_metrics = self.update_epochs(
             state.params, state.opt_state, batch, update_key, optimizer, hp, state.kl_coef)
+        if self.adapts_learning_rate:
+            # E.g. GePPO: the next iteration's actor learning rate, from this update's TV from π_T.
+            opt_state, rate_metrics = self.adapt_learning_rate(params, opt_state, batch, hp,
+                                                               state.kl_coef)
+            update_metrics = {**update_metrics, **rate_metrics}
 
         # Publish: fold the batch into the normaliser, push the new snapshot.
         normalizer = networks.update_normalizer(state.normalizer, traj.obs,
@@ -229,6 +259,24 @@ class Trainer:
             buffer=buffer, key=key, iteration=state.iteration + 1,
             env_steps=state.env_steps + config.batch_size, kl_coef=kl_coef)
         return guard_divergence(state, new_state, update_metrics, traj), metrics
+
+    @property
+    def adapts_learning_rate(self) -> bool:
+        """Whether the objective adapts the actor's learning rate (`Objective.adapt_learning_rate`)."""
+        return self.algorithm.objective.adapt_learning_rate is not None
+
+    def adapt_learning_rate(self, params, opt_state, batch: LearnerBatch, hp: HParams, kl_coef):
+        """The objective's learning-rate rule after the update: the TV from π_T of the updated
+        policy on the whole batch, `½ mean |π_θ/β − π_T/β|` (`update_tv`), gives the actor's next
+        relative learning rate (`actor_lr_scale`, the one this update used)."""
+        dist = self.head.distribution(self.actor.apply({"params": params["actor"]}, batch.obs))
+        tv = diagnostics.tv_forward(dist.log_prob(batch.action), batch.log_learner_start,
+                                    batch.log_behavior)
+        scale = actor_lr_scale(opt_state)
+        new_scale = self.algorithm.objective.adapt_learning_rate(
+            scale, tv, self.objective_params(hp, kl_coef))
+        return with_actor_lr_scale(opt_state, new_scale), {"update_tv": tv,
+                                                           "actor_lr_scale": scale}
 
     def realign(self, params, normalizer, traj: rollout.Transition, hp: HParams):
         """Normalise, evaluate π_T and V_φT on the batch, and fix advantages/targets for the iteration."""
@@ -301,7 +349,12 @@ class Trainer:
         else:
             targets, advantages = mb.targets, mb.advantages
         if config.normalize_advantages:
-            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+            normalize = self.algorithm.objective.normalize_advantages
+            if normalize is None:
+                advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+            else:   # the objective's own (e.g. GePPO's, weighted by π_T/β)
+                advantages = normalize(advantages, mb.log_behavior, mb.log_learner_start,
+                                       self.objective_params(hp, kl_coef))
 
         policy_loss, policy_metrics = self.policy_objective(
             log_prob, mb, advantages, hp, kl_coef, dist)
@@ -335,11 +388,13 @@ class Trainer:
             log_reference=mb.log_learner_start if config.tv_reference == "learner" else None,
             log_proximal=mb.log_learner_start,
             discrete=isinstance(self.vec_env.action_space, spaces.Discrete))
-        params = algorithms.ObjectiveParams(
+        return objective.fn(inputs, self.objective_params(hp, kl_coef))
+
+    def objective_params(self, hp: HParams, kl_coef) -> algorithms.ObjectiveParams:
+        return algorithms.ObjectiveParams(
             clip_eps=hp.clip_eps, delta=hp.delta, is_max=hp.is_max, rho_bar=hp.rho_bar,
-            kl_coef=kl_coef, decoupled_is_max=hp.decoupled_is_max, filter_mode=config.filter_mode,
-            own=hp.objective)
-        return objective.fn(inputs, params)
+            kl_coef=kl_coef, decoupled_is_max=hp.decoupled_is_max,
+            filter_mode=self.config.filter_mode, own=hp.objective)
 
     # --- chunks and the whole run ------------------------------------------------------------
     def run_chunk(self, state: TrainState) -> tuple[TrainState, dict]:
