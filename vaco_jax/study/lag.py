@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import subprocess
 import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -36,11 +35,12 @@ import numpy as np
 import pandas as pd
 
 from vaco_jax.errors import SweepError
+from vaco_jax.pipeline import estimates, preregistration, runs, tables
 from vaco_jax.study import analysis, plotting, presets, references, stats, sweep
 
 FINAL_EVALS = presets.FINAL_EVALS
 """A run's final score averages its last this many evaluations (each of `eval_envs` episodes)."""
-BREAK_LEVEL = 0.8
+BREAK_LEVEL = estimates.BREAK_LEVEL
 """A method is "broken" at the smallest k whose degradation is below this."""
 SYNC_FRACTION = 0.5
 """The sanity check: a method should reach this fraction of synchronous PPO-Clip at k = 0."""
@@ -145,16 +145,7 @@ def with_columns(results: pd.DataFrame) -> pd.DataFrame:
     return results
 
 
-def diverged_from_then_on(results: pd.DataFrame, run: Sequence[str]) -> pd.Series:
-    """Per row, whether its run (the columns `run`) has diverged by that evaluation: the sweep's
-    `diverged`, or a non-finite evaluation return (physics that blew up during an evaluation),
-    which fails the run from that evaluation on, as a divergence does: its score is never averaged
-    as NaN or dropped."""
-    diverged = (results["diverged"].fillna(False).astype(bool) if "diverged" in results
-                else pd.Series(False, index=results.index))
-    diverged = diverged | ~np.isfinite(results["eval_return"].to_numpy(np.float64))
-    order = results.assign(diverged=diverged).sort_values([*run, "eval_index"])
-    return order.groupby(list(run), sort=False)["diverged"].cummax()   # aligned by index
+diverged_from_then_on = runs.diverged_from_then_on
 
 
 # --- the study's design and what is missing -------------------------------------------------------
@@ -306,11 +297,7 @@ def _several_tasks(values: dict) -> bool:
     return len({key[0] for key in values}) > 1
 
 
-def _ratio(numerator, denominator):
-    """numerator / denominator, NaN where the denominator is not positive (a synchronous score at
-    or below random leaves "the fraction kept" undefined)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(denominator > 0, numerator / denominator, np.nan)
+_ratio = estimates.ratio
 
 
 def mean_of(means: np.ndarray) -> np.ndarray:
@@ -604,16 +591,7 @@ PRE_REGISTRATION = "eaf6cd5250f21642a01e57fdc615bf0e983f66ae"
 descends from it are judged by them; results made before it are exploratory."""
 
 
-def git_descends_from(commit: str, ancestor: str) -> bool | None:
-    """Whether `commit` is `ancestor` or descends from it in the git history of this vaco_jax
-    checkout; None when git cannot tell (no git, no repository, a commit it does not hold)."""
-    try:
-        out = subprocess.run(["git", "merge-base", "--is-ancestor", ancestor, commit],
-                             cwd=Path(__file__).resolve().parents[2], capture_output=True,
-                             text=True, timeout=5)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return {0: True, 1: False}.get(out.returncode)
+git_descends_from = preregistration.descends_from
 
 
 PRE_REGISTRATION_STATUS = {
@@ -883,14 +861,7 @@ def _ranges(values) -> str:
 
 
 # --- the written report ---------------------------------------------------------------------------
-def _ci(point, low, high, digits: int = 2, sign: bool = False) -> str:
-    """"0.50 [0.41, 0.62]"; "undefined" for a NaN point, "[n/a]" for a NaN interval."""
-    if not np.isfinite(point):
-        return "undefined"
-    text = f"{point:+.{digits}f}" if sign else f"{point:.{digits}f}"
-    if not (np.isfinite(low) and np.isfinite(high)):
-        return f"{text} [n/a]"
-    return f"{text} [{low:.{digits}f}, {high:.{digits}f}]"
+_ci = tables.interval
 
 
 def fewer_tasks(frame: pd.DataFrame, total: int | None = None) -> list[str]:

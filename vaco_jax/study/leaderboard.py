@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from vaco_jax import io
+from vaco_jax.pipeline import estimates
 from vaco_jax.study import bench, scorecard
 
 
@@ -91,7 +92,7 @@ def markdown(frame: pd.DataFrame, notes: list[str]) -> str:
 STUDY_NAMES = {"ppo_kl_adaptive": "ppo_kl [kl_adaptive]",
                "ppo_kl_adaptive_learner": "ppo_kl [kl_adaptive_learner]",
                "impala": "impala [epochs=4]"}
-DROP = 0.8   # the break rule's line: final retention below it is a drop
+DROP = estimates.BREAK_LEVEL   # the break rule's line: final retention below it is a drop
 
 
 def agreement(frame: pd.DataFrame, degradation_csv: str | Path) -> pd.DataFrame:

@@ -37,9 +37,10 @@ import numpy as np
 import pandas as pd
 
 from vaco_jax import io
+from vaco_jax.pipeline import estimates
 from vaco_jax.study import bench, stats, sweep
 
-BREAK_LEVEL = 0.8
+BREAK_LEVEL = estimates.BREAK_LEVEL
 SYNC_FRACTION = 0.5
 REPS = 10_000
 ALPHA = 0.05
