@@ -150,3 +150,11 @@ def test_check_passes_on_its_own_tables_and_names_the_file_of_an_edited_number(
     path.write_text("\n".join(text) + "\n")
     assert robustness.check(tmp_path, robustness.Spec(reps=200)) == [
         f"{path}: differs from its recomputation"]
+
+
+def test_the_minatar_studies_run_from_their_specs_with_the_committed_numbers():
+    from vaco_jax.study import specs
+    long = specs.two_arms(specs.STUDIES["minatar-long"]).splitlines()
+    assert long[1] == ("primary: cnn - mlp = -6.62, 95% Welch interval [-13.02, -0.22] "
+                       "(p = 0.044): the MLP learns more at this budget")
+    assert long[2] == "exploratory: mean return over the curve (area / steps): mlp 9.67, cnn 6.84"

@@ -7,6 +7,7 @@ baseline, break lags, a synchronous sanity check, realised lags, figures and sum
         --references runs/lag/reference_returns.json --out runs/lag/report
     vaco-report --study settings --sweeps runs/forward/* runs/stepsize/* runs/delta-lag/* \
         --references results/lag-cpu/reference_returns.json --out runs/settings_report
+    vaco-report --study minatar-long              # a committed study run from its spec
 
 The sweeps are `vaco-sweep --preset lag-cpu` (one directory, or one per task); the references
 `vaco-references --preset lag-cpu --last-evals 3` (the analysis scores a run by its last 3
@@ -30,12 +31,13 @@ from vaco_jax.study import presets
 
 @dataclasses.dataclass
 class Args:
-    sweeps: tuple[str, ...]
+    sweeps: tuple[str, ...] = ()
     """Sweep directories holding the study (results.jsonl, cells.jsonl, sweep.json)."""
-    study: Literal["lag", "settings"] = "lag"
+    study: Literal["lag", "settings", "minatar-long", "minatar-space-invaders"] = "lag"
     """lag: the controlled-lag study; settings: the forward × backward (update frequency × lag),
     step-size and δ × lag studies, whichever the sweeps hold (scores normalised by their own
-    synchronous PPO-Clip runs on the same seeds; the references give the random returns)."""
+    synchronous PPO-Clip runs on the same seeds; the references give the random returns);
+    minatar-*: the committed CNN-against-MLP studies (`vaco_jax.study.specs`, no sweeps)."""
     references: str = ""
     """Reference-returns table (default <first sweep>/reference_returns.json)."""
     out: str = ""
@@ -56,8 +58,14 @@ def main(argv: list[str] | None = None, prog: str = "vaco-report") -> int:
     import matplotlib
 
     matplotlib.use("Agg")
-    from vaco_jax.study import lag, references, settings
+    from vaco_jax.study import lag, references, settings, specs
 
+    if args.study in specs.STUDIES:
+        print(specs.two_arms(specs.STUDIES[args.study]))
+        return 0
+    if not args.sweeps:
+        print(f"error: option `sweeps` is required for --study {args.study}", file=sys.stderr)
+        return 2
     first = Path(args.sweeps[0])
     references_path = args.references or str(first / references.FILE_NAME)
     out = Path(args.out or first / f"{args.study}_report")

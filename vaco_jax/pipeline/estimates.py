@@ -5,6 +5,7 @@
                           (the mean of the tasks' retentions), with a stratified BCa interval
     paired_differences    a − b per seed, per task, and pooled: the per-seed mean over tasks
     break_lag             the smallest constant lag whose retention is below BREAK_LEVEL
+    welch_difference      mean(a) − mean(b) of unpaired arms, Welch's t interval and p
 
 Seed s uses the same key in every setting and method (common random numbers), so a comparison
 resamples seeds paired: one row per seed holds every condition it compares."""
@@ -15,6 +16,7 @@ from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
+from scipy import stats as scipy_stats
 
 from vaco_jax.study import stats
 
@@ -96,3 +98,12 @@ def break_lag(lags, retentions, highs, level: float = BREAK_LEVEL) -> tuple[str,
     def first(mask):
         return str(int(lags[mask][0])) if mask.any() else "none"
     return first(retentions < level), first(highs < level)
+
+
+def welch_difference(a, b, confidence: float = 0.95) -> tuple[float, float, float, float]:
+    """(mean(a) − mean(b), its Welch t interval's ends, the two-sided p): two arms whose runs are
+    not paired (different networks on the same seeds do not share a key's use)."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    test = scipy_stats.ttest_ind(a, b, equal_var=False)
+    low, high = test.confidence_interval(confidence)
+    return float(a.mean() - b.mean()), float(low), float(high), float(test.pvalue)
