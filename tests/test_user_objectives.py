@@ -4,6 +4,7 @@ hyper-parameters, is traced and refused before compilation when it cannot run, k
 store by its code, and is recorded by each run so that a resume on edited code is refused."""
 
 import dataclasses
+import functools
 import hashlib
 import importlib
 import json
@@ -18,9 +19,10 @@ import jax.numpy as jnp
 import pytest
 
 import vaco_jax
-from vaco_jax import Config, ConfigError, Options, Trainer, algorithms, make_train, program
+from vaco_jax import Config, ConfigError, Options, Trainer, algorithms, checkpoint, make_train, program
+from vaco_jax import fingerprint as fingerprint_lib
 from vaco_jax import objectives as objectives_lib
-from vaco_jax.config import validate
+from vaco_jax.config import to_json_dict, validate
 from vaco_jax.commands.train import main
 from vaco_jax.train import run
 
@@ -58,6 +60,11 @@ def write_module(directory, name: str, source: str):
 
 def sha16(path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def fingerprint(name: str) -> str:
+    """What objective `name` computes (`algorithms.objective_fingerprint`), as this process sees it."""
+    return algorithms.objective_fingerprint(algorithms.resolve_objective(name))
 
 
 # --- a user's objective trains ---------------------------------------------------------------------
@@ -102,7 +109,7 @@ def test_a_module_objective_trains_from_the_command_line_and_its_run_records_it(
     assert recorded["objective"] == {
         "name": "my_objectives:my_loss", "hparams": {"tau": 0.25, "scale": 1.0}, "needs_kl": False,
         "code": {"function": "my_loss", "module": "my_objectives", "file": str(path.resolve()),
-                 "source": sha16(path)}}
+                 "source": sha16(path), "fingerprint": fingerprint("my_objectives:my_loss")}}
     assert recorded["sources"][0]["objective_code"]["source"] == sha16(path)
     [row] = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert row["tau_seen"] == [pytest.approx(0.25)]   # the override reached p.tau in the program
@@ -270,27 +277,114 @@ def test_editing_the_module_changes_the_program_key_and_the_same_code_keeps_it(t
                        ) != first
 
 
-def test_resuming_on_an_edited_objective_is_refused_unless_allowed(tmp_path, capsys):
-    path = write_module(tmp_path, "resumed_objectives", MODULE)
-    two_evals = dataclasses.replace(SMALL, algo="gae+resumed_objectives:my_loss", num_evals=2)
+HELPED = '''
+import jax.numpy as jnp
+import vaco_jax
+import resumed_helpers
+
+
+@vaco_jax.objective(hparams={"tau": 0.04})
+def my_loss(x, p):
+    ratio = jnp.exp(x.log_prob - x.log_behavior)
+    return -jnp.mean(ratio * x.advantages - p.tau * resumed_helpers.penalty(ratio)), {}
+'''
+HELPERS = '''
+def penalty(ratio):
+    return (ratio - 1.0) ** 2
+'''
+
+
+def test_a_resume_follows_what_the_objective_computes_a_helper_edit_refused_a_comment_not(
+        tmp_path, capsys):
+    path = write_module(tmp_path, "resumed_objectives", HELPED)
+    write_module(tmp_path, "resumed_helpers", HELPERS)
+    three_evals = dataclasses.replace(SMALL, algo="gae+resumed_objectives:my_loss", num_evals=3,
+                                      total_steps=8 * 8 * 3)
     out = tmp_path / "run"
-    run(two_evals, Options(out=str(out), progress=False, checkpoint_budget=1.0), stop_after=1)
-    before = sha16(path)
-    # An edit that changes no code (a comment) is still another file: refused like any code change.
-    edited = write_module(tmp_path, "resumed_objectives", MODULE + "# tuned tau\n")
+    run(three_evals, Options(out=str(out), progress=False, checkpoint_budget=1.0), stop_after=1)
+    before, first_file = fingerprint("resumed_objectives:my_loss"), sha16(path)
+    # Comments and docstrings in both files change what no program computes: the run resumes.
+    write_module(tmp_path, "resumed_objectives", '"""My objective."""\n# tuned\n' + HELPED)
+    write_module(tmp_path, "resumed_helpers", '# the penalty\n' + HELPERS)
+    summary = run(three_evals, Options(resume=str(out), progress=False), stop_after=1)
+    assert summary["resumed_from_chunk"] == 1 and not summary["finished"]
+    # The helper module computes another penalty: refused, though the objective's file is unchanged.
+    write_module(tmp_path, "resumed_helpers", HELPERS.replace("** 2", "** 4"))
+    after = fingerprint("resumed_objectives:my_loss")
+    assert after != before
     assert main(["--resume", str(out), "--no-progress"]) == 2
-    message = capsys.readouterr().err
+    message = " ".join(capsys.readouterr().err.split())
     assert (f"was written by other code of the run's objective (objective "
-            f"'resumed_objectives:my_loss': source {before} of {path.resolve()} in the checkpoint, "
-            f"{sha16(edited)} of {edited.resolve()} here)") in message, message
+            f"'resumed_objectives:my_loss': fingerprint {before} ({path.resolve()}, source "
+            f"{first_file}) in the checkpoint, fingerprint {after} ({path.resolve()}, source "
+            f"{sha16(path)}) here)") in message, message
     assert "--allow-code-change" in message
 
     with pytest.warns(UserWarning, match="written by other code of the run's objective"):
-        summary = run(two_evals, Options(resume=str(out), progress=False, allow_code_change=True))
-    assert summary["finished"] and summary["resumed_from_chunk"] == 1
+        summary = run(three_evals, Options(resume=str(out), progress=False, allow_code_change=True))
+    assert summary["finished"] and summary["resumed_from_chunk"] == 2
     sources = json.loads((out / "config.json").read_text())["sources"]
-    assert [(s["from_chunk"], s["objective_code"]["source"]) for s in sources] == [
-        (0, before), (1, sha16(edited))]
+    assert [(s["from_chunk"], s["objective_code"]["fingerprint"]) for s in sources] == [
+        (0, before), (2, after)]
+
+
+NOTEBOOK_CELL = '''
+import jax.numpy as jnp
+
+def notebook_loss(x, p):
+    ratio = jnp.exp(x.log_prob - x.log_behavior)
+    return -jnp.mean(ratio * x.advantages * SCALE), {}
+'''
+
+
+def define_in_a_notebook(source: str):
+    """`notebook_loss` as a notebook cell (or `exec`) defines it: without a source file."""
+    namespace = {}
+    exec(source, namespace)
+    return vaco_jax.register_objective("notebook_loss", namespace["notebook_loss"])
+
+
+def test_an_objective_defined_in_a_notebook_is_fingerprinted_and_its_resume_checked():
+    config = dataclasses.replace(SMALL, algo="gae+notebook_loss")
+    define_in_a_notebook("SCALE = 1.0\n" + NOTEBOOK_CELL)
+    recorded = checkpoint.source_record(0, config)
+    assert recorded["objective_code"]["source"] is None and recorded["objective_code"]["fingerprint"]
+    meta = {"sources": [recorded], "source": recorded["source"], "versions": recorded["versions"],
+            "config": to_json_dict(config)}
+    define_in_a_notebook("# run again, with a comment\nSCALE = 1.0\n\n" + NOTEBOOK_CELL)
+    checkpoint.check_compatible(meta, config, "run", warn=False)   # the same program: resumed
+    define_in_a_notebook("SCALE = 2.0\n" + NOTEBOOK_CELL)
+    with pytest.raises(checkpoint.CheckpointError, match="other code of the run's objective") as error:
+        checkpoint.check_compatible(meta, config, "run", warn=False)
+    assert "no source file" in str(error.value)
+
+
+def scaled_pg(x, p, *, transform):
+    ratio = jnp.exp(objectives_lib.log_ratio(x.log_prob, x.log_behavior))
+    return -jnp.mean(transform(ratio) * x.advantages), {}
+
+
+def make_transform(power):
+    def transform(ratio):
+        return ratio ** power
+    return transform
+
+
+def test_a_partial_or_jit_wrapped_objective_is_keyed_by_what_it_computes(monkeypatch):
+    config = dataclasses.replace(SMALL, algo="gae+wrapped_loss")
+
+    def keys(power):
+        helper = jax.jit(make_transform(power))   # same name, module and code: another constant
+        vaco_jax.register_objective("wrapped_loss", functools.partial(scaled_pg, transform=helper))
+        return (checkpoint.source_record(0, config)["objective_code"]["fingerprint"],
+                program.traced_from(Trainer(config)).digest)
+
+    # As if this module were installed: its code then counts by name in the program store's walk.
+    monkeypatch.setattr(fingerprint_lib, "_installed", lambda module_name: True)
+    first = keys(1.0)
+    assert first[0] is not None and keys(1.0) == first
+    second = keys(2.0)
+    assert second[0] != first[0] and second[1] != first[1]
 
 
 # --- the same objective in the LLM's GRPO ----------------------------------------------------------
@@ -400,15 +494,18 @@ def test_the_llm_sweep_takes_a_module_objective_records_it_and_refuses_its_edite
     assert recorded["user_objectives"] == {mine: {
         "name": mine, "hparams": {"tau": 0.5, "scale": 1.0}, "needs_kl": False,
         "code": {"function": "my_loss", "module": "llm_objectives", "file": str(path.resolve()),
-                 "source": sha16(path)}}}
+                 "source": sha16(path), "fingerprint": fingerprint(mine)}}}
     rows = io.read_jsonl(tmp_path / "out" / "results.jsonl")
     assert {r["objective"]: r.get("objective_code") for r in rows} == {"vaco": None,
-                                                                       mine: sha16(path)}
+                                                                       mine: fingerprint(mine)}
     # The same code resumes (nothing to run); edited code is refused before anything runs.
     calls.clear()
     experiment.run(sweep, log=lambda _: None)
     assert calls == []
-    write_module(tmp_path, "llm_objectives", MODULE + "# tuned\n")
+    write_module(tmp_path, "llm_objectives", MODULE + "# tuned\n")   # computes the same: kept
+    experiment.run(sweep, log=lambda _: None)
+    assert calls == []
+    write_module(tmp_path, "llm_objectives", MODULE.replace("** 2", "** 4"))
     with pytest.raises(ConfigError, match="made by other code") as refused:
         experiment.run(sweep, log=lambda _: None)
     assert "objectives" in str(refused.value) and calls == []

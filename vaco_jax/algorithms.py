@@ -43,6 +43,7 @@ import jax
 import jax.numpy as jnp
 
 from vaco_jax import advantages as adv_lib
+from vaco_jax import fingerprint as fingerprint_lib
 from vaco_jax import objectives
 from vaco_jax.catalog import ALGORITHM_DEFAULTS
 from vaco_jax.errors import ConfigError, invalid
@@ -466,22 +467,88 @@ def is_builtin(objective: Objective) -> bool:
 
 
 def source_of(objective: Objective) -> dict | None:
-    """A user objective's code as a run records it: its function, module, source file and the
-    SHA-256 (16 hex digits) of that file's bytes; None for a built-in (the package's own source
-    hash covers it) or a function without a source file."""
+    """A user objective's code as a run records it: its `fingerprint` (`objective_fingerprint`:
+    what resumes, sweeps and the benchmark compare), and for reading its function, module, source
+    file and the SHA-256 (16 hex digits) of that file's bytes (`file` and `source` None where it
+    has none, e.g. a function defined in a notebook); None for a built-in (the package's own
+    source covers it)."""
     if is_builtin(objective):
         return None
-    fn = inspect.unwrap(objective.fn)
+    fn = unwrapped(objective.fn)
     try:
         path = inspect.getsourcefile(fn)
     except TypeError:
         path = None
     record = {"function": getattr(fn, "__qualname__", repr(fn)),
-              "module": getattr(fn, "__module__", None), "file": path, "source": None}
+              "module": getattr(fn, "__module__", None), "file": path, "source": None,
+              "fingerprint": objective_fingerprint(objective)}
     if path and Path(path).is_file():
         record["file"] = str(Path(path).resolve())
         record["source"] = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
     return record
+
+
+def unwrapped(fn):
+    """The function under `functools.partial`s and decorators such as `jax.jit`."""
+    while True:
+        fn = inspect.unwrap(fn)
+        if not isinstance(fn, functools.partial):
+            return fn
+        fn = fn.func
+
+
+def objective_fingerprint(objective: Objective) -> str | None:
+    """What `objective` computes, as a hash (24 hex digits): the StableHLO, without source
+    locations, of its loss, metrics and gradient with respect to `log_prob`, traced on `[4, 3]`
+    inputs in every setting a trainer passes (mask or none, a learner reference or none, discrete
+    or continuous actions, both filter modes), and its declared hyper-parameters and `needs_kl`.
+
+    Everything its program depends on counts — helper modules, installed packages, constants,
+    arguments bound by `functools.partial`, code under `jax.jit` or a `custom_vjp` — and nothing
+    else does: a comment, a docstring or a moved line keeps it. A function defined in a notebook
+    or by `exec` is fingerprinted like any other. Python branches on inputs the trainers never
+    pass are not seen. None when it cannot be traced in any setting (`check_objective` says why)."""
+    digest = hashlib.sha256(repr((objective.hparams, objective.needs_kl)).encode())
+    traced_once = False
+    for settings in _FINGERPRINT_SETTINGS:
+        try:
+            text = _lowered_objective(objective, *settings)
+        except Exception as error:  # noqa: BLE001 -- a setting it cannot run in is part of it
+            text = f"raises {type(error).__name__}"
+        else:
+            traced_once = True
+        digest.update(repr(settings).encode() + b"\0" + text.encode() + b"\0")
+    return digest.hexdigest()[:24] if traced_once else None
+
+
+_FINGERPRINT_SETTINGS = tuple((mask, reference, discrete, filter_mode)
+                              for mask in (False, True) for reference in (False, True)
+                              for discrete in (True, False)
+                              for filter_mode in ("batch", "per_sample"))
+
+
+def _lowered_objective(objective: Objective, mask: bool, reference: bool, discrete: bool,
+                       filter_mode: str) -> str:
+    shaped = jax.ShapeDtypeStruct(_CHECK_SHAPE, jnp.float32)
+    scalar = jax.ShapeDtypeStruct((), jnp.float32)
+    given = {"log_behavior": shaped, "advantages": shaped, "log_proximal": shaped,
+             "kl": shaped if objective.needs_kl else None, "log_reference": shaped if reference
+             else None, "mask": shaped if mask else None}
+    shared = {f.name: scalar for f in dataclasses.fields(ObjectiveParams)
+              if f.name not in ("filter_mode", "own")}
+    own = {name: scalar for name in objective.defaults}
+
+    def objective_program(log_prob, inputs, shared, own):
+        p = ObjectiveParams(**shared, filter_mode=filter_mode, own=own)
+
+        def loss(log_prob):
+            return objective.fn(PolicyInputs(log_prob=log_prob, discrete=discrete, **inputs), p)
+
+        return jax.value_and_grad(loss, has_aux=True)(log_prob)
+
+    lowered = jax.jit(objective_program).trace(shaped, given, shared, own).lower(
+        lowering_platforms=("cpu",))
+    return fingerprint_lib.stablehlo_text(lowered)
 
 
 def objective_record(objective: Objective, overrides=()) -> dict:

@@ -373,15 +373,18 @@ def check_compatible(meta: dict, config: Config, where, *, allow_version_change:
 
 def _check_objective_code(meta: dict, config: Config, where, *, allow_code_change: bool,
                           warn: bool) -> None:
-    """Refuse (unless `allow_code_change`) a checkpoint whose user objective's source file
-    (`algorithms.source_of`) differs from the one this process runs."""
+    """Refuse (unless `allow_code_change`) a checkpoint whose user objective's fingerprint
+    (`algorithms.objective_fingerprint`: what its traced program computes) differs from the one
+    this process runs, or is unknown on either side."""
     theirs = sources_of(meta)[-1].get("objective_code") or {}
     ours = _objective_code(config) or {}
-    if theirs.get("source") == ours.get("source"):
+    if not theirs and not ours:   # a built-in objective: the package's source covers it
         return
-    code = (f"objective {config.algo.partition('+')[2]!r}: source {theirs.get('source')} of "
-            f"{theirs.get('file')} in the checkpoint, {ours.get('source')} of {ours.get('file')} "
-            f"here")
+    fingerprint = theirs.get("fingerprint")
+    if fingerprint is not None and fingerprint == ours.get("fingerprint"):
+        return
+    code = (f"objective {config.algo.partition('+')[2]!r}: {_describe_code(theirs)} in the "
+            f"checkpoint, {_describe_code(ours)} here")
     if not allow_code_change:
         raise CheckpointError(
             f"checkpoint {str(where)!r} was written by other code of the run's objective ({code}): "
@@ -394,12 +397,23 @@ def _check_objective_code(meta: dict, config: Config, where, *, allow_code_chang
                       stacklevel=3)
 
 
+def _describe_code(record: dict) -> str:
+    """A user objective's code record (`algorithms.source_of`) in a few words."""
+    if not record:
+        return "no user objective"
+    fingerprint = record.get("fingerprint") or "unknown (not recorded)"
+    where = (f"{record.get('file')}, source {record.get('source')}" if record.get("source")
+             else "no source file")
+    return f"fingerprint {fingerprint} ({where})"
+
+
 # --- the code a run was made with ------------------------------------------------------------------
 
 def source_record(from_chunk: int, config: Config | None = None) -> dict:
     """This code, as it makes a run's chunks from `from_chunk` (0-based) on: the package's source
     hash (`io.source_hash`), its git commit and the checked libraries' versions, and for a run of
-    `config` with a user objective that objective's code (`algorithms.source_of`)."""
+    `config` with a user objective that objective's code and fingerprint
+    (`algorithms.source_of`)."""
     record = {"from_chunk": from_chunk, "source": io.source_hash(), "git_commit": io.git_commit(),
               "versions": _versions()}
     code = _objective_code(config) if config is not None else None
@@ -424,7 +438,7 @@ def continued_sources(sources: list[dict], from_chunk: int, config: Config | Non
     """`sources` continued by this code from chunk `from_chunk` on (unchanged if it is the same)."""
     here = source_record(from_chunk, config)
     code = lambda record: (record.get("source"), record.get("versions"),  # noqa: E731
-                           (record.get("objective_code") or {}).get("source"))
+                           (record.get("objective_code") or {}).get("fingerprint"))
     if code(sources[-1]) == code(here):
         return list(sources)
     return [*sources, here]

@@ -30,6 +30,7 @@ import functools
 import hashlib
 import inspect
 import pickle
+import re
 import sys
 import sysconfig
 import types
@@ -62,6 +63,18 @@ def fingerprint(*roots, packages=()) -> Fingerprint:
     for root in roots:
         walker.value(root, strict=True)
     return Fingerprint(walker.digest.hexdigest()[:24], not walker.unknown, tuple(walker.unknown))
+
+
+def stablehlo_text(lowered) -> str:
+    """A lowered program's StableHLO without source locations, its functions renamed in order of
+    appearance (`@f0`, `@f1`, ...): what it computes, not where its code is or what its Python
+    functions are called. A comment, a docstring, a moved line or a renamed helper keeps it."""
+    text = lowered.as_text(debug_info=False)
+    names: dict[str, str] = {}
+    return _SYMBOL.sub(lambda m: names.setdefault(m.group(0), f"@f{len(names)}"), text)
+
+
+_SYMBOL = re.compile(r"@[A-Za-z_][\w.$-]*")
 
 
 def top_level_package(obj) -> str:

@@ -351,6 +351,28 @@ class TrainProgram:
 _HPARAM_FIELDS = {f.name for f in dataclasses.fields(HParams)}
 
 
+def lowered_text(config: Config, num_runs: int, *, env=None, networks=None) -> str:
+    """What `num_runs` runs of `config` compute: the StableHLO of their init, learner and
+    evaluation programs (`fingerprint.stablehlo_text`: no source locations), lowered for the CPU
+    on one device and without placement, so that neither the machine nor the device count
+    changes it. The hyper-parameters and seeds are arguments of these programs, not part of
+    them: a caller that keys results by this adds their values (e.g. `sweep.Cell.fingerprint`).
+    Tracing and lowering only: nothing is compiled."""
+    shared = {f.name: f.default for f in dataclasses.fields(Config)
+              if f.name in _HPARAM_FIELDS or f.name in ("seed", "num_seeds")}
+    shared.update(capacity=1, max_capacity=config.slots)
+    trainer = Trainer(dataclasses.replace(config, **shared), env, networks=networks)
+    batched_init = jax.vmap(trainer.init)
+    args = (seed_keys(range(num_runs)), stack_hparams([trainer.config.hparams()] * num_runs))
+    state = jax.eval_shape(batched_init, *args)
+    traced = (jax.jit(batched_init).trace(*args),
+              jax.jit(jax.vmap(trainer.learn_chunk)).trace(state),
+              jax.jit(jax.vmap(trainer.evaluate)).trace(state.params["actor"], state.normalizer,
+                                                        state.key))
+    return "\n".join(fingerprint_lib.stablehlo_text(t.lower(lowering_platforms=("cpu",)))
+                     for t in traced)
+
+
 @dataclasses.dataclass(frozen=True)
 class _Traced:
     """A trainer, compared by what its programs are traced from (`traced_from`)."""
@@ -410,15 +432,19 @@ def traced_from(trainer: Trainer) -> fingerprint_lib.Fingerprint:
     constructor arguments and other attributes, their MJX models (from which their XML files are
     compiled) and their package's code. A user can register another env or algorithm under a known
     name, edit a reward function, edit their objective or pass other networks, without any name or
-    version changing. A user's objective's package is hashed by value too, even if installed."""
+    version changing. A user's objective's package is hashed by value too, even if installed, and
+    so is what it computes (`algorithms.objective_fingerprint`: its traced program, with what it
+    calls in other packages, under `functools.partial` or `jax.jit`)."""
     objective = trainer.algorithm.objective
     torsos = [getattr(net, "torso", None) for net in (trainer.actor, trainer.critic)]
     packages = env_packages(trainer.env) | {fingerprint_lib.top_level_package(torso)
                                             for torso in torsos if torso is not None}
+    computes = ()
     if not algorithms.is_builtin(objective):
-        packages.add(fingerprint_lib.top_level_package(objective.fn))
+        packages.add(fingerprint_lib.top_level_package(algorithms.unwrapped(objective.fn)))
+        computes = (algorithms.objective_fingerprint(objective),)
     return fingerprint_lib.fingerprint(type(trainer), trainer.algorithm, trainer.env,
-                                       trainer.actor, trainer.critic, packages=packages)
+                                       trainer.actor, trainer.critic, *computes, packages=packages)
 
 
 def env_packages(env) -> set[str]:

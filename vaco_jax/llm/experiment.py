@@ -725,7 +725,7 @@ def run(experiment: Experiment, log=print) -> dict:
             mine = [item for item in config.grpo.objective_hparams
                     if str(item).partition("=")[0].strip() in objective.defaults]
             user[o] = algorithms.objective_record(objective, mine)
-            codes[o] = (user[o].get("code") or {}).get("source")   # SHA-256 of its file
+            codes[o] = (user[o].get("code") or {}).get("fingerprint")   # what it computes
     program = program_objectives(experiment.objectives)
     config = validate(config, experiment.objectives)
     for n in experiment.ns:
