@@ -5,12 +5,14 @@ import json
 import shutil
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
+from vaco_jax import io
 from vaco_jax.commands import lag_bench
-from vaco_jax.errors import ConfigError
+from vaco_jax.errors import ConfigError, SweepError
 from vaco_jax.study import bench, scorecard, stats, sweep
 
 
@@ -139,40 +141,144 @@ def test_a_scorecard_holds_every_section_and_compares_with_the_same_code(board):
         assert (board / "vaco" / name).stat().st_size > 0
 
 
-def test_references_made_by_other_code_are_named_not_compared(board, tmp_path):
+def set_bench_info(directory, **changes):
+    """Edit a method's bench.json as if it had been made otherwise (`programs`: cell id → key)."""
+    path = directory / bench.BENCH_FILE
+    info = json.loads(path.read_text())
+    info["comparability"]["programs"].update(changes.pop("programs", {}))
+    info["comparability"]["versions"].update(changes.pop("versions", {}))
+    info.update(changes)
+    path.write_text(json.dumps(info))
+
+
+def test_every_record_keeps_what_its_cells_compute(board):
+    info = json.loads((board / "vaco" / bench.BENCH_FILE).read_text())
+    key = bench.comparability_key(bench.Method("vaco"), bench.protocol("tiny"))
+    assert info["comparability"] == key and key["protocol_version"] == 1
+    assert set(key["programs"]) == {"bench/toy_reach/vaco/lag", "bench/toy_reach/vaco/forward"}
+    assert key["versions"]["jax"] == jax.__version__ and "vaco_jax" not in key["versions"]
+    records = sweep.load_cells(board / "vaco" / bench.RUNS)
+    assert dict(zip(records.cell, records.program)) == key["programs"]
+    card = json.loads((board / "vaco" / "scorecard.json").read_text())
+    assert card["comparability"] == key
+
+
+def test_a_comment_in_result_code_keeps_the_key_and_a_change_of_behaviour_does_not():
+    from vaco_jax import objectives
+
+    [cell, _] = bench.bench_cells(bench.Method("ppo_clip"), bench.protocol("tiny"))
+    source = Path(objectives.__file__).read_text()
+
+    def key(text):   # objectives.py as if edited to `text` (lowered only, nothing compiled)
+        exec(compile(text, objectives.__file__, "exec"), objectives.__dict__)
+        return bench.program_digest(cell)
+
+    try:
+        first = key(source)
+        documented = source.replace('"""Policy objectives', '# A comment moves every line.\n\n'
+                                    '"""Policy objectives', 1).replace(
+            '    """`log(π/ref)`', '    """Another docstring.\n\n    `log(π/ref)`', 1)
+        assert documented != source and key(documented) == first
+        changed = source.replace("MAX_LOG_RATIO = 20.0", "MAX_LOG_RATIO = 30.0")
+        assert changed != source and key(changed) != first
+    finally:
+        exec(compile(source, objectives.__file__, "exec"), objectives.__dict__)
+    assert key(source) == first
+
+
+def test_references_that_compute_otherwise_are_named_not_compared(board, tmp_path):
     other = tmp_path / "board"
     shutil.copytree(board, other)
-    info = json.loads((other / "ppo_clip" / "bench.json").read_text())
-    info["result_sources"]["trainer.py"] = "0" * 12
-    info["result_code"] = bench.result_code(info["result_sources"])
-    (other / "ppo_clip" / "bench.json").write_text(json.dumps(info))
+    # Other source files (a docstring edited, say) with the same programs: compared.
+    set_bench_info(other / "ppo_clip", result_code="0" * 16)
+    card = scorecard.scorecard(other / "vaco", other, reps=200)
+    assert not card.not_compared and len(card.comparisons)
+    # Another program: named, not compared.
+    set_bench_info(other / "ppo_clip", programs={"bench/toy_reach/ppo_clip/lag": "0" * 16})
     card = scorecard.scorecard(other / "vaco", other, reps=200)
     assert card.comparisons.empty
     [note] = card.not_compared
-    assert note["method"] == "ppo_clip" and "trainer.py" in note["why"]
+    assert note["method"] == "ppo_clip"
+    assert note["why"] == "program of cell bench/toy_reach/ppo_clip/lag differs"
     assert "vaco-bench --algo ppo_clip --protocol tiny" in note["recompute"]
     assert "Recompute" in scorecard.markdown(card)
 
 
-def test_before_a_run_a_leaderboard_of_other_code_is_said_with_the_way_to_compare(board, tmp_path):
+def test_before_a_run_the_leaderboard_is_said_comparable_or_not_and_why(board, tmp_path):
     proto = bench.protocol("tiny")
-    assert bench.leaderboard_code_note(board, proto) is None   # made by this code: compared
-    assert bench.leaderboard_code_note(tmp_path / "none", proto) is None
+    assert bench.leaderboard_comparability(board, proto) == (
+        f"leaderboard {board} (2 methods): comparable: same programs, versions and protocol "
+        f"tiny v1")
+    assert "no method on protocol tiny" in bench.leaderboard_comparability(tmp_path / "none", proto)
     other = tmp_path / "board"
     shutil.copytree(board, other)
+    set_bench_info(other / "ppo_clip", programs={"bench/toy_reach/ppo_clip/forward": "0" * 16},
+                   git_commit="abcdef0123")
+    note = bench.leaderboard_comparability(other, proto)
+    assert note.startswith(f"leaderboard {other}: comparable with 1 of 2 methods (vaco); not with "
+                           f"ppo_clip: program of cell bench/toy_reach/ppo_clip/forward differs")
+    assert "worktree at commit abcdef0" in note
     for method in ("ppo_clip", "vaco"):
-        info = json.loads((other / method / "bench.json").read_text())
+        set_bench_info(other / method, versions={"jax": "0.9.1"})
+    assert f"(2 methods): not comparable: made with jax 0.9.1 (here {jax.__version__})" in \
+        bench.leaderboard_comparability(other, proto)
+    # Made before results recorded their programs: comparable only by the same source files.
+    for method in ("ppo_clip", "vaco"):
+        info = json.loads((other / method / bench.BENCH_FILE).read_text())
+        del info["comparability"]
+        info["versions"] = bench.key_versions()
+        (other / method / bench.BENCH_FILE).write_text(json.dumps(info))
+    assert "comparable: same result code" in bench.leaderboard_comparability(other, proto)
+    for method in ("ppo_clip", "vaco"):
+        info = json.loads((other / method / bench.BENCH_FILE).read_text())
         info["result_sources"]["trainer.py"] = "0" * 12
-        info.update(result_code=bench.result_code(info["result_sources"]), git_commit="abcdef0123")
-        (other / method / "bench.json").write_text(json.dumps(info))
-    note = bench.leaderboard_code_note(other, proto)
-    assert note and "2 methods" in note and "trainer.py" in note and "commit abcdef0" in note
-    assert bench.result_code(bench.result_sources()) in note and "worktree" in note
-    # One entry of this code is enough: the scorecard compares with it.
-    shutil.copytree(board / "vaco", other / "vaco_same")
-    assert bench.leaderboard_code_note(other, proto) is None
+        info["result_code"] = bench.result_code(info["result_sources"])
+        (other / method / bench.BENCH_FILE).write_text(json.dumps(info))
+    note = bench.leaderboard_comparability(other, proto)
+    assert "not comparable with any of its 2 methods: ppo_clip: made before results recorded " \
+        "their programs" in note
+    assert "differing from this checkout's in trainer.py" in note
     # Entries of another protocol are not this benchmark's.
-    assert bench.leaderboard_code_note(other, bench.protocol("cpu")) is None
+    assert "no method on protocol cpu" in bench.leaderboard_comparability(other, bench.protocol("cpu"))
+
+
+def test_a_leaderboard_entry_without_runs_is_named_in_the_report_never_a_traceback(board, tmp_path):
+    # A committed entry keeps its bench.json and scorecard but not its per-seed runs.
+    other = tmp_path / "board"
+    shutil.copytree(board, other)
+    shutil.rmtree(other / "ppo_clip" / bench.RUNS)
+    mine = tmp_path / "vaco"
+    shutil.copytree(board / "vaco", mine)
+    for name in ("scorecard.json", "scorecard.md", "scorecard.png"):
+        (mine / name).unlink()
+    assert lag_bench.main(["--algo", "vaco", "--protocol", "tiny", "--out", str(mine),
+                           "--leaderboard", str(other), "--report-only"]) == 0
+    for name in ("scorecard.json", "scorecard.md", "scorecard.png"):
+        assert (mine / name).stat().st_size > 0
+    card = json.loads((mine / "scorecard.json").read_text())
+    [note] = card["not_compared"]
+    assert note["method"] == "ppo_clip" and "holds no per-seed runs" in note["why"]
+    text = " ".join((mine / "scorecard.md").read_text().split())
+    assert "`ppo_clip`: its directory holds no per-seed runs" in text
+    assert "nan" not in text   # what cannot be computed is said, not printed as a number
+    assert "Not normalised by synchronous PPO-Clip (–): the leaderboard holds no `ppo_clip` that " \
+        "could be compared" in text
+
+
+def test_a_figure_that_cannot_be_drawn_is_said_and_the_rest_written(board, tmp_path, monkeypatch,
+                                                                   capsys):
+    def broken(card, leaderboard):
+        raise AttributeError("'DataFrame' object has no attribute 'task'")
+
+    monkeypatch.setattr(scorecard, "scorecard_figure", broken)
+    mine = tmp_path / "vaco"
+    shutil.copytree(board / "vaco", mine)
+    (mine / "scorecard.png").unlink()
+    assert lag_bench.main(["--algo", "vaco", "--protocol", "tiny", "--out", str(mine),
+                           "--leaderboard", str(board), "--report-only"]) == 0
+    assert (mine / "scorecard.md").exists() and not (mine / "scorecard.png").exists()
+    assert f"{mine / 'scorecard.png'} was not written (AttributeError: 'DataFrame' object has no " \
+        f"attribute 'task')" in capsys.readouterr().err
 
 
 def test_the_report_says_which_cells_are_missing(board, tmp_path):
@@ -223,6 +329,18 @@ def test_a_method_with_no_finished_cell_is_named_in_the_table_not_a_crash(board,
     text = (other / "leaderboard.md").read_text()
     assert "| ppo_clip | toy_reach |" in text and "| vaco | toy_reach |" not in text
     assert "`vaco`: 2 cells not finished" in text
+
+
+def test_a_table_of_methods_without_runs_is_refused_naming_them_not_a_traceback(board, tmp_path,
+                                                                               capsys):
+    other = tmp_path / "board"
+    shutil.copytree(board, other)
+    for method in ("ppo_clip", "vaco"):   # as committed: bench.json and scorecard, no runs
+        shutil.rmtree(other / method / bench.RUNS)
+    written = {p.name: p.read_bytes() for p in other.iterdir() if p.is_file()}
+    assert lag_bench.main(["--table", str(other)]) == 2
+    assert "`vaco` left out: its directory holds no per-seed runs" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in other.iterdir() if p.is_file()} == written
 
 
 def test_the_leaderboard_agrees_or_not_with_a_lag_study_by_rank_and_by_drops(tmp_path):
@@ -287,8 +405,13 @@ def penalised_pg(x, p):
 '''
 
 
-def test_a_users_objective_gets_a_scorecard_beside_the_leaderboard(board, tmp_path, monkeypatch):
+def test_a_users_objective_gets_a_scorecard_beside_the_leaderboard(board, tmp_path, monkeypatch,
+                                                                   capsys):
     import hashlib
+    import importlib
+    import sys
+
+    from vaco_jax import algorithms
 
     path = tmp_path / "bench_objectives.py"
     path.write_text(USER_OBJECTIVE)
@@ -305,6 +428,33 @@ def test_a_users_objective_gets_a_scorecard_beside_the_leaderboard(board, tmp_pa
     # against PPO-Clip and VACO.
     against = {r["against"] for r in card["comparisons"] if r["family"] == "pre-registered"}
     assert against == {"ppo_clip", "vaco"} and not card["not_compared"]
+    algo = "gae+bench_objectives:penalised_pg"
+    fingerprint = algorithms.objective_fingerprint(algorithms.resolve_objective(algo[4:]))
+    assert info["objective"]["code"]["fingerprint"] == fingerprint
+    assert {r["objective"]["fingerprint"] for r in io.read_jsonl(out / bench.RUNS / sweep.CELLS)} \
+        == {fingerprint}
+
+    def edit(text):
+        path.write_text(text)
+        importlib.invalidate_caches()
+        importlib.reload(sys.modules["bench_objectives"])
+
+    # Another version of the objective under the same name is refused before anything runs: by
+    # the benchmark, and by the sweep beneath it.
+    edit(USER_OBJECTIVE.replace("p.tau * (ratio - 1.0) ** 2", "p.tau * abs(ratio - 1.0)"))
+    args = ["--algo", algo, "--protocol", "tiny", "--set", "objective_hparams=tau=0.1", "--out",
+            str(out), "--leaderboard", str(board), "--no-progress"]
+    capsys.readouterr()
+    assert lag_bench.main(args) == 2
+    assert "made by another version of its objective 'bench_objectives:penalised_pg'" in \
+        " ".join(capsys.readouterr().err.split())
+    cells = bench.bench_cells(bench.Method(algo, (("objective_hparams", ("tau=0.1",)),)),
+                              bench.protocol("tiny"))
+    with pytest.raises(SweepError, match="made by another version of objective"):
+        sweep.run_sweep(cells, out / bench.RUNS, max_cells=0, log=lambda _: None)
+    # A comment computes the same: the finished cells are its own, nothing runs again.
+    edit("# tuned on ten seeds\n" + USER_OBJECTIVE)
+    assert lag_bench.main(args) == 0 and "running 0" in capsys.readouterr().out
 
 
 EXAMPLE_PROFILE = Path(__file__).resolve().parent.parent / "docs" / "lag_profiles" / "example.json"

@@ -10,9 +10,10 @@
 Runs the method's cells (`vaco_jax.study.bench`: per task, the constant-lag axis in one program
 and the high-update-frequency setting in another, every lag × seed vmapped), resumably, into
 `--out/runs/`, then writes `--out/scorecard.json`, `scorecard.md` and `scorecard.png`
-(`vaco_jax.study.scorecard`), comparing with the methods in `--leaderboard` made by the same
-result code. `--shard i/n` (or SLURM's array task) splits the cells over processes that share
-`--out`; `--report-only` rewrites the scorecard from what is there.
+(`vaco_jax.study.scorecard`), comparing with the methods in `--leaderboard` that compute what this
+checkout computes (the same programs, library versions and protocol version; said before it
+runs). `--shard i/n` (or SLURM's array task) splits the cells over processes that share `--out`;
+`--report-only` rewrites the scorecard from what is there.
 """
 
 from __future__ import annotations
@@ -121,11 +122,10 @@ def main(argv: list[str] | None = None, prog: str = "vaco-bench") -> int:
             print(f"{cell.cell_id}: {len(cell.runs)} runs × {cell.config.env_steps:,} steps")
         return 0
     if not args.report_only:
-        note = bench.leaderboard_code_note(leaderboard_dir, proto)
-        if note:
-            print(note, file=sys.stderr)
         runtime.start(runtime.Cluster(), compile_cache=args.compile_cache)
         try:
+            # Before anything runs: whether the scorecard will be compared with the leaderboard.
+            print(bench.leaderboard_comparability(leaderboard_dir, proto), file=sys.stderr)
             bench.run_bench(method, proto, out, shard=shard, progress=args.progress,
                             allow_code_change=args.allow_code_change, max_cells=args.max_cells,
                             lag_profile=lag_profile)
@@ -137,7 +137,12 @@ def main(argv: list[str] | None = None, prog: str = "vaco-bench") -> int:
     except FileNotFoundError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    written = scorecard.write(card, out, scorecard.leaderboard_results(leaderboard_dir, card.method))
+    except Exception as error:  # noqa: BLE001 -- a report never ends a long run with a traceback
+        print(f"error: the scorecard of {out} could not be computed ({type(error).__name__}: "
+              f"{error}); its runs are kept in {out / bench.RUNS}: rerun with --report-only",
+              file=sys.stderr)
+        return 1
+    written = scorecard.write(card, out)
     if not leaderboard_dir.is_dir():
         print(f"note: compared with no other method: there is no leaderboard at {leaderboard_dir} "
               f"(--leaderboard DIR names one)", file=sys.stderr)

@@ -11,10 +11,12 @@ with optional config overrides (`ppo_kl` with `kl_adaptive=True`). Seed s of eve
 `bench_cells` plans a method's cells (one compiled program per task and setting, every lag ×
 seed vmapped in it); `run_bench` runs them with the sweep machinery (`vaco_jax.study.sweep`:
 resumable cell by cell, shardable over processes) into `<out>/runs/`, and records in
-`<out>/bench.json` the method, the protocol and the **result code**: a hash per source file of
-the package that can change a result (`result_sources`), so a scorecard compares only with
-references made by the same code and says which files differ when they are not.
-The scorecard itself is `vaco_jax.study.scorecard`.
+`<out>/bench.json` the method, the protocol and its **comparability key**: the protocol's
+version, the libraries' versions and what each cell computes (`cell_key`: the StableHLO of its
+programs, without source locations, and its runs' hyper-parameters and seeds). Two results may be
+compared when both are what one checkout computes (`computed_here`): a docstring or a refactor
+keeps a leaderboard comparable, a change of behaviour does not. The scorecard itself is
+`vaco_jax.study.scorecard`.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from vaco_jax import algorithms, io
+from vaco_jax import algorithms, cache, io, program
 from vaco_jax.config import Config, validate, with_lag_profile
 from vaco_jax.errors import ConfigError
 from vaco_jax.study import sweep
@@ -221,48 +223,158 @@ def result_code(sources: dict[str, str]) -> str:
     return hashlib.sha256(json.dumps(sources, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def leaderboard_code_note(directory: Path, proto: Protocol, sources: dict[str, str] | None = None
-                          ) -> str | None:
-    """Said before a run: when the leaderboard in `directory` has entries on this protocol and
-    version but none made by this code (`result_sources()`), the scorecard will be compared with
-    none of them. The note names their result code and commit, the files that differ and the two
-    ways to a comparison. None when some entry shares the code, or there are none."""
-    entries = []
-    for path in sorted(Path(directory).glob(f"*/{BENCH_FILE}")) if Path(directory).is_dir() else []:
-        info = json.loads(path.read_text())
-        if (info.get("protocol"), info.get("protocol_version")) == (proto.name, proto.version):
-            entries.append(info)
-    sources = result_sources() if sources is None else sources
-    ours = result_code(sources)
-    if not entries or any(info["result_code"] == ours for info in entries):
-        return None
-    codes = sorted({(info["result_code"], str(info.get("git_commit") or "unrecorded")[:7])
-                    for info in entries})
-    first = next(info for info in entries if info["result_code"] == codes[0][0])
-    files = code_difference(sources, first["result_sources"])
-    made = "; ".join(f"result code {code} (commit {commit})" for code, commit in codes)
-    shown = ", ".join(files[:6]) + (f" and {len(files) - 6} more" if len(files) > 6 else "")
-    return (f"note: the {len(entries)} methods of the leaderboard in {directory} were made by other "
-            f"code ({made}; this checkout: {ours}, differing in {shown}), so this scorecard will "
-            f"not be compared with them. To compare, run this benchmark with their code (a git "
-            f"worktree at commit {codes[0][1]}: docs/benchmark.md, \"The scorecard\"), or "
-            f"recompute the methods you want beside it with this code.")
-
-
 def code_difference(ours: dict[str, str], theirs: dict[str, str]) -> list[str]:
     """The files whose code differs between two `result_sources()` (added, removed or edited)."""
     return sorted(name for name in set(ours) | set(theirs) if ours.get(name) != theirs.get(name))
 
 
+# --- what a result computes: whether two results may be compared --------------------------------
+# The libraries whose versions key a result: this package's own code is in its programs, and
+# rliable only reads results.
+KEY_LIBRARIES = tuple(name for name in io.LIBRARIES if name not in ("vaco_jax", "rliable"))
+
+
+def key_versions() -> dict[str, str]:
+    """The versions of `KEY_LIBRARIES` installed here."""
+    versions = io.library_versions()
+    return {name: versions[name] for name in KEY_LIBRARIES}
+
+
+def program_digest(cell: Cell) -> str:
+    """What `cell` computes, as a hash (16 hex digits): its config and runs (`Cell.fingerprint`,
+    which holds the hyper-parameters and seeds its programs take as arguments) and the StableHLO
+    of its programs without source locations (`program.lowered_text`). A comment, a docstring or
+    a refactor that computes the same keeps it; a change of behaviour does not. Lowered every
+    call: `cell_key` keeps it per checkout."""
+    text = program.lowered_text(cell.config, len(cell.runs))
+    return hashlib.sha256(f"{cell.fingerprint()}\0{text}".encode()).hexdigest()[:16]
+
+
+def cell_key(cell: Cell) -> str:
+    """`program_digest(cell)`, kept in the per-user cache under everything its lowering depends
+    on (this package's source, the library versions, JAX's settings: `cache.program_key`), so a
+    checkout lowers each cell once. A cell of a user objective is lowered every time (its code is
+    not in the package's source)."""
+    if not algorithms.is_builtin(algorithms.parse(cell.config.algo).objective):
+        return program_digest(cell)
+    path = cache.user_dir("program-keys") / f"{cache.program_key('bench cell', cell.fingerprint())}"
+    try:
+        return path.read_text().strip()
+    except OSError:
+        pass
+    key = program_digest(cell)
+    try:
+        io.write_bytes_atomic(path, key.encode())
+    except OSError:   # a read-only cache costs only time
+        pass
+    return key
+
+
+def comparability_key(method: Method, proto: Protocol, lag_profile=()) -> dict:
+    """What decides whether a result of `method` on `proto` (and `lag_profile`) may be compared
+    with another: the protocol and its version, the `KEY_LIBRARIES`' versions, and each cell's
+    `cell_key`."""
+    cells = bench_cells(method, proto, lag_profile)
+    return {"protocol": proto.name, "protocol_version": proto.version, "versions": key_versions(),
+            "programs": {cell.cell_id: cell_key(cell) for cell in cells}}
+
+
+def _method_of(info: dict) -> Method:
+    overrides = tuple((name, tuple(value) if isinstance(value, list) else value)
+                      for name, value in info["overrides"])   # JSON keeps tuples as lists
+    return Method(info["algo"], overrides, info["method"] if info["method"] != info["algo"] else "")
+
+
+def computed_here(info: dict) -> tuple[bool, str]:
+    """Whether the result `info` (a `bench.json`) describes is what this checkout computes, and
+    why: its protocol version, library versions and every cell's program (lowered here,
+    `cell_key`) are this checkout's. A result recorded before programs were keyed is this
+    checkout's only if its result code is (`result_sources`)."""
+    proto = PROTOCOLS.get(info["protocol"])
+    if proto is None or proto.version != info["protocol_version"]:
+        here = f"v{proto.version}" if proto is not None else "no such protocol"
+        return False, (f"made on protocol {info['protocol']} v{info['protocol_version']} "
+                       f"(here: {here})")
+    key = info.get("comparability")
+    versions = (key or {}).get("versions") or {name: value for name, value in
+                                               info.get("versions", {}).items()
+                                               if name in KEY_LIBRARIES}
+    ours = key_versions()
+    changed = [name for name in KEY_LIBRARIES   # a library it did not record counts for nothing
+               if name in versions and versions[name] != ours[name]]
+    if changed:
+        return False, "made with " + ", ".join(
+            f"{name} {versions[name]} (here {ours[name]})" for name in changed)
+    if key is None:
+        sources = result_sources()
+        if info.get("result_code") == result_code(sources):
+            return True, f"same result code, versions and protocol {proto.name} v{proto.version}"
+        files = code_difference(sources, info.get("result_sources", {}))
+        shown = ", ".join(files[:6]) + (f" and {len(files) - 6} more" if len(files) > 6 else "")
+        return False, (f"made before results recorded their programs, by other code (result code "
+                       f"{info.get('result_code')} at commit "
+                       f"{str(info.get('git_commit') or 'unrecorded')[:7]}, its files differing "
+                       f"from this checkout's in {shown})")
+    try:
+        cells = bench_cells(_method_of(info), proto, tuple(info.get("lag_profile", ())))
+    except ConfigError as error:
+        return False, f"its method cannot be planned here ({error})"
+    recorded = key.get("programs", {})
+    if sorted(recorded) != sorted(cell.cell_id for cell in cells):
+        return False, (f"its cells ({', '.join(sorted(recorded))}) are not the ones planned here "
+                       f"({', '.join(cell.cell_id for cell in cells)})")
+    for cell in cells:
+        if cell_key(cell) != recorded[cell.cell_id]:
+            return False, f"program of cell {cell.cell_id} differs"
+    return True, f"same programs, versions and protocol {proto.name} v{proto.version}"
+
+
+def leaderboard_comparability(directory: Path, proto: Protocol) -> str:
+    """Said before a run: whether the methods of the leaderboard in `directory` on `proto` are
+    what this checkout computes (`computed_here`), so that the scorecard compares with them, and
+    why; for those that are not, the two ways to a comparison."""
+    directory = Path(directory)
+    entries = []
+    for path in sorted(directory.glob(f"*/{BENCH_FILE}")) if directory.is_dir() else []:
+        info = json.loads(path.read_text())
+        if info.get("protocol") == proto.name:
+            entries.append((info, *computed_here(info)))
+    where = f"leaderboard {directory}"
+    if not entries:
+        return f"{where}: no method on protocol {proto.name} to compare with"
+    reasons = sorted({why for _, _, why in entries})
+    if len(reasons) == 1:
+        verdict = "comparable" if entries[0][1] else "not comparable"
+        line = f"{where} ({len(entries)} methods): {verdict}: {reasons[0]}"
+    else:
+        ok = [info["method"] for info, same, _ in entries if same]
+        head = (f"comparable with {len(ok)} of {len(entries)} methods ({', '.join(ok)}); not with "
+                if ok else f"not comparable with any of its {len(entries)} methods: ")
+        line = f"{where}: {head}" + "; ".join(
+            f"{info['method']}: {why}" for info, same, why in entries if not same)
+    commits = sorted({str(info.get("git_commit") or "unrecorded")[:7]
+                      for info, same, _ in entries if not same})
+    if commits:
+        line += (f". To compare, run this benchmark with their code (a git worktree at commit "
+                 f"{commits[0]}: docs/benchmark.md, \"Which results are compared\"), or "
+                 f"recompute the methods you want beside it with this code")
+    return line
+
+
 # --- running -------------------------------------------------------------------------------------
-def record(out: Path, method: Method, proto: Protocol, lag_profile=()) -> dict:
-    """`<out>/bench.json`: what `out` holds and the code that made it. A directory holds one
-    method on one protocol, and at most one lag profile: another is refused."""
+def record(out: Path, method: Method, proto: Protocol, lag_profile=(), key: dict | None = None,
+           *, allow_code_change: bool = False) -> dict:
+    """`<out>/bench.json`: what `out` holds, the code that made it and what it computes (`key`:
+    `comparability_key`, computed here if not given). A directory holds one method on one
+    protocol, and at most one lag profile: another is refused, and so is another version of the
+    method's user objective (unless `allow_code_change`)."""
     sources = result_sources()
     data = {"method": method.name, "algo": method.algo,
             "overrides": [list(item) for item in method.overrides],
             "protocol": proto.name, "protocol_version": proto.version,
             "protocol_definition": proto.describe(),
+            "comparability": (comparability_key(method, proto, lag_profile) if key is None
+                              else key),
             "result_code": result_code(sources), "result_sources": sources,
             "objective": algorithms.objective_record(algorithms.parse(method.algo).objective,
                                                      dict(method.overrides).get("objective_hparams", ())),
@@ -278,12 +390,27 @@ def record(out: Path, method: Method, proto: Protocol, lag_profile=()) -> dict:
                 f"{out} holds method {old['method']!r} on protocol {old['protocol']} "
                 f"v{old['protocol_version']}, not {data['method']!r} on {proto.name} "
                 f"v{proto.version}: use another --out directory")
+        theirs = (old.get("objective") or {}).get("code")
+        ours = data["objective"].get("code")
+        if (theirs or ours) and not allow_code_change and (
+                (ours or {}).get("fingerprint") is None
+                or (theirs or {}).get("fingerprint") != ours["fingerprint"]):
+            raise ConfigError(
+                f"{out} holds method {old['method']!r} made by another version of its objective "
+                f"{data['objective']['name']!r} (fingerprint "
+                f"{(theirs or {}).get('fingerprint') or 'not recorded'}; this code's: "
+                f"{(ours or {}).get('fingerprint') or 'unknown'}): results of two versions would "
+                f"mix under one name. Use another --out directory, or --allow-code-change to add "
+                f"to it anyway")
         if lag_profile and old.get("lag_profile", list(lag_profile)) != list(lag_profile):
             raise ConfigError(
                 f"{out} holds the method under lag profile {old['lag_profile']}, not "
                 f"{list(lag_profile)}: use another --out directory for another profile")
         if lag_profile and "lag_profile" not in old:   # the profile's cells join the others
             old["lag_profile"] = list(lag_profile)
+            if "comparability" in old:   # and so do their programs
+                old["comparability"]["programs"] = {**data["comparability"]["programs"],
+                                                    **old["comparability"]["programs"]}
             io.write_json_atomic(path, old)
         return old   # runs of other code are refused by the sweep (unless allow_code_change)
     out.mkdir(parents=True, exist_ok=True)
@@ -314,7 +441,9 @@ def run_bench(method: Method, proto: Protocol, out: str | Path, *, shard=None, l
     ids of the cells run now. With a `lag_profile`, its cells too (`bench_cells`)."""
     out = Path(out)
     cells = bench_cells(method, proto, lag_profile)
-    record(out, method, proto, lag_profile)
+    key = comparability_key(method, proto, lag_profile)
+    record(out, method, proto, lag_profile, key, allow_code_change=allow_code_change)
     random_returns(out, proto)
     return sweep.run_sweep(cells, out / RUNS, log=log, progress=progress, shard=shard,
-                           allow_code_change=allow_code_change, max_cells=max_cells)
+                           allow_code_change=allow_code_change, max_cells=max_cells,
+                           programs=key["programs"])

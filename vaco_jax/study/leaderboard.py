@@ -35,6 +35,9 @@ def table(directory: str | Path, *, reps: int = scorecard.REPS) -> tuple[pd.Data
                          f"{info['protocol']} v{info['protocol_version']} (the rest: {code} on "
                          f"{protocol_name} v{version})")
             continue
+        if not (result.directory / bench.RUNS).is_dir():   # e.g. committed without its runs
+            notes.append(f"`{name}` left out: its directory holds no per-seed runs")
+            continue
         if result.missing:
             notes.append(f"`{name}`: {len(result.missing)} cells not finished")
         retention = scorecard.retention(result, proto, reps=reps)
@@ -57,6 +60,9 @@ def table(directory: str | Path, *, reps: int = scorecard.REPS) -> tuple[pd.Data
                 row["confirmed"] = bool(brk.iloc[0].confirmed)
             rows.append(row)
     frame = pd.DataFrame(rows)
+    if frame.empty:
+        raise ValueError(f"{directory}: no method of protocol {protocol_name} v{version} and result "
+                         f"code {code} holds per-seed runs to tabulate ({'; '.join(notes)})")
     frame.attrs.update(protocol=protocol_name, version=version, result_code=code,
                        largest_lag=proto.largest_lag,
                        forward=", ".join(f"{k}={v}" for k, v in proto.forward))

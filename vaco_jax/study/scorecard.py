@@ -22,14 +22,18 @@ What a scorecard says, per task and pooled over tasks (the mean of the tasks' va
   95% interval that inverting the same test gives (the shifts it does not reject; it excludes 0
   exactly when the unadjusted p is below 0.05). The same comparisons with every other method of
   the leaderboard are reported as exploratory (unadjusted p-values).
-A reference made by other result code (`bench.result_sources`) or another protocol version is
-never compared: the scorecard names what differs and the command that recomputes it.
+A leaderboard method is compared only when both results are what one checkout computes
+(`bench.computed_here`: the same programs, library versions and protocol version), and only when
+its directory holds its per-seed runs. Any other is named with why it was not compared and the
+command that recomputes it; a figure that cannot be drawn is said, not raised: a report never
+ends a long run with a traceback.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -189,15 +193,46 @@ def sanity(result: BenchResult, proto: bench.Protocol, reference: BenchResult | 
 
 # --- comparisons with the leaderboard -----------------------------------------------------------
 def comparable(result: BenchResult, other: BenchResult) -> list[str]:
-    """Why `other` cannot be compared with `result` (empty: it can): another protocol or version,
-    or other result code (the files that differ)."""
+    """Why `other` cannot be compared with `result` (empty: it can): another protocol version,
+    other library versions, or either is not what this checkout computes (`bench.computed_here`)
+    while the two were not made by the same code (result code)."""
     a, b = result.info, other.info
     if (a["protocol"], a["protocol_version"]) != (b["protocol"], b["protocol_version"]):
         return [f"protocol {b['protocol']} v{b['protocol_version']} (this one: {a['protocol']} "
                 f"v{a['protocol_version']})"]
-    if a["result_code"] != b["result_code"]:
-        return [f"result code differs in {', '.join(bench.code_difference(a['result_sources'], b['result_sources']))}"]
-    return []
+    versions = [_versions(info) for info in (a, b)]
+    ours, theirs = versions   # a library either did not record counts for nothing
+    changed = [name for name in bench.KEY_LIBRARIES
+               if name in ours and name in theirs and ours[name] != theirs[name]]
+    if changed:
+        return ["made with " + ", ".join(f"{name} {theirs[name]} (this one: {ours[name]})"
+                                         for name in changed)]
+    if a["result_code"] == b["result_code"]:   # made by the same code
+        return []
+    reasons = []
+    for info, whose in ((b, ""), (a, "this result: ")):
+        same, why = _computed_here(info)
+        if not same:
+            reasons.append(whose + why)
+    return reasons
+
+
+def _versions(info: dict) -> dict:
+    key = info.get("comparability")
+    return key["versions"] if key else {name: value for name, value in
+                                        info.get("versions", {}).items()
+                                        if name in bench.KEY_LIBRARIES}
+
+
+_HERE: dict[str, tuple[bool, str]] = {}
+
+
+def _computed_here(info: dict) -> tuple[bool, str]:
+    """`bench.computed_here`, once per result in this process."""
+    key = json.dumps(info, sort_keys=True, default=str)
+    if key not in _HERE:
+        _HERE[key] = bench.computed_here(info)
+    return _HERE[key]
 
 
 def recompute_command(info: dict, out: Path) -> str:
@@ -256,14 +291,22 @@ def comparisons(result: BenchResult, others: dict[str, BenchResult], proto: benc
     return table
 
 
-def leaderboard_results(directory: str | Path | None, exclude: str = "") -> dict[str, BenchResult]:
-    """Every method's benchmark in `directory` (one sub-directory each), by method name."""
+def leaderboard_results(directory: str | Path | None, exclude: str = "",
+                        unreadable: list[dict] | None = None) -> dict[str, BenchResult]:
+    """Every method's benchmark in `directory` (one sub-directory each), by method name. One
+    that cannot be read is left out, and named with why in `unreadable` when given."""
     out = {}
     if directory is None or not Path(directory).is_dir():
         return out
     for path in sorted(Path(directory).iterdir()):
         if (path / bench.BENCH_FILE).exists():
-            result = load(path)
+            try:
+                result = load(path)
+            except (OSError, ValueError, KeyError) as error:
+                if unreadable is not None:
+                    unreadable.append({"method": path.name, "why": f"its directory cannot be "
+                                       f"read ({type(error).__name__}: {error})", "recompute": ""})
+                continue
             if result.method != exclude:
                 out[result.method] = result
     return out
@@ -280,12 +323,17 @@ class Scorecard:
     break_lag: pd.DataFrame
     comparisons: pd.DataFrame
     not_compared: list[dict]
+    references: dict = dataclasses.field(default_factory=dict, repr=False)
+    """The leaderboard methods compared with (drawn in the figure)."""
+    leaderboard: str | None = None
 
     def to_json(self) -> dict:
         records = lambda frame: json.loads(frame.to_json(orient="records"))  # noqa: E731
         return {"method": self.method, "protocol": self.protocol.name,
                 "protocol_version": self.protocol.version,
-                "result_code": self.info["result_code"], "git_commit": self.info.get("git_commit"),
+                "result_code": self.info["result_code"],
+                "comparability": self.info.get("comparability"),
+                "git_commit": self.info.get("git_commit"),
                 "missing_cells": self.missing, "sanity": records(self.sanity),
                 "retention": records(self.retention), "break_lag": records(self.break_lag),
                 "comparisons": records(self.comparisons), "not_compared": self.not_compared}
@@ -298,8 +346,12 @@ def scorecard(directory: str | Path, leaderboard: str | Path | None = None, *,
     result = load(directory)
     proto = bench.protocol(result.info["protocol"])
     others, not_compared = {}, []
-    for name, other in leaderboard_results(leaderboard, exclude=result.method).items():
+    entries = leaderboard_results(leaderboard, exclude=result.method, unreadable=not_compared)
+    for name, other in entries.items():
         reasons = comparable(result, other)
+        if not reasons and not len(other.runs):
+            reasons = [f"its directory holds no per-seed runs ({other.directory / bench.RUNS} has "
+                       f"no finished cell), so there is nothing to pair with"]
         if reasons:
             not_compared.append({"method": name, "why": "; ".join(reasons),
                                  "recompute": recompute_command(other.info, other.directory)})
@@ -309,7 +361,8 @@ def scorecard(directory: str | Path, leaderboard: str | Path | None = None, *,
     table = retention(result, proto, reps=reps)
     return Scorecard(result.method, proto, result.info, result.missing,
                      sanity(result, proto, reference, reps=reps), table, break_lag(table),
-                     comparisons(result, others, proto, reference), not_compared)
+                     comparisons(result, others, proto, reference), not_compared, others,
+                     None if leaderboard is None else str(leaderboard))
 
 
 # --- text ----------------------------------------------------------------------------------------
@@ -328,7 +381,7 @@ def markdown(card: Scorecard) -> str:
              f"{', '.join(map(str, proto.lags))}; high update frequency "
              f"{', '.join(f'{k}={v}' for k, v in proto.forward)} at k = "
              f"{', '.join(map(str, proto.forward_lags))}. Result code `{card.info['result_code']}` "
-             f"(commit {card.info.get('git_commit')}).", ""]
+             f"(commit {card.info.get('git_commit')}){_programs(card.info)}.", ""]
     if card.missing:
         lines += [f"**Incomplete**: {len(card.missing)} planned cells are not finished "
                   f"({', '.join(card.missing)}); the numbers below use what is there.", ""]
@@ -336,8 +389,15 @@ def markdown(card: Scorecard) -> str:
               "| task | final − random (95% CI) | clears random | vs synchronous PPO-Clip | ≥ 0.5 |",
               "|---|---|---|---|---|"]
     for r in card.sanity.itertuples():
+        score = f"{r.vs_sync_ppo_clip:.2f}" if np.isfinite(r.vs_sync_ppo_clip) else "–"
         lines.append(f"| {r.task} | {_ci(r.final_z, r.low, r.high, 1)} | {'yes' if r.clears_random else 'no'} "
-                     f"| {r.vs_sync_ppo_clip:.2f} | {'–' if r.half_of_sync_ppo_clip is None else ('yes' if r.half_of_sync_ppo_clip else 'no')} |")
+                     f"| {score} | {'–' if r.half_of_sync_ppo_clip is None else ('yes' if r.half_of_sync_ppo_clip else 'no')} |")
+    if len(card.sanity) and not np.isfinite(card.sanity.vs_sync_ppo_clip).all():
+        lines += ["", "Not normalised by synchronous PPO-Clip (–): "
+                  + ("its runs have no finished synchronous cell." if card.method == "ppo_clip" else
+                     "the leaderboard holds no `ppo_clip` that could be compared with this result"
+                     + (" (see \"Not compared\" below)." if any(
+                         n["method"] == "ppo_clip" for n in card.not_compared) else "."))]
     lines += ["", "## Retention (score at k ÷ own score at k = 0; 95% BCa CI over seeds)", "",
               "| task | metric | " + " | ".join(
                   _column_name(s, k) for s, k in _columns(card.retention)) + " |",
@@ -366,11 +426,18 @@ def markdown(card: Scorecard) -> str:
             holm = f"{r.p_holm:.3f}" if np.isfinite(r.p_holm) else "–"
             lines.append(f"| {r.against} | {r.task} | {r.setting} k={r.lag} | {r.metric} | "
                          f"{_ci(r.difference, r.low, r.high, sign=True)} | {r.p:.3f} | {holm} | {r.verdict} |")
+    elif card.not_compared:
+        lines.append(f"Compared with no leaderboard method: none of the {len(card.not_compared)} "
+                     f"in {card.leaderboard} could be compared with this result (each is named "
+                     f"below with why).")
     else:
-        lines.append("No leaderboard method made by the same code was found to compare with.")
+        lines.append("Compared with no leaderboard method: "
+                     + (f"{card.leaderboard} holds no other method." if card.leaderboard
+                        else "no leaderboard was given."))
     if card.not_compared:
-        lines += ["", "Not compared (made by other code or another protocol version):", ""]
-        lines += [f"* `{n['method']}`: {n['why']}. Recompute: `{n['recompute']}`"
+        lines += ["", "Not compared, and why:", ""]
+        lines += [f"* `{n['method']}`: {n['why']}."
+                  + (f" Recompute: `{n['recompute']}`" if n["recompute"] else "")
                   for n in card.not_compared]
     return "\n".join(lines) + "\n"
 
@@ -379,6 +446,14 @@ def _column_name(setting: str, lag: int) -> str:
     if setting == bench.PROFILE:
         return f"lag profile (ages 0–{lag})"
     return f"{'k' if setting == 'lag' else 'forward, k'} = {lag}"
+
+
+def _programs(info: dict) -> str:
+    key = info.get("comparability")
+    if not key:
+        return "; made before results recorded their programs"
+    return "; programs " + ", ".join(f"{cell} `{digest}`"
+                                     for cell, digest in key["programs"].items())
 
 
 def _columns(table: pd.DataFrame) -> list[tuple[str, int]]:
@@ -432,11 +507,33 @@ def scorecard_figure(card, leaderboard: dict, reps: int = 2000):
     return fig
 
 
-def write(card: Scorecard, out: str | Path, leaderboard: dict[str, BenchResult] | None = None) -> list[Path]:
-    """`scorecard.json`, `scorecard.md` and `scorecard.png` in `out`."""
+def write(card: Scorecard, out: str | Path, leaderboard: dict[str, BenchResult] | None = None,
+          log=None) -> list[Path]:
+    """`scorecard.json`, `scorecard.md` and `scorecard.png` in `out`, the figure with the
+    methods compared with (`card.references`, or `leaderboard`). What cannot be written is said
+    in `log` (default: standard error) and left out of the paths returned, never raised: a report
+    must not end a long run with a traceback."""
     out = Path(out)
-    io.write_json_atomic(out / "scorecard.json", card.to_json())
-    io.write_bytes_atomic(out / "scorecard.md", markdown(card).encode())
-    fig = scorecard_figure(card, leaderboard or {})
-    fig.savefig(out / "scorecard.png", dpi=120, bbox_inches="tight")
-    return [out / "scorecard.json", out / "scorecard.md", out / "scorecard.png"]
+    log = log or (lambda message: print(message, file=sys.stderr))
+    steps = (("scorecard.json", lambda path: io.write_json_atomic(path, card.to_json())),
+             ("scorecard.md", lambda path: io.write_bytes_atomic(path, markdown(card).encode())),
+             ("scorecard.png", lambda path: _figure(card, card.references if leaderboard is None
+                                                    else leaderboard, path)))
+    written = []
+    for name, step in steps:
+        try:
+            step(out / name)
+        except Exception as error:  # noqa: BLE001 -- said, not raised: the rest is still written
+            log(f"note: {out / name} was not written ({type(error).__name__}: {error}); the "
+                f"other files of the scorecard were")
+        else:
+            written.append(out / name)
+    return written
+
+
+def _figure(card: Scorecard, leaderboard: dict, path: Path) -> None:
+    fig = scorecard_figure(card, leaderboard)
+    try:
+        fig.savefig(path, dpi=120, bbox_inches="tight")
+    finally:
+        plt.close(fig)

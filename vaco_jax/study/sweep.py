@@ -410,7 +410,8 @@ def run_sweep(cells: Sequence[Cell], out: str | Path, *, preset: Preset | None =
               progress: bool = False, allow_code_change: bool = False,
               checkpoint_seconds: float = 600.0, stop_after: int | None = None,
               logging: LoggerOptions = LoggerOptions(),
-              shard: tuple[int, int] | None = None) -> list[str]:
+              shard: tuple[int, int] | None = None,
+              programs: dict[str, str] | None = None) -> list[str]:
     """Run every unfinished cell of `cells` into `out`, resuming; returns the ids of cells run now.
 
     `max_cells` stops after that many cells have run (a reduced run; resume later with the same
@@ -422,7 +423,11 @@ def run_sweep(cells: Sequence[Cell], out: str | Path, *, preset: Preset | None =
     each run's metrics also go as the cell runs (`vaco_jax.loggers`: one logged run per run).
     `shard=(i, n)`: run only the cells at positions i, i + n, i + 2n, ... of `cells` (other
     processes take the rest; see the module's docstring). A cell that another process is running
-    is skipped (it is that process's).
+    is skipped (it is that process's). A cell of a user objective records the objective's
+    fingerprint (`algorithms.objective_fingerprint`), and cells made by another version of it are
+    refused unless `allow_code_change`. `programs`: what each cell computes (`bench.cell_key`, by
+    cell id), recorded with the cell; a finished cell recorded with another is refused unless
+    `allow_code_change`.
     """
     out = Path(out)
     primary = runtime.is_primary()   # process 0 writes; every process computes every cell
@@ -442,6 +447,7 @@ def run_sweep(cells: Sequence[Cell], out: str | Path, *, preset: Preset | None =
                 f"{out} already holds cell {cell.cell_id!r} run with a different config or runs "
                 f"(fingerprint {finished[cell.cell_id]['fingerprint']} != {cell.fingerprint()}); "
                 f"use another --out directory")
+    _check_programs(cells, finished, out, programs or {}, allow_code_change)
     source = io.source_hash()
     other_code = sorted({r.get("source") or "unrecorded" for r in finished.values()} - {source})
     if other_code and not allow_code_change:
@@ -474,7 +480,7 @@ def run_sweep(cells: Sequence[Cell], out: str | Path, *, preset: Preset | None =
             result = _run_claimed(cell, n, len(todo), out, progress=progress, primary=primary,
                                   log=log, checkpoint_seconds=checkpoint_seconds,
                                   stop_after=stop_after, allow_code_change=allow_code_change,
-                                  logging=logging)
+                                  logging=logging, program=(programs or {}).get(cell.cell_id))
         finally:
             if claim is not None:
                 claim.release()
@@ -482,6 +488,52 @@ def run_sweep(cells: Sequence[Cell], out: str | Path, *, preset: Preset | None =
             return ran
         ran.append(cell.cell_id)
     return ran
+
+
+def user_objective(cell: Cell) -> dict | None:
+    """`{"name", "fingerprint"}` of `cell`'s objective when it is a user's, else None."""
+    from vaco_jax import algorithms
+
+    objective = algorithms.parse(cell.config.algo).objective
+    if algorithms.is_builtin(objective):
+        return None
+    return {"name": objective.name, "fingerprint": algorithms.objective_fingerprint(objective)}
+
+
+def _check_programs(cells: Sequence[Cell], finished: dict, out: Path, programs: dict,
+                    allow_code_change: bool) -> None:
+    """Refuse (unless `allow_code_change`) to add cells to `out` where its finished cells were made
+    by another version of the same user objective, or (`programs`) where a finished cell was
+    made by another program than the same cell now."""
+    if allow_code_change:
+        return
+    for cell in cells:
+        record = finished.get(cell.cell_id, {})
+        if record.get("program") and cell.cell_id in programs \
+                and record["program"] != programs[cell.cell_id]:
+            raise SweepError(
+                f"{out} holds cell {cell.cell_id!r} made by another program ({record['program']}; "
+                f"this code's: {programs[cell.cell_id]}): results of different programs would mix. "
+                f"Use another --out directory, or --allow-code-change to add to it anyway")
+    mine = {}
+    for cell in cells:
+        objective = user_objective(cell)
+        if objective is not None:
+            mine.setdefault(objective["name"], (objective["fingerprint"], cell.cell_id))
+    for record in finished.values():
+        theirs = record.get("objective") or {}
+        name = theirs.get("name")
+        if name not in mine:   # a record made before cells kept it: matched by cell id
+            name = next((n for n, (_, cell_id) in mine.items() if cell_id == record["cell"]), None)
+        if name is None:
+            continue
+        fingerprint = mine[name][0]
+        if fingerprint is None or theirs.get("fingerprint") != fingerprint:
+            raise SweepError(
+                f"{out} holds cell {record['cell']!r} made by another version of objective "
+                f"{name!r} (fingerprint {theirs.get('fingerprint') or 'not recorded'}; this code's: "
+                f"{fingerprint or 'unknown'}): results of two versions would mix under one name. "
+                f"Use another --out directory, or --allow-code-change to add to it anyway")
 
 
 def check_shard(shard: tuple[int, int]) -> tuple[int, int]:
@@ -555,7 +607,7 @@ class _CellClaim:
 
 
 def _run_claimed(cell: Cell, n: int, total: int, out: Path, *, progress, primary, log,
-             checkpoint_seconds, stop_after, allow_code_change, logging):
+             checkpoint_seconds, stop_after, allow_code_change, logging, program=None):
     """Run one claimed cell and record it; None when it stopped part-way (`stop_after`)."""
     live = progress and primary and runtime.interactive()
     bars = []
@@ -583,6 +635,9 @@ def _run_claimed(cell: Cell, n: int, total: int, out: Path, *, progress, primary
         log(f"[{n}/{total}] {cell.cell_id}: stopped part-way, saved in {out / PARTIAL}")
         return None
     rows, record = result
+    objective = user_objective(cell)
+    record.update({"objective": objective} if objective else {},
+                  **({"program": program} if program else {}))
     if primary:
         with _directory_lock(out):   # rows and record together: no other writer in between
             io.append_jsonl(out / RESULTS, rows)   # rows first: a cell counts once recorded
