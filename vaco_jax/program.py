@@ -292,15 +292,8 @@ class TrainProgram:
         compilation cache, when that is on), False for nowhere (always compile, e.g. to measure
         compilation), or a `ProgramStore`. `per_iteration`: the learner program also returns
         every iteration's metrics (`CompiledChunk.run`); the state and metrics are the same."""
-        # The program depends on neither the seed nor the hyper-parameters (arguments of `init`,
-        # then state leaves): normalise them so configs that differ only there share one program.
-        shared = {f.name: f.default for f in dataclasses.fields(Config)
-                  if f.name in _HPARAM_FIELDS or f.name in ("seed", "num_seeds")}
-        shared.update(capacity=1, max_capacity=config.slots)
-        if config.snapshot_sampling == "profile":   # a profile's values are leaves too
-            shared.update(lag_profile=(1.0,))
         placed = layout(num_runs, num_envs=config.num_envs, log=log)
-        config = dataclasses.replace(config, **shared)
+        config = program_config(config)
         trainer = Trainer(config, env, networks=networks)   # its config: with the env's own episode limit
         return _build(trainer.config, placed, donate,
                       cache.ProgramStore.default() if store is True else store or None,
@@ -351,6 +344,18 @@ class TrainProgram:
 _HPARAM_FIELDS = {f.name for f in dataclasses.fields(HParams)}
 
 
+def program_config(config: Config) -> Config:
+    """`config` as its program sees it. The program depends on neither the seed nor the
+    hyper-parameters (arguments of `init`, then state leaves): they are normalised so that configs
+    that differ only there share one program."""
+    shared = {f.name: f.default for f in dataclasses.fields(Config)
+              if f.name in _HPARAM_FIELDS or f.name in ("seed", "num_seeds")}
+    shared.update(capacity=1, max_capacity=config.slots)
+    if config.snapshot_sampling == "profile":   # a profile's values are leaves too
+        shared.update(lag_profile=(1.0,))
+    return dataclasses.replace(config, **shared)
+
+
 def lowered_text(config: Config, num_runs: int, *, env=None, networks=None) -> str:
     """What `num_runs` runs of `config` compute: the StableHLO of their init, learner and
     evaluation programs (`fingerprint.stablehlo_text`: no source locations), lowered for the CPU
@@ -358,10 +363,7 @@ def lowered_text(config: Config, num_runs: int, *, env=None, networks=None) -> s
     changes it. The hyper-parameters and seeds are arguments of these programs, not part of
     them: a caller that keys results by this adds their values (e.g. `sweep.Cell.fingerprint`).
     Tracing and lowering only: nothing is compiled."""
-    shared = {f.name: f.default for f in dataclasses.fields(Config)
-              if f.name in _HPARAM_FIELDS or f.name in ("seed", "num_seeds")}
-    shared.update(capacity=1, max_capacity=config.slots)
-    trainer = Trainer(dataclasses.replace(config, **shared), env, networks=networks)
+    trainer = Trainer(program_config(config), env, networks=networks)
     batched_init = jax.vmap(trainer.init)
     args = (seed_keys(range(num_runs)), stack_hparams([trainer.config.hparams()] * num_runs))
     state = jax.eval_shape(batched_init, *args)
