@@ -15,6 +15,8 @@ from vaco_jax.commands import lag_bench
 from vaco_jax.errors import ConfigError, SweepError
 from vaco_jax.study import bench, scorecard, stats, sweep
 
+TINY_V1 = ["--protocol", "tiny", "--protocol-version", "1"]   # the version 1 scorecard's protocol
+
 
 # --- paired statistics against hand computations -------------------------------------------------
 def test_sign_flip_test_is_exact_for_few_seeds():
@@ -82,10 +84,10 @@ def test_methods_and_protocols_are_checked_before_compiling():
     assert bench.parse_overrides(["kl_adaptive=true", "tv_reference=learner"]) == \
         (("kl_adaptive", True), ("tv_reference", "learner"))
     with pytest.raises(ConfigError, match="algo"):
-        bench.bench_cells(bench.Method("no_such_algo"), bench.PROTOCOLS["tiny"])
+        bench.bench_cells(bench.Method("no_such_algo"), bench.protocol("tiny", 1))
     method = bench.Method("ppo_kl", (("kl_adaptive", True),))
     assert method.name == "ppo_kl[kl_adaptive=True]"
-    cells = bench.bench_cells(method, bench.PROTOCOLS["cpu"])
+    cells = bench.bench_cells(method, bench.protocol("cpu", 1))
     # One program for the lag axis (k = 0, 3, 15 as capacities 1, 4, 16 of the oldest snapshot)
     # and one for the high update frequency, every seed paired across methods.
     assert [c.variant for c in cells] == ["lag", "forward"]
@@ -109,7 +111,7 @@ def test_result_code_leaves_out_analysis_only_modules():
 def board(tmp_path_factory):
     root = tmp_path_factory.mktemp("lag-bench")
     for algo in ("ppo_clip", "vaco"):
-        assert lag_bench.main(["--algo", algo, "--protocol", "tiny", "--out", str(root / algo),
+        assert lag_bench.main(["--algo", algo, *TINY_V1, "--out", str(root / algo),
                                "--leaderboard", str(root), "--no-progress"]) == 0
     return root
 
@@ -153,7 +155,7 @@ def set_bench_info(directory, **changes):
 
 def test_every_record_keeps_what_its_cells_compute(board):
     info = json.loads((board / "vaco" / bench.BENCH_FILE).read_text())
-    key = bench.comparability_key(bench.Method("vaco"), bench.protocol("tiny"))
+    key = bench.comparability_key(bench.Method("vaco"), bench.protocol("tiny", 1))
     assert info["comparability"] == key and key["protocol_version"] == 1
     assert set(key["programs"]) == {"bench/toy_reach/vaco/lag", "bench/toy_reach/vaco/forward"}
     assert key["versions"]["jax"] == jax.__version__ and "vaco_jax" not in key["versions"]
@@ -166,7 +168,7 @@ def test_every_record_keeps_what_its_cells_compute(board):
 def test_a_comment_in_result_code_keeps_the_key_and_a_change_of_behaviour_does_not():
     from vaco_jax import objectives
 
-    [cell, _] = bench.bench_cells(bench.Method("ppo_clip"), bench.protocol("tiny"))
+    [cell, _] = bench.bench_cells(bench.Method("ppo_clip"), bench.protocol("tiny", 1))
     source = Path(objectives.__file__).read_text()
 
     def key(text):   # objectives.py as if edited to `text` (lowered only, nothing compiled)
@@ -205,7 +207,7 @@ def test_references_that_compute_otherwise_are_named_not_compared(board, tmp_pat
 
 
 def test_before_a_run_the_leaderboard_is_said_comparable_or_not_and_why(board, tmp_path):
-    proto = bench.protocol("tiny")
+    proto = bench.protocol("tiny", 1)
     assert bench.leaderboard_comparability(board, proto) == (
         f"leaderboard {board} (2 methods): comparable: same programs, versions and protocol "
         f"tiny v1")
@@ -239,7 +241,7 @@ def test_before_a_run_the_leaderboard_is_said_comparable_or_not_and_why(board, t
         "their programs" in note
     assert "differing from this checkout's in trainer.py" in note
     # Entries of another protocol are not this benchmark's.
-    assert "no method on protocol cpu" in bench.leaderboard_comparability(other, bench.protocol("cpu"))
+    assert "no method on protocol cpu" in bench.leaderboard_comparability(other, bench.protocol("cpu", 1))
 
 
 def test_a_leaderboard_entry_without_runs_is_named_in_the_report_never_a_traceback(board, tmp_path):
@@ -251,7 +253,7 @@ def test_a_leaderboard_entry_without_runs_is_named_in_the_report_never_a_traceba
     shutil.copytree(board / "vaco", mine)
     for name in ("scorecard.json", "scorecard.md", "scorecard.png"):
         (mine / name).unlink()
-    assert lag_bench.main(["--algo", "vaco", "--protocol", "tiny", "--out", str(mine),
+    assert lag_bench.main(["--algo", "vaco", *TINY_V1, "--out", str(mine),
                            "--leaderboard", str(other), "--report-only"]) == 0
     for name in ("scorecard.json", "scorecard.md", "scorecard.png"):
         assert (mine / name).stat().st_size > 0
@@ -274,7 +276,7 @@ def test_a_figure_that_cannot_be_drawn_is_said_and_the_rest_written(board, tmp_p
     mine = tmp_path / "vaco"
     shutil.copytree(board / "vaco", mine)
     (mine / "scorecard.png").unlink()
-    assert lag_bench.main(["--algo", "vaco", "--protocol", "tiny", "--out", str(mine),
+    assert lag_bench.main(["--algo", "vaco", *TINY_V1, "--out", str(mine),
                            "--leaderboard", str(board), "--report-only"]) == 0
     assert (mine / "scorecard.md").exists() and not (mine / "scorecard.png").exists()
     assert f"{mine / 'scorecard.png'} was not written (AttributeError: 'DataFrame' object has no " \
@@ -288,7 +290,7 @@ def test_the_report_says_which_cells_are_missing(board, tmp_path):
     records = [json.loads(line) for line in cells.read_text().splitlines()]
     cells.write_text(json.dumps(records[0]) + "\n")   # the forward cell never finished
     (tmp_path / "none").mkdir()
-    assert lag_bench.main(["--algo", "vaco", "--protocol", "tiny", "--out", str(partial),
+    assert lag_bench.main(["--algo", "vaco", *TINY_V1, "--out", str(partial),
                            "--leaderboard", str(tmp_path / "none"), "--report-only"]) == 0
     card = json.loads((partial / "scorecard.json").read_text())
     assert card["missing_cells"] == ["bench/toy_reach/vaco/forward"]
@@ -301,7 +303,7 @@ def test_the_default_leaderboard_is_the_checkout_s_from_any_directory(board, tmp
     mine = tmp_path / "vaco"
     shutil.copytree(board / "vaco", mine)
     monkeypatch.chdir(tmp_path)
-    args = ["--algo", "vaco", "--protocol", "tiny", "--out", str(mine), "--report-only"]
+    args = ["--algo", "vaco", *TINY_V1, "--out", str(mine), "--report-only"]
     assert lag_bench.main(args) == 0
     committed = Path(__file__).resolve().parent.parent / "results" / "lag-bench" / "tiny"
     assert bench.committed_leaderboard("tiny") == committed
@@ -417,7 +419,7 @@ def test_a_users_objective_gets_a_scorecard_beside_the_leaderboard(board, tmp_pa
     path.write_text(USER_OBJECTIVE)
     monkeypatch.syspath_prepend(str(tmp_path))
     out = tmp_path / "mine"
-    assert lag_bench.main(["--algo", "gae+bench_objectives:penalised_pg", "--protocol", "tiny",
+    assert lag_bench.main(["--algo", "gae+bench_objectives:penalised_pg", *TINY_V1,
                            "--set", "objective_hparams=tau=0.1", "--out", str(out),
                            "--leaderboard", str(board), "--no-progress"]) == 0
     info = json.loads((out / "bench.json").read_text())
@@ -442,14 +444,14 @@ def test_a_users_objective_gets_a_scorecard_beside_the_leaderboard(board, tmp_pa
     # Another version of the objective under the same name is refused before anything runs: by
     # the benchmark, and by the sweep beneath it.
     edit(USER_OBJECTIVE.replace("p.tau * (ratio - 1.0) ** 2", "p.tau * abs(ratio - 1.0)"))
-    args = ["--algo", algo, "--protocol", "tiny", "--set", "objective_hparams=tau=0.1", "--out",
+    args = ["--algo", algo, *TINY_V1, "--set", "objective_hparams=tau=0.1", "--out",
             str(out), "--leaderboard", str(board), "--no-progress"]
     capsys.readouterr()
     assert lag_bench.main(args) == 2
     assert "made by another version of its objective 'bench_objectives:penalised_pg'" in \
         " ".join(capsys.readouterr().err.split())
     cells = bench.bench_cells(bench.Method(algo, (("objective_hparams", ("tau=0.1",)),)),
-                              bench.protocol("tiny"))
+                              bench.protocol("tiny", 1))
     with pytest.raises(SweepError, match="made by another version of objective"):
         sweep.run_sweep(cells, out / bench.RUNS, max_cells=0, log=lambda _: None)
     # A comment computes the same: the finished cells are its own, nothing runs again.
@@ -461,19 +463,19 @@ EXAMPLE_PROFILE = Path(__file__).resolve().parent.parent / "docs" / "lag_profile
 
 
 def test_a_lag_profile_adds_one_cell_per_task_checked_before_compiling(tmp_path, capsys):
-    cells = bench.bench_cells(bench.Method("vaco"), bench.PROTOCOLS["cpu"], (0.5, 0.25, 0.25))
+    cells = bench.bench_cells(bench.Method("vaco"), bench.protocol("cpu", 1), (0.5, 0.25, 0.25))
     assert [c.variant for c in cells] == ["lag", "forward", "profile"]
     profile = cells[2].config
     assert (profile.snapshot_sampling, profile.lag_profile, profile.slots) == (
         "profile", (0.5, 0.25, 0.25), 3)
     assert profile.num_epochs == cells[0].config.num_epochs   # the lag axis's shapes
     assert [(r.capacity, r.seed) for r in cells[2].runs] == [(3, s) for s in range(200, 210)]
-    assert lag_bench.main(["--algo", "vaco", "--protocol", "tiny", "--plan",
+    assert lag_bench.main(["--algo", "vaco", *TINY_V1, "--plan",
                            "--lag-profile", str(EXAMPLE_PROFILE)]) == 0
     assert "bench/toy_reach/vaco/profile: 3 runs" in capsys.readouterr().out
     bad = tmp_path / "bad.json"
     bad.write_text('{"probabilities": [-0.5, 1.5]}')
-    assert lag_bench.main(["--algo", "vaco", "--protocol", "tiny", "--plan",
+    assert lag_bench.main(["--algo", "vaco", *TINY_V1, "--plan",
                            "--lag-profile", str(bad)]) == 2
     assert ">= 0" in capsys.readouterr().err
 
@@ -484,7 +486,7 @@ def test_a_scorecard_reports_retention_under_the_methods_lag_profile(board, tmp_
     shutil.copytree(board / "vaco", out)
     profile = tmp_path / "profile.json"
     profile.write_text(json.dumps({"probabilities": [0.5, 0.5]}))
-    args = ["--algo", "vaco", "--protocol", "tiny", "--out", str(out), "--leaderboard", str(board),
+    args = ["--algo", "vaco", *TINY_V1, "--out", str(out), "--leaderboard", str(board),
             "--no-progress", "--lag-profile", str(profile)]
     assert lag_bench.main(args) == 0
     assert json.loads((out / bench.BENCH_FILE).read_text())["lag_profile"] == [0.5, 0.5]
@@ -500,3 +502,139 @@ def test_a_scorecard_reports_retention_under_the_methods_lag_profile(board, tmp_
     capsys.readouterr()
     assert lag_bench.main(args) == 2
     assert "another --out directory for another profile" in capsys.readouterr().err
+
+
+# --- protocol version 2 ----------------------------------------------------------------------------
+def test_version_1_protocols_keep_the_cells_of_their_results():
+    # Fingerprints of version 1's cells as the committed leaderboard's code planned them.
+    pinned = {("tiny", "lag"): "bb6959026ff5d43f", ("tiny", "forward"): "9eb5f13768ec38d0",
+              ("cpu", "lag"): "7863c9f3bd8d7517", ("cpu", "forward"): "7a0aeb8e2ab9b1ea"}
+    for name in ("tiny", "cpu"):
+        for cell in bench.bench_cells(bench.Method("vaco"), bench.protocol(name, 1)):
+            assert cell.fingerprint() == pinned[name, cell.variant], cell.cell_id
+    assert bench.protocol("cpu").version == 2 and bench.protocol("cpu", 1).lags == (0, 3, 15)
+    with pytest.raises(ConfigError, match="option `protocol_version`"):
+        bench.protocol("cpu", 7)
+
+
+def test_the_v2_lag_axis_is_one_program_of_lag_profiles_per_task():
+    proto = bench.protocol("cpu", 2)
+    cells = bench.bench_cells(bench.Method("vaco"), proto, learning_rate=1e-3)
+    assert [c.env for c in cells[::2]] == [t.env for t in proto.tasks] and len(proto.tasks) >= 5
+    lag, forward = cells[0], cells[1]
+    assert lag.config.snapshot_sampling == "profile" and lag.config.max_capacity == 9
+    assert lag.variant == "lag" and forward.variant == "forward"
+    tags = [dict(r.tags) for r in lag.runs]
+    assert sorted({t["setting"] for t in tags}) == ["k=0", "k=2", "k=8", "uniform≤8"]
+    assert {r.seed for r in lag.runs} == set(range(300, 310)) and len(lag.runs) == 40
+    for run in lag.runs:
+        hparams = dict(run.hparams)
+        assert hparams["learning_rate"] == 1e-3
+        profile, k = hparams["lag_profile"], dict(run.tags)["lag"]
+        if k is None:   # the stochastic lag: every age 0..8 alike
+            assert run.capacity == 9 and profile == pytest.approx([1 / 9] * 9)
+        else:           # constant lag k: all the mass on age k, as `oldest` with capacity k + 1
+            assert run.capacity == k + 1 and profile == (0.0,) * k + (1.0,)
+    assert forward.config.num_epochs == 16 and len(forward.runs) == 20
+    assert sorted({dict(r.tags)["setting"] for r in forward.runs}) == \
+        ["num_epochs=16, k=0", "num_epochs=16, k=8"]
+    # The tasks' own settings, and their env's episode length where the table gives none.
+    pendulum = next(c for c in cells if c.env == "gymnax:Pendulum-v1")
+    assert pendulum.config.gamma == 0.9 and pendulum.config.episode_length == 200
+    # The choice of learning rate: the grid × the design seeds at k = 0, never a scored seed.
+    tune = bench.tuning_cells(bench.Method("vaco"), proto)
+    assert len(tune) == len(proto.tasks)
+    assert {dict(r.hparams)["learning_rate"] for r in tune[0].runs} == {1e-4, 3e-4, 1e-3}
+    assert {r.seed for r in tune[0].runs} == set(range(900, 905))
+    assert {dict(r.tags)["setting"] for r in tune[0].runs} == {"k=0"}
+    with pytest.raises(ConfigError, match="learning rate is chosen"):
+        bench.bench_cells(bench.Method("vaco", (("learning_rate", 1e-3),)), proto)
+
+
+def test_a_protocol_whose_extras_are_missing_fails_with_the_install_command(monkeypatch, capsys):
+    from vaco_jax import envs
+
+    monkeypatch.setattr(envs, "gymnax_available", lambda: False)
+    assert lag_bench.main(["--algo", "vaco", "--protocol", "cpu", "--plan"]) == 2
+    assert 'pip install -e ".[gymnax]"' in capsys.readouterr().err
+
+
+def test_the_plan_prints_the_size_and_a_time_only_where_throughput_was_measured(capsys, tmp_path):
+    assert lag_bench.main(["--algo", "vaco", "--protocol", "cpu", "--plan", "--out",
+                           str(tmp_path / "none"), "--leaderboard", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "12 cells (12 compiled programs), 360 runs, 115,507,200 env steps, 115,200 " \
+           "evaluation episodes" in out
+    assert "estimated time: none" in out
+    cells = bench.tuning_cells(bench.Method("vaco"), bench.protocol("tiny", 2))
+    measured = [{"cell": "bench/toy_reach/ppo_clip/tune", "sps": 1000.0, "compile_seconds": 5.0}]
+    size = bench.plan_size(cells, measured)
+    assert size["runs"] == 6 and size["env_steps"] == 6 * 8_192
+    assert size["estimated_seconds"] == pytest.approx(6 * 8_192 / 1000 + 5)
+
+
+def test_the_learning_rate_rule_normalises_per_task_and_ties_to_the_default():
+    import pandas as pd
+
+    proto = bench.protocol("tiny", 2)
+
+    def rows(table):   # {env: {lr: return at every evaluation}}, one seed
+        return pd.DataFrame([{"env": env, "learning_rate": lr, "seed": 900, "eval_index": i,
+                              "eval_return": value}
+                             for env, by_lr in table.items() for lr, value in by_lr.items()
+                             for i in range(4)])
+
+    # Task a: 1e-3 best (AUC 10 over random 0), 3e-4 half as good; task b: 3e-4 best.
+    chosen = bench.choose_learning_rate(
+        rows({"a": {1e-4: 0.0, 3e-4: 5.0, 1e-3: 10.0}, "b": {1e-4: 2.0, 3e-4: 4.0, 1e-3: 3.0}}),
+        {"a": 0.0, "b": 2.0}, proto)
+    # normalised: a 0, 0.5, 1; b 0, 1, 0.5 → means 0, 0.75, 0.75: a tie, to 3e-4.
+    assert chosen["score"] == {"0.0001": 0.0, "0.0003": 0.75, "0.001": 0.75}
+    assert chosen["chosen"] == 3e-4
+    assert chosen["tasks"]["b"]["learning_rates"]["0.001"]["normalised_auc"] == 0.5
+    chosen = bench.choose_learning_rate(
+        rows({"a": {1e-4: 0.0, 3e-4: 5.0, 1e-3: 10.0}, "b": {1e-4: 2.0, 3e-4: 4.0, 1e-3: 4.0}}),
+        {"a": 0.0, "b": 2.0}, proto)
+    assert chosen["chosen"] == 1e-3
+
+
+def test_the_leaderboard_holds_each_distinct_algorithm_once():
+    from vaco_jax import algorithms
+
+    names = [m.name for m in bench.LEADERBOARD_METHODS]
+    keys = []
+    for method in bench.LEADERBOARD_METHODS:
+        algorithm = algorithms.parse(method.algo)
+        keys.append((algorithm.estimator.name, algorithm.objective.name, method.overrides))
+    assert len(set(keys)) == len(keys)
+    assert "appo" in names and "vtrace_once+ppo_clip" not in names   # one computation
+    assert "decoupled_ppo" in names and "tis" not in names
+    assert {"vaco", "ppo_clip", "gae+tv_filter", "ppo_kl_adaptive", "ppo_kl_adaptive_learner"} <= set(names)
+
+
+def test_the_tuned_learning_rate_is_chosen_recorded_and_required(tmp_path, capsys):
+    out = tmp_path / "ppo_clip"
+    base = ["--algo", "ppo_clip", "--protocol", "tiny", "--out", str(out), "--no-progress"]
+    # No choice yet, no --learning-rate: refused before anything compiles.
+    assert lag_bench.main(base) == 2
+    assert "--tune" in capsys.readouterr().err and not (out / bench.RUNS).exists()
+    assert lag_bench.main(base + ["--tune"]) == 0
+    tuning = json.loads((out / bench.TUNING_FILE).read_text())
+    assert tuning["chosen"] in (1e-4, 3e-4, 1e-3) and tuning["design_seeds"] == [900, 901]
+    assert set(tuning["tasks"]["toy_reach"]["learning_rates"]) == {"0.0001", "0.0003", "0.001"}
+    assert tuning["cost"]["wall_seconds"] > 0 and tuning["cost"]["env_steps"] == 6 * 8_192
+    assert lag_bench.main(base) == 0
+    info = json.loads((out / bench.BENCH_FILE).read_text())
+    assert (info["learning_rate"], info["tuned"], info["protocol_version"]) == \
+        (tuning["chosen"], True, 2)
+    rows = sweep.load_results(out / bench.RUNS)
+    assert set(rows["learning_rate"]) == {tuning["chosen"]}
+    assert set(rows["seed"]) == {300, 301, 302}
+    assert set(rows["setting"]) == {"k=0", "k=1", "k=3", "uniform≤3",
+                                    "num_epochs=4, k=0", "num_epochs=4, k=3"}
+    assert set(rows["cell"]) == {"bench/toy_reach/ppo_clip/lag", "bench/toy_reach/ppo_clip/forward"}
+    commits = sweep.load_cells(out / bench.RUNS)["git_commit"]
+    assert commits.notna().all()
+    # Another learning rate in the same directory is refused; elsewhere it is recorded as not tuned.
+    assert lag_bench.main(base + ["--learning-rate", "0.5"]) == 2
+    assert "learning rate" in capsys.readouterr().err

@@ -39,8 +39,14 @@ class Args:
     label: str = ""
     """The method's name in tables (default: algo, with its overrides in brackets)."""
     protocol: Literal["tiny", "cpu", "gpu"] = "cpu"
-    """tiny: seconds (tests); cpu: one 2-core CPU, about half an hour per method; gpu: the four
-    tasks of the controlled-lag study."""
+    """tiny: seconds (tests); cpu: one 2-core CPU machine; gpu: one GPU (docs/benchmark.md)."""
+    protocol_version: int | None = None
+    """The protocol's version (default: its newest; 1 is the version 1 leaderboard's)."""
+    tune: bool = False
+    """Choose the method's learning rate: the protocol's grid × its design seeds at k = 0, one
+    program per task, into --out/tuning/ and --out/tuning.json; then exit."""
+    learning_rate: float | None = None
+    """Run at this learning rate instead of the tuned one (recorded as not tuned)."""
     out: str = ""
     """The method's directory (default runs/lag-bench/<protocol>/<method>)."""
     lag_profile: str = ""
@@ -55,7 +61,8 @@ class Args:
     report_only: bool = False
     """Write the scorecard from the cells already in --out; run nothing."""
     plan: bool = False
-    """Print the cells and exit."""
+    """Print the run's size (cells, programs, runs, env steps, evaluation episodes, and the time
+    where a finished cell of the same task and setting measured its throughput) and exit."""
     table: str = ""
     """Write the leaderboard table (leaderboard.md) and figure (leaderboard.png) of every method
     in this directory, and exit."""
@@ -102,24 +109,48 @@ def main(argv: list[str] | None = None, prog: str = "vaco-bench") -> int:
     try:
         if not args.algo:
             raise ConfigError("option `algo` is required (e.g. --algo vaco)")
-        proto = bench.protocol(args.protocol)
+        proto = bench.protocol(args.protocol, args.protocol_version)
+        proto.check_requires()
         method = bench.Method(args.algo, bench.parse_overrides(args.set), args.label)
         lag_profile = read_lag_profile(args.lag_profile) if args.lag_profile else ()
-        cells = bench.bench_cells(method, proto, lag_profile)
+        if (args.tune or args.learning_rate is not None) and not proto.tuned:
+            raise ConfigError(f"option `{'tune' if args.tune else 'learning_rate'}` is invalid "
+                              f"for protocol {proto.name} v{proto.version}: it has no "
+                              f"learning-rate grid (its tasks set the learning rate)")
+        if args.tune:
+            cells = bench.tuning_cells(method, proto)
+        else:
+            cells = bench.bench_cells(method, proto, lag_profile, learning_rate=args.learning_rate)
         shard = sweep.parse_shard(args.shard) or sweep.shard_from_env()
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     out = Path(args.out) if args.out else Path("runs") / "lag-bench" / proto.name / method.name
     leaderboard_dir = (Path(args.leaderboard) if args.leaderboard else
-                       bench.committed_leaderboard(proto.name))
+                       bench.committed_leaderboard(proto.name, proto.version))
     if args.leaderboard and not leaderboard_dir.is_dir():
         print(f"error: option `leaderboard` = {args.leaderboard!r} is invalid: not a directory",
               file=sys.stderr)
         return 2
     if args.plan:
-        for cell in cells:
-            print(f"{cell.cell_id}: {len(cell.runs)} runs × {cell.config.env_steps:,} steps")
+        print(_plan(cells, method, proto, out, leaderboard_dir, tune=args.tune))
+        return 0
+    if args.tune:
+        runtime.start(runtime.Cluster(), compile_cache=args.compile_cache)
+        try:
+            tuning = bench.run_tuning(method, proto, out, shard=shard, progress=args.progress,
+                                      allow_code_change=args.allow_code_change,
+                                      max_cells=args.max_cells)
+        except (ConfigError, SweepError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        if tuning is None:
+            print(f"the learning-rate choice is not finished yet: run the same command again")
+            return 0
+        cost = tuning["cost"]
+        print(f"learning rate {tuning['chosen']:g} chosen ({out / bench.TUNING_FILE}); mean "
+              f"normalised AUC {', '.join(f'{k}: {v:.3f}' for k, v in tuning['score'].items())}; "
+              f"cost {cost['wall_seconds']:.0f} s ({cost['compile_seconds']:.0f} s compiling)")
         return 0
     if not args.report_only:
         runtime.start(runtime.Cluster(), compile_cache=args.compile_cache)
@@ -128,10 +159,13 @@ def main(argv: list[str] | None = None, prog: str = "vaco-bench") -> int:
             print(bench.leaderboard_comparability(leaderboard_dir, proto), file=sys.stderr)
             bench.run_bench(method, proto, out, shard=shard, progress=args.progress,
                             allow_code_change=args.allow_code_change, max_cells=args.max_cells,
-                            lag_profile=lag_profile)
+                            lag_profile=lag_profile, learning_rate_given=args.learning_rate)
         except (ConfigError, SweepError) as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
+    if proto.version >= 2:   # its report is written from the runs by `--table` (docs/benchmark.md)
+        print(f"the runs are in {out / bench.RUNS}")
+        return 0
     try:
         card = scorecard.scorecard(out, leaderboard_dir)
     except FileNotFoundError as error:
@@ -151,3 +185,30 @@ def main(argv: list[str] | None = None, prog: str = "vaco-bench") -> int:
     print("\n".join(str(p) for p in written))
     return 0
 
+
+
+def _plan(cells, method, proto, out: Path, leaderboard: Path, *, tune: bool) -> str:
+    """What `--plan` prints: the run's size, and its time where throughputs were measured (this
+    directory's finished cells, then the leaderboard's)."""
+    from vaco_jax.study import bench
+
+    size = bench.plan_size(cells, bench.measured_cells(leaderboard, out))
+    what = "the learning-rate choice" if tune else "the scored runs"
+    lines = [f"protocol {proto.name} v{proto.version}, {what}: {size['cells']} cells "
+             f"({size['programs']} compiled programs), {size['runs']} runs, "
+             f"{size['env_steps']:,} env steps, {size['evaluation_episodes']:,} evaluation episodes"]
+    lines += [f"  {cell.cell_id}: {len(cell.runs)} runs × {cell.config.env_steps:,} steps"
+              for cell in cells]
+    if proto.tuned and not tune:
+        tuning = bench.plan_size(bench.tuning_cells(method, proto),
+                                 bench.measured_cells(leaderboard, out))
+        lines.append(f"the learning-rate choice before it (--tune): {tuning['cells']} cells, "
+                     f"{tuning['runs']} runs, {tuning['env_steps']:,} env steps, "
+                     f"{tuning['evaluation_episodes']:,} evaluation episodes")
+    if size["estimated_seconds"] is None:
+        lines.append(f"estimated time: none (no measured throughput for "
+                     f"{len(size['unmeasured'])} of the {size['cells']} cells)")
+    else:
+        lines.append(f"estimated time: {size['estimated_seconds'] / 60:.0f} min (the measured "
+                     f"steps/s and compile time of finished cells of the same tasks)")
+    return "\n".join(lines)

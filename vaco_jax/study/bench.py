@@ -17,6 +17,11 @@ programs, without source locations, and its runs' hyper-parameters and seeds). T
 compared when both are what one checkout computes (`computed_here`): a docstring or a refactor
 keeps a leaderboard comparable, a change of behaviour does not. The scorecard itself is
 `vaco_jax.study.scorecard`.
+
+From version 2 on, a protocol makes its constant lags as lag profiles (all the mass on age k) in
+the same program as a stochastic lag, and each method's learning rate is chosen first on design
+seeds (`tuning_cells`, `run_tuning`, `choose_learning_rate`: `<out>/tuning.json`), then frozen for
+its scored runs. Each run's rows say its setting, lag, K, learning rate and seed.
 """
 
 from __future__ import annotations
@@ -40,11 +45,12 @@ REFERENCES = "random_returns.json"
 STUDY = "bench"
 PROFILE = "profile"   # the setting of a method acting with the user's lag profile
 
-def committed_leaderboard(protocol: str) -> Path:
+def committed_leaderboard(protocol: str, version: int = 1) -> Path:
     """The leaderboard committed with the repository, `results/lag-bench/<protocol>` of the
-    checkout this package runs from (absent when it is installed without one): found from any
-    directory."""
-    return Path(io.__file__).resolve().parent.parent / "results" / "lag-bench" / protocol
+    checkout this package runs from (`<protocol>-v<version>` from version 2 on; absent when it is
+    installed without one): found from any directory."""
+    name = protocol if version == 1 else f"{protocol}-v{version}"
+    return Path(io.__file__).resolve().parent.parent / "results" / "lag-bench" / name
 
 
 # Modules that read results but never make them: editing them leaves every benchmark result valid.
@@ -82,13 +88,44 @@ class Protocol:
     last_evals: int = 3
     """A run's final score: the mean of its last this many evaluations."""
     description: str = ""
+    # From version 2 on (version 1's protocols leave these at their defaults):
+    sampling: str = "oldest"
+    """How a constant lag k is made: `oldest` (capacity k + 1), or `profile` (a lag profile with
+    all its mass on age k: the same computation, in a program that also holds `stochastic`)."""
+    stochastic: tuple[tuple[str, tuple[float, ...]], ...] = ()
+    """Stochastic lags in the lag axis's program: (name, lag profile p_0 … p_{C−1}) each."""
+    design_seed: int = 0
+    design_seeds: int = 0
+    """The learning-rate choice runs seeds design_seed … design_seed + design_seeds − 1, never
+    used for a score."""
+    learning_rates: tuple[float, ...] = ()
+    """The grid each method's learning rate is chosen from at k = 0 (empty: no choice)."""
+    default_learning_rate: float = 3e-4
+    """The learning rate chosen where the grid's scores tie."""
+    requires: tuple[str, ...] = ()
+    """The extras the tasks need (`pip install -e ".[extra]"`)."""
 
     @property
     def largest_lag(self) -> int:
         return max(self.lags)
 
+    @property
+    def tuned(self) -> bool:
+        """Is each method's learning rate chosen on the design seeds (`--tune`)?"""
+        return bool(self.learning_rates)
+
     def describe(self) -> dict:
         return io.to_jsonable(dataclasses.asdict(self))
+
+    def check_requires(self) -> None:
+        """`ConfigError` with the install command when an extra the tasks need is missing."""
+        from vaco_jax import envs
+
+        available = {"dmc": envs.dmc_available, "gymnax": envs.gymnax_available}
+        missing = [extra for extra in self.requires if not available[extra]()]
+        if missing:
+            raise ConfigError(f"option `protocol` = {self.name!r} (v{self.version}) needs the "
+                              f"extras {missing}: pip install -e \".[{','.join(missing)}]\"")
 
 
 _TINY = (("num_envs", 8), ("unroll_length", 8), ("num_epochs", 2), ("num_minibatches", 2),
@@ -99,7 +136,59 @@ _TINY = (("num_envs", 8), ("unroll_length", 8), ("num_epochs", 2), ("num_minibat
 _CPU = (("num_envs", 32), ("unroll_length", 32), ("num_epochs", 4), ("num_minibatches", 8),
         ("num_actors", 4), ("episode_length", 1000), ("num_evals", 20), ("eval_envs", 16))
 
-PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
+# Version 2: five-plus tasks at budgets where synchronous PPO-Clip has not saturated, each task a
+# row of this table (env, env steps per run, its own config fields); every other field is the
+# shared shapes', and the episode length is the env's own (`Config.for_env`).
+_CPU_V2_TASKS = (
+    ("inverted_double_pendulum", 122_880, ()),
+    ("dmc:CartpoleSwingup", 512_000, ()),
+    ("dmc:ReacherEasy", 409_600, ()),
+    ("gymnax:Pendulum-v1", 409_600, (("gamma", 0.9),)),
+    ("gymnax:CartPole-v1", 61_440, (("episode_length", 500),)),
+    ("gymnax:Breakout-MinAtar", 409_600, (("ent_coef", 0.01),)),
+)
+# One GPU: the lag-gpu preset's shapes (256 envs × 32 steps per run, 16 actor groups) at
+# 1,146,880 steps per run, planned from the H200's measured rate (docs/benchmark.md, "gpu v2").
+_GPU_V2_TASKS = (
+    ("hopper", 1_146_880, (("mjx_solver", "fast"),)),
+    ("ant", 1_146_880, (("mjx_solver", "fast"),)),
+    ("dmc:CheetahRun", 1_146_880, ()),
+)
+_GPU_V2_SHAPES = (("num_envs", 256), ("unroll_length", 32), ("num_epochs", 4),
+                  ("num_minibatches", 8), ("num_actors", 16), ("num_evals", 20), ("eval_envs", 16))
+_V2_SHAPES = tuple((k, v) for k, v in _CPU if k != "episode_length")
+_LR_GRID = (1e-4, 3e-4, 1e-3)
+
+
+def _v2_tasks(table, shapes, seeds: int) -> tuple[Task, ...]:
+    return tuple(Task(env, shapes + (("total_steps", steps),) + own, seeds)
+                 for env, steps, own in table)
+
+
+def uniform_profile(largest: int) -> tuple[float, ...]:
+    """The lag profile of ages 0 … `largest`, each as likely (capacity `largest` + 1)."""
+    return (1.0 / (largest + 1),) * (largest + 1)
+
+
+PROTOCOLS_V2 = (
+    Protocol("tiny", 2, (Task("toy_reach", _TINY, 3),), lags=(0, 1, 3),
+             forward=(("num_epochs", 4),), forward_lags=(0, 3), seed=300,
+             sampling="profile", stochastic=(("uniform≤3", uniform_profile(3)),),
+             design_seed=900, design_seeds=2, learning_rates=_LR_GRID,
+             description="seconds on a CPU: the pipeline end to end (tests, CI)"),
+    Protocol("cpu", 2, _v2_tasks(_CPU_V2_TASKS, _V2_SHAPES, 10), lags=(0, 2, 8),
+             forward=(("num_epochs", 16),), forward_lags=(0, 8), seed=300,
+             sampling="profile", stochastic=(("uniform≤8", uniform_profile(8)),),
+             design_seed=900, design_seeds=5, learning_rates=_LR_GRID,
+             requires=("dmc", "gymnax"),
+             description="six tasks of three suites on one 2-core CPU machine"),
+    Protocol("gpu", 2, _v2_tasks(_GPU_V2_TASKS, _GPU_V2_SHAPES, 10), lags=(0, 2, 8),
+             forward=(("num_epochs", 16),), forward_lags=(0, 8), seed=300,
+             sampling="profile", stochastic=(("uniform≤8", uniform_profile(8)),),
+             design_seed=900, design_seeds=5, learning_rates=_LR_GRID, requires=("dmc",),
+             description="hopper, ant and CheetahRun on one GPU"),
+)
+VERSIONS: dict[tuple[str, int], Protocol] = {(p.name, p.version): p for p in (
     Protocol("tiny", 1, (Task("toy_reach", _TINY, 3),), lags=(0, 1, 3),
              forward=(("num_epochs", 4),), forward_lags=(0, 3), seed=200,
              description="seconds on a CPU: the pipeline end to end (tests, CI)"),
@@ -118,14 +207,24 @@ PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
         Task("hopper", _CPU + (("total_steps", 1_024_000), ("mjx_solver", "fast")), 10)),
         lags=(0, 3, 15), forward=(("num_epochs", 16),), forward_lags=(0, 15), seed=200,
         description="the four tasks of the controlled-lag study: one GPU (needs the dmc extra)"),
+    *PROTOCOLS_V2,
 )}
+# `--protocol NAME` runs the newest version of NAME.
+PROTOCOLS: dict[str, Protocol] = {name: VERSIONS[name, max(v for n, v in VERSIONS if n == name)]
+                                  for name, _ in VERSIONS}
 
 
-def protocol(name: str) -> Protocol:
+def protocol(name: str, version: int | None = None) -> Protocol:
+    """Protocol `name` at `version` (default: its newest)."""
     if name not in PROTOCOLS:
         raise ConfigError(f"option `protocol` = {name!r} is invalid: allowed values are "
                           f"{list(PROTOCOLS)}")
-    return PROTOCOLS[name]
+    if version is None:
+        return PROTOCOLS[name]
+    if (name, version) not in VERSIONS:
+        raise ConfigError(f"option `protocol_version` = {version!r} is invalid: protocol {name!r} "
+                          f"has versions {sorted(v for n, v in VERSIONS if n == name)}")
+    return VERSIONS[name, version]
 
 
 # --- methods -------------------------------------------------------------------------------------
@@ -143,6 +242,29 @@ class Method:
         if not self.overrides:
             return self.algo
         return f"{self.algo}[{','.join(f'{k}={v}' for k, v in self.overrides)}]"
+
+
+def leaderboard_methods() -> tuple[Method, ...]:
+    """Every distinct algorithm the leaderboard holds, one entry each: the registered algorithms
+    and the ablations, a name that is another's computation merged into the first (`tis` is
+    `decoupled_ppo`, `vtrace_once+ppo_clip` is `appo`), the LLM-only ones left out (`validate`
+    refuses them in control), and PPO-KL's two adaptive forms as the version 1 board had them."""
+    entries, seen = [], set()
+    for name in (*algorithms.REGISTRY, *algorithms.ABLATIONS):
+        algorithm = algorithms.parse(name)
+        key = (algorithm.estimator.name, algorithm.objective.name, algorithm.defaults)
+        if key in seen or algorithm.objective.sequences:
+            continue
+        seen.add(key)
+        entries.append(Method(name))
+    return (*entries,
+            Method("ppo_kl", (("kl_adaptive", True),), "ppo_kl_adaptive"),
+            Method("ppo_kl", (("kl_adaptive", True), ("kl_reference", "learner"),
+                              ("kl_coef_min", 0.02857), ("kl_coef_max", 35)),
+                   "ppo_kl_adaptive_learner"))
+
+
+LEADERBOARD_METHODS = leaderboard_methods()
 
 
 def parse_overrides(items) -> tuple[tuple[str, Any], ...]:
@@ -170,11 +292,110 @@ def parse_overrides(items) -> tuple[tuple[str, Any], ...]:
 
 
 # --- planning ------------------------------------------------------------------------------------
-def bench_cells(method: Method, proto: Protocol, lag_profile=()) -> list[Cell]:
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One lag setting of a program: a constant lag `lag` = k, or a stochastic one (`lag` None)
+    drawn from `profile`; `name` is what every row of its runs says (e.g. `k=8`, `uniform≤8`)."""
+    name: str
+    lag: int | None
+    profile: tuple[float, ...] = ()
+    kind: str = ""
+    """What its rows say it samples by, where not the protocol's (the user's `profile`)."""
+
+    @property
+    def capacity(self) -> int:
+        return len(self.profile) if self.profile else self.lag + 1
+
+
+def settings(proto: Protocol, lags) -> list[Setting]:
+    """The constant lags `lags` of `proto` as settings (a one-hot lag profile at age k where the
+    protocol samples by profile: the same computation as `oldest` with capacity k + 1)."""
+    if proto.sampling != "profile":
+        return [Setting(f"k={k}", k) for k in lags]
+    return [Setting(f"k={k}", k, (0.0,) * k + (1.0,)) for k in lags]
+
+
+def bench_cells(method: Method, proto: Protocol, lag_profile=(), *,
+                learning_rate: float | None = None) -> list[Cell]:
     """The method's cells: per task, the lag axis (one program: every lag × seed) and the
     high-update-frequency setting (another program), each config validated before compiling.
     With a `lag_profile` (`config.read_lag_profile`), also the method acting with it at the
-    protocol's shapes (setting `profile`, capacity the profile's length: a program per task)."""
+    protocol's shapes (setting `profile`, capacity the profile's length: a program per task).
+    A protocol that tunes (`Protocol.tuned`) runs every cell at `learning_rate`, a column of its
+    rows (the tasks' own when None, e.g. to plan)."""
+    if not proto.tuned:
+        return _v1_cells(method, proto, lag_profile)
+    cells = []
+    for task in proto.tasks:
+        seeds = range(proto.seed, proto.seed + task.seeds)
+        lag_axis = settings(proto, proto.lags) + [Setting(name, None, profile)
+                                                  for name, profile in proto.stochastic]
+        cells.append(_cell(method, proto, task, "lag", lag_axis, (), seeds, [learning_rate]))
+        if proto.forward:
+            cells.append(_cell(method, proto, task, "forward", settings(proto, proto.forward_lags),
+                               proto.forward, seeds, [learning_rate]))
+        if lag_profile:
+            user = Setting("profile", None, tuple(lag_profile), PROFILE)
+            cells.append(_cell(method, proto, task, PROFILE, [user], (), seeds, [learning_rate]))
+    return cells
+
+
+def tuning_cells(method: Method, proto: Protocol) -> list[Cell]:
+    """Per task, one program: every learning rate of the grid × design seed, at k = 0."""
+    if not proto.tuned:
+        raise ConfigError(f"option `tune` is invalid for protocol {proto.name!r} "
+                          f"v{proto.version}: it has no learning-rate grid")
+    return [_cell(method, proto, task, "tune", settings(proto, (0,)), (),
+                  range(proto.design_seed, proto.design_seed + proto.design_seeds),
+                  proto.learning_rates) for task in proto.tasks]
+
+
+def _task_config(method: Method, proto: Protocol, task: Task, extra) -> Config:
+    fields = {**dict(task.config), **dict(extra), **dict(method.overrides)}
+    if proto.tuned and "learning_rate" in dict(method.overrides):
+        raise ConfigError(f"method {method.name!r}: option `set` item learning_rate is invalid on "
+                          f"protocol {proto.name!r} v{proto.version}: the learning rate is chosen "
+                          f"by --tune (or given by --learning-rate, recorded as not tuned)")
+    if "episode_length" not in fields and proto.version >= 2:
+        fields["episode_length"] = Config.for_env(task.env).episode_length
+    try:
+        return Config(env=task.env, algo=method.algo, **fields)
+    except TypeError as error:
+        raise ConfigError(f"method {method.name!r}: {error}") from None
+
+
+def _cell(method: Method, proto: Protocol, task: Task, variant: str, lag_settings, extra, seeds,
+          learning_rates) -> Cell:
+    """One program of a tuned protocol: every setting × learning rate × seed vmapped, each run
+    with its lag profile and learning rate as leaves, and its setting, lag and K in its rows."""
+    config = _task_config(method, proto, task, extra)
+    widest = max(lag_settings, key=lambda s: s.capacity)
+    config = dataclasses.replace(config, snapshot_sampling=proto.sampling, capacity=widest.capacity,
+                                 max_capacity=widest.capacity, lag_profile=widest.profile)
+    validate(config)
+    runs = []
+    for setting in lag_settings:
+        for lr in learning_rates:
+            lr = config.learning_rate if lr is None else float(lr)
+            for seed in seeds:
+                hparams = (("lag_profile", setting.profile),) if setting.profile else ()
+                runs.append(Run(setting.capacity, float(config.delta), seed,
+                                hparams + (("learning_rate", lr),),
+                                tags=(("setting", _setting_name(setting, extra)),
+                                      ("lag", setting.lag), ("num_epochs", config.num_epochs))))
+    for run in runs:
+        validate(run.config(config))
+    return Cell(STUDY, task.env, method.name, variant, config, tuple(runs))
+
+
+def _setting_name(setting: Setting, extra) -> str:
+    """`k=8`, `uniform≤8`; in the high-update-frequency program with its overrides first
+    (`num_epochs=16, k=8`)."""
+    return ", ".join([f"{k}={v}" for k, v in extra] + [setting.name])
+
+
+def _v1_cells(method: Method, proto: Protocol, lag_profile=()) -> list[Cell]:
+    """Version 1's cells (unchanged: their fingerprints are those of the committed results)."""
     cells = []
     for task in proto.tasks:
         seeds = range(proto.seed, proto.seed + task.seeds)
@@ -270,11 +491,12 @@ def cell_key(cell: Cell) -> str:
     return key
 
 
-def comparability_key(method: Method, proto: Protocol, lag_profile=()) -> dict:
-    """What decides whether a result of `method` on `proto` (and `lag_profile`) may be compared
-    with another: the protocol and its version, the `KEY_LIBRARIES`' versions, and each cell's
-    `cell_key`."""
-    cells = bench_cells(method, proto, lag_profile)
+def comparability_key(method: Method, proto: Protocol, lag_profile=(),
+                      learning_rate: float | None = None) -> dict:
+    """What decides whether a result of `method` on `proto` (and `lag_profile`, and on a protocol
+    that tunes `learning_rate`) may be compared with another: the protocol and its version, the
+    `KEY_LIBRARIES`' versions, and each cell's `cell_key`."""
+    cells = bench_cells(method, proto, lag_profile, learning_rate=learning_rate)
     return {"protocol": proto.name, "protocol_version": proto.version, "versions": key_versions(),
             "programs": {cell.cell_id: cell_key(cell) for cell in cells}}
 
@@ -290,11 +512,11 @@ def computed_here(info: dict) -> tuple[bool, str]:
     why: its protocol version, library versions and every cell's program (lowered here,
     `cell_key`) are this checkout's. A result recorded before programs were keyed is this
     checkout's only if its result code is (`result_sources`)."""
-    proto = PROTOCOLS.get(info["protocol"])
-    if proto is None or proto.version != info["protocol_version"]:
-        here = f"v{proto.version}" if proto is not None else "no such protocol"
+    proto = VERSIONS.get((info["protocol"], info["protocol_version"]))
+    if proto is None:
+        here = sorted(v for n, v in VERSIONS if n == info["protocol"])
         return False, (f"made on protocol {info['protocol']} v{info['protocol_version']} "
-                       f"(here: {here})")
+                       f"(here: {', '.join(f'v{v}' for v in here) or 'no such protocol'})")
     key = info.get("comparability")
     versions = (key or {}).get("versions") or {name: value for name, value in
                                                info.get("versions", {}).items()
@@ -316,7 +538,8 @@ def computed_here(info: dict) -> tuple[bool, str]:
                        f"{str(info.get('git_commit') or 'unrecorded')[:7]}, its files differing "
                        f"from this checkout's in {shown})")
     try:
-        cells = bench_cells(_method_of(info), proto, tuple(info.get("lag_profile", ())))
+        cells = bench_cells(_method_of(info), proto, tuple(info.get("lag_profile", ())),
+                            learning_rate=info.get("learning_rate"))
     except ConfigError as error:
         return False, f"its method cannot be planned here ({error})"
     recorded = key.get("programs", {})
@@ -337,7 +560,12 @@ def leaderboard_comparability(directory: Path, proto: Protocol) -> str:
     entries = []
     for path in sorted(directory.glob(f"*/{BENCH_FILE}")) if directory.is_dir() else []:
         info = json.loads(path.read_text())
-        if info.get("protocol") == proto.name:
+        if info.get("protocol") != proto.name:
+            continue
+        if info.get("protocol_version") != proto.version:
+            entries.append((info, False, f"made on protocol {proto.name} "
+                                         f"v{info.get('protocol_version')} (this run: v{proto.version})"))
+        else:
             entries.append((info, *computed_here(info)))
     where = f"leaderboard {directory}"
     if not entries:
@@ -363,18 +591,20 @@ def leaderboard_comparability(directory: Path, proto: Protocol) -> str:
 
 # --- running -------------------------------------------------------------------------------------
 def record(out: Path, method: Method, proto: Protocol, lag_profile=(), key: dict | None = None,
-           *, allow_code_change: bool = False) -> dict:
+           *, allow_code_change: bool = False, learning_rate: dict | None = None) -> dict:
     """`<out>/bench.json`: what `out` holds, the code that made it and what it computes (`key`:
     `comparability_key`, computed here if not given). A directory holds one method on one
-    protocol, and at most one lag profile: another is refused, and so is another version of the
-    method's user objective (unless `allow_code_change`)."""
+    protocol, at most one lag profile and (where the protocol tunes) one learning rate
+    (`learning_rate`: `{"learning_rate": lr, "tuned": bool}`): another is refused, and so is
+    another version of the method's user objective (unless `allow_code_change`)."""
     sources = result_sources()
     data = {"method": method.name, "algo": method.algo,
             "overrides": [list(item) for item in method.overrides],
             "protocol": proto.name, "protocol_version": proto.version,
-            "protocol_definition": proto.describe(),
-            "comparability": (comparability_key(method, proto, lag_profile) if key is None
-                              else key),
+            "protocol_definition": proto.describe(), **(learning_rate or {}),
+            "comparability": (comparability_key(method, proto, lag_profile,
+                                                (learning_rate or {}).get("learning_rate"))
+                              if key is None else key),
             "result_code": result_code(sources), "result_sources": sources,
             "objective": algorithms.objective_record(algorithms.parse(method.algo).objective,
                                                      dict(method.overrides).get("objective_hparams", ())),
@@ -390,6 +620,10 @@ def record(out: Path, method: Method, proto: Protocol, lag_profile=(), key: dict
                 f"{out} holds method {old['method']!r} on protocol {old['protocol']} "
                 f"v{old['protocol_version']}, not {data['method']!r} on {proto.name} "
                 f"v{proto.version}: use another --out directory")
+        if old.get("learning_rate") != data.get("learning_rate"):
+            raise ConfigError(
+                f"{out} holds runs at learning rate {old.get('learning_rate')}, not "
+                f"{data.get('learning_rate')}: use another --out directory")
         theirs = (old.get("objective") or {}).get("code")
         ours = data["objective"].get("code")
         if (theirs or ours) and not allow_code_change and (
@@ -426,7 +660,9 @@ def random_returns(out: Path, proto: Protocol) -> dict[str, float]:
     table = json.loads(path.read_text()) if path.exists() else {}
     missing = [t for t in proto.tasks if t.env not in table]
     for task in missing:
-        episode_length = dict(task.config).get("episode_length", Config().episode_length)
+        episode_length = dict(task.config).get("episode_length")
+        if episode_length is None:
+            episode_length = (Config.for_env(task.env) if proto.version >= 2 else Config()).episode_length
         table[task.env], _ = references.random_policy_return(
             task.env, episode_length=episode_length, num_episodes=64, seed=0)
     if missing:
@@ -434,16 +670,148 @@ def random_returns(out: Path, proto: Protocol) -> dict[str, float]:
     return table
 
 
+def learning_rate(out: Path, method: Method, proto: Protocol, given: float | None = None) -> dict:
+    """The learning rate of the method's scored runs: `given` (recorded as not tuned), else the
+    one `<out>/tuning.json` chose. `ConfigError` when there is neither, or the tuning is another's."""
+    if given is not None:
+        return {"learning_rate": float(given), "tuned": False}
+    path = Path(out) / TUNING_FILE
+    if not path.exists():
+        raise ConfigError(
+            f"option `learning_rate` is required: {path} does not exist. Choose it on the design "
+            f"seeds first (vaco-bench --protocol {proto.name} --algo {method.algo} --tune --out "
+            f"{out}), or give --learning-rate (recorded as not tuned)")
+    tuning = json.loads(path.read_text())
+    if (tuning["method"], tuning["protocol"], tuning["protocol_version"]) != \
+            (method.name, proto.name, proto.version):
+        raise ConfigError(f"{path} chose the learning rate of {tuning['method']!r} on protocol "
+                          f"{tuning['protocol']} v{tuning['protocol_version']}, not of "
+                          f"{method.name!r} on {proto.name} v{proto.version}")
+    return {"learning_rate": float(tuning["chosen"]), "tuned": True}
+
+
 def run_bench(method: Method, proto: Protocol, out: str | Path, *, shard=None, log=print,
               progress: bool = False, allow_code_change: bool = False,
-              max_cells: int | None = None, lag_profile=()) -> list[str]:
+              max_cells: int | None = None, lag_profile=(),
+              learning_rate_given: float | None = None) -> list[str]:
     """Run the method's unfinished cells into `<out>/runs/` (resumable, shardable); returns the
-    ids of the cells run now. With a `lag_profile`, its cells too (`bench_cells`)."""
+    ids of the cells run now. With a `lag_profile`, its cells too (`bench_cells`). A protocol
+    that tunes runs at the learning rate `learning_rate` returns (the tuned one unless
+    `learning_rate_given`)."""
     out = Path(out)
-    cells = bench_cells(method, proto, lag_profile)
-    key = comparability_key(method, proto, lag_profile)
-    record(out, method, proto, lag_profile, key, allow_code_change=allow_code_change)
+    proto.check_requires()
+    lr = learning_rate(out, method, proto, learning_rate_given) if proto.tuned else None
+    rate = lr and lr["learning_rate"]
+    cells = bench_cells(method, proto, lag_profile, learning_rate=rate)
+    key = comparability_key(method, proto, lag_profile, rate)
+    record(out, method, proto, lag_profile, key, allow_code_change=allow_code_change,
+           learning_rate=lr)
     random_returns(out, proto)
     return sweep.run_sweep(cells, out / RUNS, log=log, progress=progress, shard=shard,
                            allow_code_change=allow_code_change, max_cells=max_cells,
                            programs=key["programs"])
+
+
+# --- the learning rate, chosen on the design seeds -----------------------------------------------
+TUNING_FILE = "tuning.json"
+TUNING_RUNS = "tuning"
+TUNING_RULE = ("per task, each learning rate's mean AUC over the design seeds normalised as "
+               "(AUC - random) / (best AUC of the grid - random); the learning rate with the "
+               "highest mean over tasks, ties to the protocol's default")
+
+
+def run_tuning(method: Method, proto: Protocol, out: str | Path, *, shard=None, log=print,
+               progress: bool = False, allow_code_change: bool = False,
+               max_cells: int | None = None) -> dict | None:
+    """Run the learning-rate grid × design seeds at k = 0 (one program per task) into
+    `<out>/tuning/`, and once every task is done write `<out>/tuning.json` (returned; None
+    before)."""
+    out = Path(out)
+    proto.check_requires()
+    cells = tuning_cells(method, proto)
+    random = random_returns(out, proto)
+    runs = out / TUNING_RUNS
+    sweep.run_sweep(cells, runs, log=log, progress=progress, shard=shard,
+                    allow_code_change=allow_code_change, max_cells=max_cells)
+    finished = sweep.load_cells(runs)
+    if len(finished) == 0 or set(c.cell_id for c in cells) - set(finished["cell"]):
+        return None
+    tuning = choose_learning_rate(sweep.load_results(runs), random, proto)
+    tuning = {"method": method.name, "algo": method.algo, "protocol": proto.name,
+              "protocol_version": proto.version, **tuning,
+              "design_seeds": list(range(proto.design_seed, proto.design_seed + proto.design_seeds)),
+              "cost": {"cells": len(finished),
+                       **{k: float(finished[k].sum()) for k in
+                          ("wall_seconds", "compile_seconds", "train_seconds")},
+                       "env_steps": int(sum(c.config.env_steps * len(c.runs) for c in cells))},
+              "result_code": result_code(result_sources()), **io.provenance()}
+    io.write_json_atomic(out / TUNING_FILE, tuning)
+    return tuning
+
+
+def choose_learning_rate(results, random: dict[str, float], proto: Protocol) -> dict:
+    """The tuning's table and choice (`TUNING_RULE`) from its rows: per task and learning rate the
+    mean over design seeds of the final score (the last `last_evals` evaluations) and of the AUC
+    (the mean over every evaluation); a diverged run scores random from its divergence on."""
+    import numpy as np
+
+    frame = results.assign(value=results["eval_return"].astype(float))
+    frame["value"] = frame["value"].fillna(frame["env"].map(random))
+    tasks, scores = {}, {float(lr): [] for lr in proto.learning_rates}
+    for env, rows in frame.groupby("env", sort=False):
+        per_run = []
+        for (lr, _seed), run in rows.sort_values("eval_index").groupby(["learning_rate", "seed"]):
+            values = run["value"].to_numpy()
+            per_run.append((float(lr), values[-proto.last_evals:].mean(), values.mean()))
+        table = {}
+        for lr in scores:
+            mine = [(f, a) for r, f, a in per_run if r == lr]
+            table[lr] = {"final": float(np.mean([f for f, _ in mine])),
+                         "auc": float(np.mean([a for _, a in mine]))}
+        best = max(v["auc"] for v in table.values())
+        span = best - random[env]
+        for lr, value in table.items():
+            # A task where no learning rate beats random tells nothing: 0 for every one.
+            value["normalised_auc"] = float((value["auc"] - random[env]) / span) if span > 0 else 0.0
+            scores[lr].append(value["normalised_auc"])
+        tasks[env] = {"random": float(random[env]),
+                      "learning_rates": {repr(lr): value for lr, value in table.items()}}
+    mean = {lr: float(np.mean(values)) for lr, values in scores.items()}
+    top = max(mean.values())
+    tied = [lr for lr, value in mean.items() if value >= top - 1e-12]
+    chosen = proto.default_learning_rate if proto.default_learning_rate in tied else min(tied)
+    return {"grid": list(scores), "rule": TUNING_RULE, "tasks": tasks,
+            "score": {repr(lr): value for lr, value in mean.items()}, "chosen": chosen}
+
+
+# --- the size of a run, before it runs -----------------------------------------------------------
+def plan_size(cells: list[Cell], measured: list[dict] = ()) -> dict:
+    """The size of `cells`: programs, runs, env steps, evaluation episodes, and the time they
+    take where a finished cell of the same task and setting measured its throughput (`measured`:
+    records of `cells.jsonl`; steps/s and compile seconds, the latest of each)."""
+    by_setting = {}
+    for rec in measured:
+        _, env, _, variant = rec["cell"].split("#")[0].split("/", 3)
+        by_setting[env, variant] = rec
+    seconds, unknown = 0.0, []
+    for cell in cells:
+        rec = by_setting.get((cell.env, cell.variant))
+        if rec is None or not rec.get("sps"):
+            unknown.append(cell.cell_id)
+            continue
+        seconds += cell.config.env_steps * len(cell.runs) / rec["sps"] + rec.get("compile_seconds", 0)
+    return {"cells": len(cells), "programs": len(cells),
+            "runs": sum(len(c.runs) for c in cells),
+            "env_steps": sum(c.config.env_steps * len(c.runs) for c in cells),
+            "evaluation_episodes": sum(c.config.num_evals * c.config.eval_envs * len(c.runs)
+                                       for c in cells),
+            "estimated_seconds": None if unknown else seconds, "unmeasured": unknown}
+
+
+def measured_cells(*directories) -> list[dict]:
+    """Every finished cell's record (`cells.jsonl`) in the sweep directories under `directories`."""
+    records = []
+    for directory in directories:
+        for path in sorted(Path(directory).glob(f"**/{sweep.CELLS}")) if Path(directory).is_dir() else ():
+            records += io.read_jsonl(path)
+    return records

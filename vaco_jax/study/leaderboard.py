@@ -26,7 +26,7 @@ def table(directory: str | Path, *, reps: int = scorecard.REPS) -> tuple[pd.Data
     codes = collections.Counter((r.info["protocol"], r.info["protocol_version"], r.info["result_code"])
                                 for r in results.values())
     (protocol_name, version, code), _ = codes.most_common(1)[0]
-    proto = bench.protocol(protocol_name)
+    proto = bench.protocol(protocol_name, version)
     rows, notes = [], []
     for name, result in results.items():
         info = result.info

@@ -74,7 +74,7 @@ def load(directory: str | Path) -> BenchResult:
                                 f"`vaco-bench --algo ... --out {directory}`")
     info = json.loads(path.read_text())
     random = json.loads((directory / bench.REFERENCES).read_text())
-    proto = bench.PROTOCOLS.get(info["protocol"])
+    proto = bench.VERSIONS.get((info["protocol"], info["protocol_version"]))
     overrides = tuple((name, tuple(value) if isinstance(value, list) else value)
                       for name, value in info["overrides"])   # JSON keeps tuples as lists
     method = bench.Method(info["algo"], overrides, info["method"]
@@ -84,7 +84,7 @@ def load(directory: str | Path) -> BenchResult:
                else pd.DataFrame())
     finished = set(results["cell"]) if len(results) else set()
     missing = []
-    if proto is not None and proto.version == info["protocol_version"]:
+    if proto is not None:
         missing = [c.cell_id for c in bench.bench_cells(method, proto, info.get("lag_profile", ()))
                    if c.cell_id not in finished]
     last = info["protocol_definition"]["last_evals"]
@@ -239,7 +239,7 @@ def recompute_command(info: dict, out: Path) -> str:
     sets = "".join(f" --set {k}={json.dumps(v)}" for k, v in info["overrides"])
     label = f" --label {info['method']}" if info["overrides"] else ""
     return (f"vaco-bench --algo {info['algo']}{sets}{label} "
-            f"--protocol {info['protocol']} --out {out}")
+            f"--protocol {info['protocol']} --protocol-version {info['protocol_version']} --out {out}")
 
 
 def comparisons(result: BenchResult, others: dict[str, BenchResult], proto: bench.Protocol,
@@ -344,7 +344,7 @@ def scorecard(directory: str | Path, leaderboard: str | Path | None = None, *,
     """The scorecard of the benchmark in `directory`, compared with the methods of `leaderboard`
     made by the same result code on the same protocol version."""
     result = load(directory)
-    proto = bench.protocol(result.info["protocol"])
+    proto = bench.protocol(result.info["protocol"], result.info["protocol_version"])
     others, not_compared = {}, []
     entries = leaderboard_results(leaderboard, exclude=result.method, unreadable=not_compared)
     for name, other in entries.items():

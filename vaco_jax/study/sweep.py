@@ -66,8 +66,11 @@ class Run:
     delta: float
     seed: int
     hparams: tuple[tuple[str, float], ...] = ()
-    """Other `HParams` leaves this run sets (e.g. `(("learning_rate", 1e-3),)`), vmapped like
-    capacity and δ; each is a column of the run's rows."""
+    """Other `HParams` leaves this run sets (e.g. `(("learning_rate", 1e-3),)`, or a
+    `("lag_profile", (p_0, ...))`), vmapped like capacity and δ; each is a column of the run's rows."""
+    tags: tuple[tuple[str, object], ...] = ()
+    """Columns written into each of the run's rows that change nothing it computes (e.g. the
+    benchmark's `("setting", "k=8")`)."""
 
     def config(self, config: Config) -> Config:
         """`config` with this run's capacity, δ and hyper-parameters."""
@@ -75,11 +78,12 @@ class Run:
                                    **dict(self.hparams))
 
     def spec(self) -> dict:
-        """What identifies the run in a cell's fingerprint (`hparams` only when set, so cells
-        planned before runs had them keep their fingerprints)."""
+        """What identifies the run in a cell's fingerprint (`hparams` and `tags` only when set, so
+        cells planned before runs had them keep their fingerprints)."""
         spec = dataclasses.asdict(self)
-        if not self.hparams:
-            del spec["hparams"]
+        for name in ("hparams", "tags"):
+            if not spec[name]:
+                del spec[name]
         return spec
 
 
@@ -389,7 +393,7 @@ def _rows(cell: Cell, eval_index: int, history: dict) -> list[dict]:
                "iteration": iteration, "budget": config.env_steps,
                "snapshot_sampling": config.snapshot_sampling,
                "sgd_steps_per_iteration": config.num_epochs * config.num_minibatches,
-               "diverged": bool(diverged[i]), **dict(run.hparams)}
+               "diverged": bool(diverged[i]), **dict(run.hparams), **dict(run.tags)}
         row.update({k: math.nan if diverged[i] else float(v[i]) for k, v in scalars.items()})
         rows.append(row)
     return rows
