@@ -1,15 +1,19 @@
 """The lag-robustness benchmark: one method on a fixed protocol, scored beside every other.
 
-    vaco-bench --algo vaco --protocol cpu --out results/lag-bench/cpu/vaco
-    vaco-bench --algo gae+my_module:my_loss --out runs/lag-bench/mine
+    vaco-bench --algo vaco --protocol cpu --plan          # the size of its runs
+    vaco-bench --algo vaco --protocol cpu --tune          # its learning rate, on the design seeds
+    vaco-bench --algo vaco --protocol cpu                 # its scored runs, at that learning rate
+    vaco-bench --algo vaco --protocol cpu --protocol-version 1 --out results/lag-bench/cpu/vaco
     vaco-bench --algo ppo_kl --set kl_adaptive=true --label ppo_kl_adaptive
     vaco-bench --algo vaco --lag-profile docs/lag_profiles/example.json  # your system's lag
     vaco-bench --table results/lag-bench/cpu     # the leaderboard's table
     vaco-bench --table DIR --check               # recompute it from the per-run files
 
-Runs the method's cells (`vaco_jax.study.bench`: per task, the constant-lag axis in one program
-and the high-update-frequency setting in another, every lag × seed vmapped), resumably, into
-`--out/runs/`, then writes `--out/scorecard.json`, `scorecard.md` and `scorecard.png`
+Runs the method's cells (`vaco_jax.study.bench`: per task, the lag axis in one program and the
+high-update-frequency setting in another, every lag × seed vmapped), resumably, into
+`--out/runs/`. From protocol version 2 on, `--tune` first chooses the method's learning rate
+(`--out/tuning.json`), and the report is written from every method's runs (`--table DIR`). On
+version 1 it then writes `--out/scorecard.json`, `scorecard.md` and `scorecard.png`
 (`vaco_jax.study.scorecard`), comparing with the methods in `--leaderboard` that compute what this
 checkout computes (the same programs, library versions and protocol version; said before it
 runs). `--shard i/n` (or SLURM's array task) splits the cells over processes that share `--out`;
