@@ -635,6 +635,15 @@ def test_the_tuned_learning_rate_is_chosen_recorded_and_required(tmp_path, capsy
     assert set(rows["cell"]) == {"bench/toy_reach/ppo_clip/lag", "bench/toy_reach/ppo_clip/forward"}
     commits = sweep.load_cells(out / bench.RUNS)["git_commit"]
     assert commits.notna().all()
+    # The report's reader tells every setting apart: a constant lag as `oldest` (its one-hot
+    # profile is that computation), the stochastic lag as the profile it is.
+    from vaco_jax.pipeline import runs as pipeline_runs
+
+    table = pipeline_runs.read([out / bench.RUNS])
+    assert len(table) == 18 and set(table["lr"]) == {tuning["chosen"]}
+    assert set(zip(table["k"], table["sampling"], table["K"])) == {
+        (0, "oldest", 2), (1, "oldest", 2), (3, "oldest", 2), (3, "profile", 2),
+        (0, "oldest", 4), (3, "oldest", 4)}
     # Another learning rate in the same directory is refused; elsewhere it is recorded as not tuned.
     assert lag_bench.main(base + ["--learning-rate", "0.5"]) == 2
     assert "learning rate" in capsys.readouterr().err

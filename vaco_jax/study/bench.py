@@ -306,6 +306,11 @@ class Setting:
     def capacity(self) -> int:
         return len(self.profile) if self.profile else self.lag + 1
 
+    def sampling(self, proto: Protocol) -> str:
+        """What its rows say it samples by: `oldest` for a constant lag (a one-hot profile at age
+        k is that computation), the protocol's sampling for a stochastic one."""
+        return "oldest" if self.lag is not None else proto.sampling
+
 
 def settings(proto: Protocol, lags) -> list[Setting]:
     """The constant lags `lags` of `proto` as settings (a one-hot lag profile at age k where the
@@ -382,7 +387,8 @@ def _cell(method: Method, proto: Protocol, task: Task, variant: str, lag_setting
                 runs.append(Run(setting.capacity, float(config.delta), seed,
                                 hparams + (("learning_rate", lr),),
                                 tags=(("setting", _setting_name(setting, extra)),
-                                      ("lag", setting.lag), ("num_epochs", config.num_epochs))))
+                                      ("lag", setting.lag), ("num_epochs", config.num_epochs),
+                                      ("snapshot_sampling", setting.sampling(proto)))))
     for run in runs:
         validate(run.config(config))
     return Cell(STUDY, task.env, method.name, variant, config, tuple(runs))
