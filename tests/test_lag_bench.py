@@ -549,6 +549,11 @@ def test_the_v2_lag_axis_is_one_program_of_lag_profiles_per_task():
     assert {dict(r.tags)["setting"] for r in tune[0].runs} == {"k=0"}
     with pytest.raises(ConfigError, match="learning rate is chosen"):
         bench.bench_cells(bench.Method("vaco", (("learning_rate", 1e-3),)), proto)
+    # A user's lag profile: one more program per task, its rows told apart from the protocol's.
+    cells = bench.bench_cells(bench.Method("vaco"), proto, (0.5, 0.5), learning_rate=1e-3)
+    assert [c.variant for c in cells[:3]] == ["lag", "forward", "profile"]
+    assert {dict(r.tags)["snapshot_sampling"] for r in cells[2].runs} == {"user_profile"}
+    assert {dict(r.tags)["snapshot_sampling"] for r in cells[0].runs} == {"oldest", "profile"}
 
 
 def test_a_protocol_whose_extras_are_missing_fails_with_the_install_command(monkeypatch, capsys):
@@ -635,6 +640,9 @@ def test_the_tuned_learning_rate_is_chosen_recorded_and_required(tmp_path, capsy
     assert set(rows["cell"]) == {"bench/toy_reach/ppo_clip/lag", "bench/toy_reach/ppo_clip/forward"}
     commits = sweep.load_cells(out / bench.RUNS)["git_commit"]
     assert commits.notna().all()
+    # Each finished sweep is stored compactly, ready to commit.
+    for runs in (out / bench.RUNS, out / bench.TUNING_RUNS):
+        assert (runs / "results.jsonl.gz").exists() and not (runs / sweep.RESULTS).exists()
     # The report's reader tells every setting apart: a constant lag as `oldest` (its one-hot
     # profile is that computation), the stochastic lag as the profile it is.
     from vaco_jax.pipeline import runs as pipeline_runs

@@ -33,7 +33,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from vaco_jax import algorithms, cache, io, program
+from vaco_jax import algorithms, cache, io, program, runtime
 from vaco_jax.config import Config, validate, with_lag_profile
 from vaco_jax.errors import ConfigError
 from vaco_jax.study import sweep
@@ -300,7 +300,8 @@ class Setting:
     lag: int | None
     profile: tuple[float, ...] = ()
     kind: str = ""
-    """What its rows say it samples by, where not the protocol's (the user's `profile`)."""
+    """What its rows say it samples by where a stochastic lag is not the protocol's own (the
+    user's lag profile: `user_profile`)."""
 
     @property
     def capacity(self) -> int:
@@ -308,8 +309,8 @@ class Setting:
 
     def sampling(self, proto: Protocol) -> str:
         """What its rows say it samples by: `oldest` for a constant lag (a one-hot profile at age
-        k is that computation), the protocol's sampling for a stochastic one."""
-        return "oldest" if self.lag is not None else proto.sampling
+        k is that computation), else its `kind` or the protocol's sampling."""
+        return "oldest" if self.lag is not None else self.kind or proto.sampling
 
 
 def settings(proto: Protocol, lags) -> list[Setting]:
@@ -340,7 +341,7 @@ def bench_cells(method: Method, proto: Protocol, lag_profile=(), *,
             cells.append(_cell(method, proto, task, "forward", settings(proto, proto.forward_lags),
                                proto.forward, seeds, [learning_rate]))
         if lag_profile:
-            user = Setting("profile", None, tuple(lag_profile), PROFILE)
+            user = Setting("profile", None, tuple(lag_profile), "user_profile")
             cells.append(_cell(method, proto, task, PROFILE, [user], (), seeds, [learning_rate]))
     return cells
 
@@ -713,9 +714,24 @@ def run_bench(method: Method, proto: Protocol, out: str | Path, *, shard=None, l
     record(out, method, proto, lag_profile, key, allow_code_change=allow_code_change,
            learning_rate=lr)
     random_returns(out, proto)
-    return sweep.run_sweep(cells, out / RUNS, log=log, progress=progress, shard=shard,
-                           allow_code_change=allow_code_change, max_cells=max_cells,
-                           programs=key["programs"])
+    ran = sweep.run_sweep(cells, out / RUNS, log=log, progress=progress, shard=shard,
+                          allow_code_change=allow_code_change, max_cells=max_cells,
+                          programs=key["programs"])
+    compact_when_finished(cells, out / RUNS)
+    return ran
+
+
+def compact_when_finished(cells, runs: Path) -> bool:
+    """Once every cell of `cells` has finished in the sweep directory `runs`, store its rows
+    compactly (`sweep.compact`: results.jsonl.gz, about 8 times smaller, read as before), so a
+    method's every run × evaluation can be committed; returns whether it did."""
+    if not runtime.is_primary() or not io.has_rows(runs / sweep.CELLS):
+        return False
+    finished = set(sweep.load_cells(runs)["cell"])
+    if any(cell.cell_id not in finished for cell in cells):
+        return False
+    sweep.compact(runs)
+    return True
 
 
 # --- the learning rate, chosen on the design seeds -----------------------------------------------
@@ -739,6 +755,7 @@ def run_tuning(method: Method, proto: Protocol, out: str | Path, *, shard=None, 
     runs = out / TUNING_RUNS
     sweep.run_sweep(cells, runs, log=log, progress=progress, shard=shard,
                     allow_code_change=allow_code_change, max_cells=max_cells)
+    compact_when_finished(cells, runs)
     finished = sweep.load_cells(runs)
     if len(finished) == 0 or set(c.cell_id for c in cells) - set(finished["cell"]):
         return None
