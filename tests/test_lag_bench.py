@@ -655,3 +655,13 @@ def test_the_tuned_learning_rate_is_chosen_recorded_and_required(tmp_path, capsy
     # Another learning rate in the same directory is refused; elsewhere it is recorded as not tuned.
     assert lag_bench.main(base + ["--learning-rate", "0.5"]) == 2
     assert "learning rate" in capsys.readouterr().err
+
+
+def test_a_leaderboard_of_another_protocol_version_is_said_not_comparable(board):
+    # The board holds version 1 methods; a version 2 run is compared with none of them.
+    line = bench.leaderboard_comparability(board, bench.protocol("tiny", 2))
+    assert line.startswith(f"leaderboard {board} (2 methods): not comparable: made on protocol "
+                           f"tiny v1 (this run: v2)")
+    # Version 1's results are still what this checkout computes for version 1.
+    info = json.loads((board / "vaco" / bench.BENCH_FILE).read_text())
+    assert bench.computed_here(info)[0]
