@@ -666,44 +666,19 @@ def paired_differences(at: pd.DataFrame, baseline: str, value: str,
 
 
 def paired_family(tests: list[dict], pre_registered: bool) -> pd.DataFrame:
-    """Paired tests of a family: each entry of `tests` has `comparison`, `task`, `setting`,
-    `metric`, `differences` (one per seed) and `family` (whether it counts in the family).
-    Adds the mean and its 95% Student-t interval, the two-sided paired t-test's p (1 when every
-    difference is 0), Holm's adjusted p over the family, the exact sign-flip test's p and the
-    verdict ("higher" / "lower" when Holm p < `ALPHA`, else "no difference shown"; not
-    pre-registered: what the adjusted p-value shows, no verdict)."""
-    from scipy import stats as scipy_stats
-
-    rows = []
-    for test in tests:
-        d = np.asarray(test["differences"], np.float64)
-        mean, low, high = stats.paired_t_interval(d)
-        if len(d) > 1 and not np.any(d):
-            p = 1.0   # identical runs (e.g. objectives that coincide at N = 1): no difference
-        else:
-            p = float(scipy_stats.ttest_1samp(d, 0.0).pvalue) if len(d) > 1 else np.nan
-        rows.append({**{k: v for k, v in test.items() if k != "differences"},
-                     "estimate": mean, "low": low, "high": high, "seeds": len(d),
-                     "test": "paired t (two-sided)", "p": p,
-                     "p_sign_flip": stats.sign_flip_test(d), "margin": 0.0})
-    table = pd.DataFrame(rows)
+    """Paired tests of a family (`preregistration.family` with the paired t-test as `p`): each
+    entry of `tests` has `comparison`, `task`, `setting`, `metric`, `differences` (one per seed)
+    and `family` (whether it counts: at least `MIN_SEEDS` seeds). Columns: the entry's, the mean
+    and its 95% Student-t interval, the t-test's p, the sign-flip test's, Holm's, the verdict."""
+    table = preregistration.family(tests, test="t", pre_registered=pre_registered, alpha=ALPHA)
     if table.empty:
         return table
-    table["p_holm"] = np.nan
-    family = table["family"].astype(bool)
-    table.loc[family, "p_holm"] = stats.holm(table.loc[family, "p"].to_numpy())
-
-    def shown(r) -> str:
-        if not r.family:
-            return f"left out (fewer than {MIN_SEEDS} seeds)"
-        if not pre_registered:
-            return (f"Holm p < {ALPHA:g}, estimate {'>' if r.estimate > 0 else '<'} 0"
-                    if r.p_holm < ALPHA else f"Holm p ≥ {ALPHA:g}")
-        return ("higher" if r.estimate > 0 else "lower") if r.p_holm < ALPHA else \
-            "no difference shown"
-
-    table["verdict"] = [shown(r) for r in table.itertuples()]
-    return table
+    labels = [k for k in tests[0] if k != "differences"]
+    table = table.assign(test="paired t (two-sided)", margin=0.0, verdict=[
+        v if f else f"left out (fewer than {MIN_SEEDS} seeds)"
+        for v, f in zip(table["verdict"], table["family"])])
+    return table[[*labels, "estimate", "low", "high", "seeds", "test", "p", "p_sign_flip",
+                  "margin", "p_holm", "verdict"]]
 
 
 def primary_table(runs: pd.DataFrame, degradation: pd.DataFrame, *,
