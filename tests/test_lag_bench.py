@@ -568,7 +568,7 @@ def test_the_plan_prints_the_size_and_a_time_only_where_throughput_was_measured(
     assert lag_bench.main(["--algo", "vaco", "--protocol", "cpu", "--plan", "--out",
                            str(tmp_path / "none"), "--leaderboard", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "12 cells (12 compiled programs), 360 runs, 115,507,200 env steps, 115,200 " \
+    assert "10 cells (10 compiled programs), 300 runs, 111,820,800 env steps, 96,000 " \
            "evaluation episodes" in out
     assert "estimated time: none" in out
     cells = bench.tuning_cells(bench.Method("vaco"), bench.protocol("tiny", 2))
