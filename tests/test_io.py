@@ -43,7 +43,30 @@ def test_read_jsonl_ignores_a_torn_last_line(tmp_path):
     io.append_jsonl(path, [{"step": 1}, {"step": 2}])
     with open(path, "a") as f:
         f.write('{"step": 3, "ret')            # a crash mid-write
-    assert io.read_jsonl(path) == [{"step": 1}, {"step": 2}]
+    with pytest.warns(UserWarning, match="skipped 1 unreadable line"):
+        assert io.read_jsonl(path) == [{"step": 1}, {"step": 2}]
+
+
+def test_a_torn_line_costs_only_itself(tmp_path):
+    """A writer killed mid-line, then others appending after it: every whole row is read."""
+    path = tmp_path / "results.jsonl"
+    io.append_jsonl(path, [{"step": 1}])
+    with open(path, "a") as f:
+        f.write('{"step": 2, "ret')            # a crash mid-write
+    io.append_jsonl(path, [{"step": 3}, {"step": 4}])
+    with open(path, "ab") as f:
+        f.write(b'\x00\x00\x00\n{"step": 5}\n')   # a tail of zeros some file systems leave
+    with pytest.warns(UserWarning, match="skipped 2 unreadable lines"):
+        assert io.read_jsonl(path) == [{"step": 1}, {"step": 3}, {"step": 4}, {"step": 5}]
+
+
+def test_every_append_starts_on_a_fresh_line(tmp_path):
+    path = tmp_path / "results.jsonl"
+    path.write_text('{"step": 1}')             # whole, but its newline never written
+    io.append_jsonl(path, [{"step": 2}])
+    assert path.read_text() == '{"step": 1}\n{"step": 2}\n'
+    io.append_jsonl(path, [{"step": 3}])
+    assert path.read_text().splitlines() == ['{"step": 1}', '{"step": 2}', '{"step": 3}']
 
 
 def test_a_table_reads_its_compact_rows_then_those_appended_since(tmp_path):

@@ -174,25 +174,42 @@ def write_jsonl_atomic(path, rows) -> None:
 
 
 def append_jsonl(path, rows) -> None:
-    """Append rows, one JSON object per line, each written whole and flushed to disk."""
+    """Append rows, one JSON object per line, each written whole and flushed to disk. The first
+    starts on a fresh line, so a line torn by a writer killed mid-write stays one unreadable line
+    and takes no row written after it along."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = _jsonl(rows)
-    with open(path, "a") as f:
+    text = _jsonl(rows).encode()
+    with open(path, "a+b") as f:   # appends go to the end wherever the file position is
+        end = f.seek(0, os.SEEK_END)
+        if end:
+            f.seek(end - 1)
+            if f.read(1) != b"\n":
+                text = b"\n" + text
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
 
 
 def read_jsonl(path) -> list[dict]:
-    """Rows of a JSONL file; a torn last line (a crash mid-write) is ignored."""
-    rows = []
-    with open(path) as f:
+    """Rows of a JSONL file. A line that is not a whole JSON object (a write torn by a crash)
+    costs only itself: it is skipped, with a warning that counts such lines."""
+    rows, unreadable = [], 0
+    with open(path, "rb") as f:
         for line in f:
+            if not line.strip():
+                continue
             try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                break
+                row = json.loads(line)
+            except ValueError:   # not JSON, or not UTF-8 (e.g. the zeros a crash can leave)
+                row = None
+            if isinstance(row, dict):
+                rows.append(row)
+            else:
+                unreadable += 1
+    if unreadable:
+        warnings.warn(f"{path}: skipped {unreadable} unreadable line{'s' * (unreadable > 1)} (a "
+                      f"write torn by a crash); read the {len(rows)} whole rows", stacklevel=2)
     return rows
 
 
