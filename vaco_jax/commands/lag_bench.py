@@ -16,8 +16,8 @@ high-update-frequency setting in another, every lag × seed vmapped), resumably,
 version 1 it then writes `--out/scorecard.json`, `scorecard.md` and `scorecard.png`
 (`vaco_jax.study.scorecard`), comparing with the methods in `--leaderboard` that compute what this
 checkout computes (the same programs, library versions and protocol version; said before it
-runs). `--shard i/n` (or SLURM's array task) splits the cells over processes that share `--out`;
-`--report-only` rewrites the scorecard from what is there.
+runs). `--shard i/n` (or `--shard slurm`: the SLURM array task's) splits the cells over processes
+that share `--out`; `--report-only` rewrites the scorecard from what is there.
 """
 
 from __future__ import annotations
@@ -61,7 +61,8 @@ class Args:
     """Directory of the other methods' benchmarks, one sub-directory each (default: the
     repository's results/lag-bench/<protocol>, when vaco_jax is installed from a checkout)."""
     shard: str = ""
-    """i/n: this process takes cells i, i + n, ... (unset: SLURM's array task, else all)."""
+    """i/n: this process takes cells i, i + n, ...; slurm: this SLURM job array task's (unset:
+    every cell)."""
     report_only: bool = False
     """Write the scorecard from the cells already in --out; run nothing."""
     plan: bool = False
@@ -125,7 +126,10 @@ def main(argv: list[str] | None = None, prog: str = "vaco-bench") -> int:
             cells = bench.tuning_cells(method, proto)
         else:
             cells = bench.bench_cells(method, proto, lag_profile, learning_rate=args.learning_rate)
-        shard = sweep.parse_shard(args.shard) or sweep.shard_from_env()
+        shard = sweep.parse_shard(args.shard)
+        note = sweep.shard_note(args.shard, shard)
+        if note:
+            print(note)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -78,8 +78,8 @@ class Args:
     shard: str = ""
     """i/n: this process takes cells i, i + n, i + 2n, ... of the plan, so n processes (a job
     array, or processes on machines sharing a file system) fill one --out directory together.
-    Unset: SLURM's array task (SLURM_ARRAY_TASK_ID of SLURM_ARRAY_TASK_COUNT) in a job array,
-    else every cell. Any processes may share a directory: a cell runs in one process at a time."""
+    slurm: this SLURM job array task's (SLURM_ARRAY_TASK_ID of SLURM_ARRAY_TASK_COUNT). Unset:
+    every cell. Any processes may share a directory: a cell runs in one process at a time."""
     plan: bool = False
     """Print the plan (cells, runs, env steps) and exit; instant, nothing is compiled."""
     dry_run: bool = False
@@ -183,7 +183,10 @@ def main(argv: list[str] | None = None, prog: str = "vaco-sweep") -> int:
             raise ConfigError("option `capacities` is invalid with --lag-profile: the profile's "
                               "length is the capacity; leave --capacities out")
         cells = sweep.plan(preset, args.studies, args.algos, lag_profile)
-        shard = sweep.parse_shard(args.shard) or sweep.shard_from_env()
+        shard = sweep.parse_shard(args.shard)
+        note = sweep.shard_note(args.shard, shard)
+        if note:
+            print(note)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -22,12 +22,14 @@ Output directory:
 
 Many processes can fill one directory together — a SLURM job array, or processes on several
 machines sharing a file system: `shard=(i, n)` makes a process take every n-th cell of the plan
-(`shard_from_env` reads SLURM's array variables), and any number of processes may also share the
-same cells. A process runs a cell only while it holds the cell's lock (an OS file lock: released
-when the process ends, however it ends), so a cell never runs twice at once; the rows and the
-completion record of a cell are appended together under the directory's lock, so no row is lost
-or written twice, and rows without a completion record (a process killed between the two
-appends) are discarded under the same lock.
+(`parse_shard("slurm")` reads it from SLURM's array variables), and any number of processes may
+also share the same cells. A process runs a cell only while it holds the cell's lock (an OS file
+lock: released when the process ends, however it ends), so a cell never runs twice at once; the
+rows and the completion record of a cell are appended together under the directory's lock, each
+append on a fresh line, so no row is lost or written twice. Rows without a completion record (a
+process killed between the two appends) are discarded under the same lock, when a process starts
+or claims their cell; a line torn by a process killed mid-append costs only itself. One cell id is
+one cell: a directory refuses a cell id planned there with another config.
 """
 
 from __future__ import annotations
@@ -461,11 +463,7 @@ def run_sweep(cells: Sequence[Cell], out: str | Path, *, preset: Preset | None =
             f"{out} holds cells made by other code (vaco_jax source {', '.join(other_code)} at "
             f"commit {', '.join(commits)}; this code is {source}): results of different code would "
             f"mix. Use another --out directory, or --allow-code-change to add to it anyway")
-    if primary:
-        with _directory_lock(out):
-            io.finish_compaction(out / RESULTS)
-            _discard_unfinished_rows(out, _finished_cells(out))
-            _write_plan(out, all_cells, preset)
+    runtime.primary_decision(lambda: _prepare_directory(out, all_cells, preset))
 
     todo_all = [c for c in cells if c.cell_id not in finished]
     todo = todo_all if max_cells is None else todo_all[:max_cells]
@@ -549,10 +547,18 @@ def check_shard(shard: tuple[int, int]) -> tuple[int, int]:
     return index, count
 
 
-def parse_shard(text: str) -> tuple[int, int] | None:
-    """`"i/n"` as (i, n); `""` as None. Raises `ConfigError` naming the option."""
+def parse_shard(text: str, environ=None) -> tuple[int, int] | None:
+    """`"i/n"` as (i, n); `"slurm"` as the shard of this SLURM job array task (`shard_from_env`);
+    `""` as None (every cell, in a job array too). Raises `ConfigError` naming the option."""
     if not text:
         return None
+    if text == "slurm":
+        shard = shard_from_env(environ)
+        if shard is None:
+            raise ConfigError("option `shard` = 'slurm' is invalid: this process is not a SLURM job "
+                              "array task (SLURM_ARRAY_TASK_ID and SLURM_ARRAY_TASK_COUNT are "
+                              "unset); give the shard as i/n")
+        return shard
     head, slash, tail = text.partition("/")
     try:
         shard = (int(head), int(tail))
@@ -560,8 +566,19 @@ def parse_shard(text: str) -> tuple[int, int] | None:
         shard = None
     if not slash or shard is None:
         raise ConfigError(f"option `shard` = {text!r} is invalid: write it as i/n (e.g. 0/4: the "
-                          f"first of 4 processes)")
+                          f"first of 4 processes), or slurm (the SLURM job array task's)")
     return check_shard(shard)
+
+
+def shard_note(text: str, shard: tuple[int, int] | None, environ=None) -> str:
+    """What a command says about the shard it took from option `shard` = `text`: the one SLURM
+    gave, or, in a job array without the option, that this task takes every cell."""
+    if text == "slurm":
+        return f"shard {shard[0]}/{shard[1]}: this SLURM job array task's (--shard slurm)"
+    if not text and shard_from_env(environ) is not None:
+        return ("a SLURM job array task without --shard: this process takes every cell (--shard "
+                "slurm splits them over the array's tasks)")
+    return ""
 
 
 def shard_from_env(environ=None) -> tuple[int, int] | None:
@@ -586,13 +603,40 @@ def _directory_lock(out: Path) -> FileLock:
     return FileLock(str(out / LOCKS / "directory.lock"))
 
 
+def _prepare_directory(out: Path, cells: Sequence[Cell], preset: Preset | None) -> None:
+    """Under the directory's lock: refuse a cell id planned here with another config, drop rows
+    of cells that never finished and torn lines, and add `cells` to the plan."""
+    with _directory_lock(out):
+        _check_one_config_per_cell(out, cells)
+        io.finish_compaction(out / RESULTS)
+        _rewrite_jsonl(out / CELLS)
+        _discard_unfinished_rows(out, _finished_cells(out))
+        _write_plan(out, cells, preset)
+
+
+def _check_one_config_per_cell(out: Path, cells: Sequence[Cell]) -> None:
+    """A cell id means one config and runs in a directory: another process (or an earlier
+    invocation) that planned it otherwise would mix two configs' rows under one cell."""
+    path = out / PLAN
+    planned = json.loads(path.read_text())["cells"] if path.exists() else {}
+    for cell in cells:
+        recorded = planned.get(cell.cell_id, {}).get("fingerprint", cell.fingerprint())
+        if recorded != cell.fingerprint():
+            raise SweepError(
+                f"{out} has planned cell {cell.cell_id!r} with another config or runs (fingerprint "
+                f"{recorded} != {cell.fingerprint()}): one cell id holds one config's rows. Use "
+                f"another --out directory")
+
+
 class _CellClaim:
     """The right to run one cell: its lock file, held while it runs (never blocking: a cell held
     by another process is that process's), and the cell not yet recorded as finished."""
 
     def __init__(self, out: Path, cell: Cell):
         self.out, self.cell = out, cell
-        self.lock = FileLock(str(out / LOCKS / f"{cell.fingerprint()}.lock"))
+        # Keyed by the cell id, not the config: one id is one cell (`_check_one_config_per_cell`).
+        key = hashlib.sha256(cell.cell_id.encode()).hexdigest()[:16]
+        self.lock = FileLock(str(out / LOCKS / f"cell-{key}.lock"))
 
     def acquire(self) -> bool:
         try:
@@ -644,6 +688,11 @@ def _run_claimed(cell: Cell, n: int, total: int, out: Path, *, progress, primary
                   **({"program": program} if program else {}))
     if primary:
         with _directory_lock(out):   # rows and record together: no other writer in between
+            io.finish_compaction(out / RESULTS)
+            # Rows of this (claimed, unfinished) cell already there were left by a process killed
+            # between these two appends: dropped, or they would count twice.
+            _rewrite_jsonl(out / RESULTS, lambda row: row.get("cell") != cell.cell_id,
+                           mentioning=cell.cell_id)
             io.append_jsonl(out / RESULTS, rows)   # rows first: a cell counts once recorded
             io.append_jsonl(out / CELLS, [record])
         _CellCheckpoints(cell, out / PARTIAL).remove()
@@ -660,15 +709,25 @@ def _finished_cells(out: Path) -> dict[str, dict]:
 
 
 def _discard_unfinished_rows(out: Path, finished: dict) -> None:
-    """Rewrite results.jsonl without rows of cells that never finished (or a torn last line)."""
-    path = out / RESULTS
+    """Rewrite results.jsonl without rows of cells that never finished and without torn lines
+    (rows in results.jsonl.gz are finished cells': `compact` discards the others first)."""
+    _rewrite_jsonl(out / RESULTS, lambda row: row.get("cell") in finished)
+
+
+def _rewrite_jsonl(path: Path, keep: Callable[[dict], bool] = lambda row: True, *,
+                   mentioning: str | None = None) -> None:
+    """Rewrite a JSONL file of the directory, atomically, with the rows `keep` accepts and without
+    torn lines; left as it is when that is every line. `mentioning`: a cell id whose rows alone
+    `keep` may refuse (the file is parsed only when its text holds it). Under the directory lock."""
     if not path.exists():
         return
-    lines = path.read_text().splitlines()
+    text = path.read_bytes()
+    if mentioning is not None and json.dumps({"cell": mentioning})[1:-1].encode() not in text:
+        return
     rows = io.read_jsonl(path)
-    keep = [r for r in rows if r["cell"] in finished]
-    if len(keep) != len(lines):
-        io.write_jsonl_atomic(path, keep)
+    kept = [row for row in rows if keep(row)]
+    if len(kept) != sum(1 for line in text.split(b"\n") if line.strip()):
+        io.write_jsonl_atomic(path, kept)
 
 
 def _write_plan(out: Path, cells: Sequence[Cell], preset: Preset | None) -> None:
