@@ -93,7 +93,7 @@ def profile(case: Case, algo: str, calls: int = 20, warmup_iterations: int = 4) 
 
     def update(params, opt_state, batch, key):
         return trainer.update_epochs(params, opt_state, batch, key,
-                                     make_optimizer(hp, hp.learning_rate), hp, state.kl_coef)
+                                     make_optimizer(hp, hp.learning_rate), hp, state.kl_coef)[:2]
 
     def publish(normalizer, buffer, params, obs):
         normalizer = networks.update_normalizer(normalizer, obs, config.normalize_observations)

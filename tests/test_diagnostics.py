@@ -57,6 +57,31 @@ def test_update_age_equals_an_enumeration_of_every_sample_use(ages, epochs, mini
     assert bins[-1][1] >= slots * steps - 1                  # every possible age has a bin
 
 
+def test_update_age_max_is_the_oldest_use_not_a_bound():
+    # Ages 2 and 0, K = 2 × M = 2. In the last epoch the old group's samples all fall in
+    # minibatch 0, so its oldest use is step (K − 1)·M + 0 = 2 of block 2: 2·4 + 2 = 10, not 11.
+    m = diagnostics.update_age_metrics(jnp.array([2, 0]), num_epochs=2, num_minibatches=2,
+                                       slots=3, last_minibatch=jnp.array([0, 1]))
+    assert float(m["update_age_max"]) == 10.0
+    assert float(m["update_age_mean"]) == 5.5                # the distribution is unchanged
+
+
+def test_a_runs_update_age_max_reads_the_last_epochs_shuffle():
+    # One env per actor group and per minibatch, groups of different ages (uniform sampling): the
+    # oldest group's env is often not in the last minibatch, and the maximum says so.
+    config = dataclasses.replace(TINY, num_envs=4, num_actors=4, num_minibatches=4,
+                                 total_steps=4 * 8 * 12, num_evals=1)
+    trainer = Trainer(config)
+    learn = jax.jit(lambda state: trainer.learn_chunk(state, per_iteration=True)[2])
+    metrics = learn(trainer.init(jax.random.PRNGKey(0)))             # [12 iterations]
+    steps, epochs_before_last = 2 * 4, 1 * 4
+    oldest = np.asarray(metrics["snapshot_age_max"]).ravel() * steps
+    age_max = np.asarray(metrics["update_age_max"]).ravel()
+    assert np.all(age_max >= oldest + epochs_before_last)   # within the last epoch's block
+    assert np.all(age_max <= oldest + steps - 1)
+    assert np.any(age_max < oldest + steps - 1)              # below the bound K·M − 1
+
+
 def test_intervened_fraction_is_the_objectives_own_key():
     assert diagnostics.intervened_fraction({"filtered_fraction": 0.3, "filter_tv": 0.1}) == {
         "intervened_fraction": 0.3}

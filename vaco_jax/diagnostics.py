@@ -86,18 +86,24 @@ def snapshot_age_histogram(snapshot_age, slots: int) -> dict:
     return {f"snapshot_age_hist_{k}": shares[k] for k in range(slots)}
 
 
-def update_age_metrics(snapshot_age, num_epochs: int, num_minibatches: int, slots: int) -> dict:
+def update_age_metrics(snapshot_age, num_epochs: int, num_minibatches: int, slots: int,
+                       last_minibatch=None) -> dict:
     """The update-age distribution of one iteration from `snapshot_age [num_actors]` (each actor
     group's snapshot age in iterations, `< slots`; actor groups hold equal shares of the batch).
+    `last_minibatch [num_actors]`: the last minibatch of the iteration's last epoch that holds
+    samples of each group (None: M − 1, every minibatch holds every group's samples).
 
     Returns scalars: `update_age_mean`, `update_age_p50`, `update_age_p90` (the smallest age with
-    at least that share of the sample uses at or below it), `update_age_max`, and the share of
-    sample uses in each of `age_bins` (`update_age_hist_<lo>_<hi>`, summing to 1)."""
+    at least that share of the sample uses at or below it), `update_age_max` (the oldest use:
+    exact, from `last_minibatch`), and the share of sample uses in each of `age_bins`
+    (`update_age_hist_<lo>_<hi>`, summing to 1)."""
     steps = num_epochs * num_minibatches                        # K·M steps per iteration
     ages = jnp.asarray(snapshot_age, jnp.int32)
     num_actors = ages.shape[0]
     uses = num_actors * steps                                   # each actor: one use per step
     actors_by_age = jnp.zeros(slots, jnp.int32).at[ages].add(1)   # [slots]
+    last = (num_minibatches - 1 if last_minibatch is None
+            else jnp.asarray(last_minibatch, jnp.int32))
     # Steps of block a (ages a·K·M ... a·K·M + K·M − 1) that fall in each bin: static.
     bins = age_bins(slots, num_epochs, num_minibatches)
     lo = np.array([b[0] for b in bins])
@@ -107,7 +113,9 @@ def update_age_metrics(snapshot_age, num_epochs: int, num_minibatches: int, slot
     shares = actors_by_age.astype(jnp.float32) @ jnp.asarray(overlap, jnp.float32) / uses
     metrics = {
         "update_age_mean": jnp.mean(ages.astype(jnp.float32)) * steps + (steps - 1) / 2.0,
-        "update_age_max": (jnp.max(ages) * steps + steps - 1).astype(jnp.float32),
+        # A group's last use is in its last minibatch of the last epoch, step (K − 1)·M + m.
+        "update_age_max": jnp.max(ages * steps + (num_epochs - 1) * num_minibatches
+                                  + last).astype(jnp.float32),
     }
     uses_to_block_end = jnp.cumsum(actors_by_age) * steps      # uses with age < (a+1)·K·M
     for percent in AGE_QUANTILES:

@@ -215,7 +215,7 @@ class Trainer:
         if config.anneal_lr:
             learning_rate = learning_rate * (1.0 - state.iteration / config.num_iterations)
         optimizer = make_optimizer(hp, learning_rate, adaptive_actor_lr=self.adapts_learning_rate)
-        (params, opt_state), update_metrics = self.update_epochs(
+        (params, opt_state), update_metrics, minibatch_of_env = self.update_epochs(
             state.params, state.opt_state, batch, update_key, optimizer, hp, state.kl_coef)
         if self.adapts_learning_rate:
             # E.g. GePPO: the next iteration's actor learning rate, from this update's TV from π_T.
@@ -246,8 +246,10 @@ class Trainer:
             **(diagnostics.snapshot_age_histogram(snapshot_age, config.slots)
                if config.snapshot_sampling == "profile" else {}),
             # How many optimiser steps old each sample is when an update uses it.
-            **diagnostics.update_age_metrics(snapshot_age, config.num_epochs,
-                                             config.num_minibatches, config.slots),
+            **diagnostics.update_age_metrics(
+                snapshot_age, config.num_epochs, config.num_minibatches, config.slots,
+                # Actor groups hold consecutive envs (`rollout.behavior_policy`).
+                minibatch_of_env.reshape(config.num_actors, -1).max(axis=1)),
             "episode_return_sum": jnp.sum(traj.episode_return),
             "episodes": episodes_ended.astype(jnp.float32),
             # Episodes that ended in a non-finite reward or observation (zeroed by `VecEnv.step`).
@@ -312,6 +314,8 @@ class Trainer:
         return batch, lag_metrics
 
     def update_epochs(self, params, opt_state, batch: LearnerBatch, key, optimizer, hp, kl_coef):
+        """K epochs × M minibatches of updates: `((params, opt_state), metrics averaged over the
+        steps, the minibatch of each env in the last epoch [num_envs])`."""
         config = self.config
         num_mb = config.num_minibatches
 
@@ -330,11 +334,13 @@ class Trainer:
                 lambda x: jnp.swapaxes(
                     x[:, order].reshape((x.shape[0], num_mb, -1) + x.shape[2:]), 0, 1),
                 batch)
-            return jax.lax.scan(minibatch_step, carry, minibatches)
+            carry, metrics = jax.lax.scan(minibatch_step, carry, minibatches)
+            minibatch_of_env = jnp.argsort(order) // (config.num_envs // num_mb)
+            return carry, (metrics, minibatch_of_env)
 
-        carry, metrics = jax.lax.scan(epoch, (params, opt_state),
-                                      jax.random.split(key, config.num_epochs))
-        return carry, jax.tree.map(jnp.mean, metrics)
+        carry, (metrics, minibatch_of_env) = jax.lax.scan(
+            epoch, (params, opt_state), jax.random.split(key, config.num_epochs))
+        return carry, jax.tree.map(jnp.mean, metrics), minibatch_of_env[-1]
 
     def loss(self, params, mb: LearnerBatch, hp: HParams, kl_coef):
         """Total loss on one minibatch `[T, B/M]` and its metrics."""
