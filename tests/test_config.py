@@ -145,6 +145,28 @@ def test_a_grid_sweeps_fields_of_the_given_config_and_validates_every_setting():
         base.grid(num_envs=(8, 16))
     with pytest.raises(ConfigError, match="non-empty sequence"):
         base.grid(delta=0.1)
+    # A capacity beyond the program's ring buffer (here max_capacity = 0: capacity's 1 slot).
+    with pytest.raises(ConfigError, match="`max_capacity` = 1 is invalid"):
+        Config(env="toy_reach").grid(capacity=(1, 4))
+
+
+def test_a_hand_made_grid_is_validated_with_config_grids_errors():
+    import jax
+
+    from vaco_jax import stack_hparams
+
+    config = Config(env="toy_reach", max_capacity=4)
+    for bad, field in ((dict(capacity=16), "max_capacity"), (dict(learning_rate=-1.0), "learning_rate")):
+        with pytest.raises(ConfigError) as from_grid:
+            config.grid(**{name: (value,) for name, value in bad.items()})
+        with pytest.raises(ConfigError) as by_hand:
+            stack_hparams([config.hparams(), config.hparams().replace(**bad)])
+        assert str(by_hand.value) == str(from_grid.value) and f"`{field}`" in str(by_hand.value)
+    # Settings made for a larger ring buffer are refused by a trainer with fewer slots (when
+    # traced, before anything compiles), not clamped to them.
+    larger = dataclasses.replace(config, max_capacity=16, capacity=16).hparams()
+    with pytest.raises(ConfigError, match="`max_capacity` = 4 is invalid"):
+        jax.eval_shape(make_train(config), jax.random.PRNGKey(0), larger)
 
 
 # --- lag profiles (--lag-profile FILE): refused before compiling, a leaf only when sampled ----------

@@ -337,7 +337,7 @@ class Config:
 
         from vaco_jax.hparams import HParams
 
-        leaves = {f.name for f in dataclasses.fields(HParams)} - {"objective"}
+        leaves = {f.name for f in dataclasses.fields(HParams)} - {"objective", "slots"}
         for name, options in values.items():
             if name not in leaves:
                 raise invalid(name, options, f"cannot be swept in one program (it changes shapes "
@@ -347,7 +347,8 @@ class Config:
                 raise invalid(name, options, "must be a non-empty sequence of values to sweep")
         points = [dict(zip(values, combination))
                   for combination in itertools.product(*values.values())]
-        configs = [dataclasses.replace(self, **point) for point in points]
+        # Every setting runs in this config's program: its ring buffer holds `self.slots`.
+        configs = [dataclasses.replace(self, max_capacity=self.slots, **point) for point in points]
         for config in configs:
             validate(config)
         stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *[c.hparams() for c in configs])
@@ -369,9 +370,10 @@ class Config:
         lag_profile = (ring_buffer.profile_probabilities(self.lag_profile, self.slots)
                        if self.snapshot_sampling == "profile" else None)
         return HParams(**{f.name: jnp.asarray(getattr(self, f.name), f.metadata.get("dtype", jnp.float32))
-                          for f in dataclasses.fields(HParams) if f.name not in ("objective", "lag_profile")},
+                          for f in dataclasses.fields(HParams)
+                          if f.name not in ("objective", "lag_profile", "slots")},
                        objective={k: jnp.asarray(v, jnp.float32) for k, v in own.items()},
-                       lag_profile=lag_profile)
+                       lag_profile=lag_profile, slots=self.slots)
 
 
 # Floats that may be infinite (inf disables the mechanism); every other float must be finite.
@@ -501,6 +503,33 @@ def _check_profile(config: Config) -> None:
         _fail("capacity", config.capacity,
               f"must be at least the lag profile's length {len(config.lag_profile)} (ages 0 to "
               f"{len(config.lag_profile) - 1}; the command line sets it to that length)")
+
+
+def validate_hparams(hparams: "HParams", slots: int = 0) -> None:
+    """Check concrete `HParams` (one setting, or settings stacked on a leading axis), made by hand
+    as well as by `Config.hparams`, with `validate`'s errors: each setting is checked as a config
+    holding its values, with the ring buffer's slots (`slots`, else `hparams.slots`) as
+    `max_capacity`. Traced values (inside `jit` or `vmap`) cannot be read and are not checked."""
+    import jax
+    import numpy as np
+
+    from vaco_jax.hparams import HParams
+
+    if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(hparams)):
+        return
+    # A lag profile is a config's (checked with it by `validate`), not a scalar of the setting.
+    names = [f.name for f in dataclasses.fields(HParams)
+             if f.name not in ("objective", "lag_profile", "slots")]
+    columns = [np.atleast_1d(np.asarray(getattr(hparams, name))) for name in names]
+    settings = {tuple(column[i].item() for column in columns) for i in range(len(columns[0]))}
+    for setting in sorted(settings):
+        values = dict(zip(names, setting))
+        values["capacity"] = int(values["capacity"])
+        validate(Config(max_capacity=slots or hparams.slots, **values))
+    for name, value in hparams.objective.items():
+        if not np.all(np.isfinite(np.asarray(value))):
+            _fail("objective_hparams", {name: np.asarray(value).tolist()},
+                  f"{name} must be a finite number")
 
 
 # Options of the command line that versions before 0.2 kept in `Config` (now `vaco_jax.options`).

@@ -35,3 +35,6 @@ class HParams:
     lag_profile: jnp.ndarray | None = None
     """`[max_capacity]` float32 snapshot-age probabilities (`snapshot_sampling="profile"`, padded
     with zeros); None otherwise, so it adds no leaf to other runs."""
+    slots: int = struct.field(pytree_node=False, default=0)
+    """The ring-buffer slots of the config that made these (static; 0: not known): the largest
+    capacity they may hold, and the fewest slots a program running them may have."""

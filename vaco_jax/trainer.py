@@ -24,7 +24,8 @@ from flax import struct
 
 from vaco_jax import (algorithms, cache, diagnostics, envs, evaluation, networks, objectives,
                       ring_buffer, rollout, spaces)
-from vaco_jax.config import Config, validate
+from vaco_jax.config import Config, validate, validate_hparams
+from vaco_jax.errors import invalid
 from vaco_jax.envs import EnvState, TracedOnce, VecEnv, as_env, make_env, observation_shape
 from vaco_jax.hparams import HParams
 from vaco_jax.networks import make_networks
@@ -172,6 +173,12 @@ class Trainer:
     def init(self, key, hparams: HParams | None = None) -> TrainState:
         config = self.config
         hparams = config.hparams() if hparams is None else hparams
+        # Settings made for a larger ring buffer would be clamped to this one's slots: refused.
+        if hparams.slots > config.slots:
+            raise invalid("max_capacity", config.max_capacity,
+                          f"must be at least the max_capacity the hyper-parameters were made "
+                          f"for ({hparams.slots}): their capacities need that many slots")
+        validate_hparams(hparams, config.slots)   # values given by hand (traced ones: unread)
         params_key, key = jax.random.split(key)
         # The envs are reset by the first iteration (`VecEnv.start`); here they are only shaped,
         # from the trace of their reset that `TracedOnce` shares (Brax's `env.observation_size`
@@ -517,5 +524,13 @@ def _host_call(callback, tree) -> jax.Array:
 
 
 def stack_hparams(hparams_list: list[HParams]) -> HParams:
-    """Stack several `HParams` along a leading axis, to vmap `train` over them."""
-    return jax.tree.map(lambda *xs: jnp.stack(xs), *hparams_list)
+    """Stack several `HParams` along a leading axis, to vmap `train` over them. Each setting is
+    validated as `Config.grid` validates its settings (`ConfigError` naming the field), e.g. a
+    capacity beyond the ring buffer of the config that made it."""
+    slots = sorted({h.slots for h in hparams_list})
+    if len(slots) > 1:
+        raise invalid("max_capacity", slots, "must be one for every stacked setting: they run in "
+                                             "one program, with one ring buffer")
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *hparams_list)
+    validate_hparams(stacked)
+    return stacked
