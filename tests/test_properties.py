@@ -190,7 +190,12 @@ def test_ring_buffer_ages_match_the_snapshots_used(max_capacity, data, operation
             pushed += 1
             continue
         _, mode, seed = operation
-        snaps, ages = sample(buffer, jax.random.PRNGKey(seed), mode)
+        # A lag profile: random probabilities over the buffer's ages (mass on ages not yet
+        # held is clamped to the oldest snapshot there is).
+        probabilities = (ring_buffer.profile_probabilities(
+            np.random.default_rng(seed).dirichlet(np.ones(capacity)), max_capacity)
+            if mode == "profile" else None)
+        snaps, ages = sample(buffer, jax.random.PRNGKey(seed), mode, probabilities)
         versions, ages = np.asarray(snaps["normalizer"]), np.asarray(ages)
         np.testing.assert_array_equal(versions, pushed - 1 - ages)  # reported age = snapshot used
         np.testing.assert_array_equal(np.asarray(snaps["actor"])[:, 0], versions)
@@ -203,4 +208,5 @@ def test_ring_buffer_ages_match_the_snapshots_used(max_capacity, data, operation
 
 
 push = jax.jit(ring_buffer.push)
-sample = jax.jit(lambda buffer, key, mode: ring_buffer.sample(buffer, key, 4, mode), static_argnums=2)
+sample = jax.jit(lambda buffer, key, mode, probabilities: ring_buffer.sample(
+    buffer, key, 4, mode, probabilities), static_argnums=2)
