@@ -128,7 +128,8 @@ def summarise(root: str) -> str:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m experiments.design_cpu_v2",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("out")
     parser.add_argument("--summary", action="store_true",
                         help="write OUT/summary.md from the runs already in OUT and stop")
