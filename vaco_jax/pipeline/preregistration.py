@@ -32,13 +32,14 @@ def descends_from(commit: str, ancestor: str) -> bool | None:
     return {0: True, 1: False}.get(out.returncode)
 
 
-def status(commits, registration: str) -> tuple[str, str]:
+def status(commits, registration: str, descends=None) -> tuple[str, str]:
     """(status, in words) of results made at `commits` against the pre-registration commit
     `registration`: "after" when every commit descends from it (its tests judge them); else
     "before" (a commit made before it) or "unknown" (none recorded, or not in this history):
-    exploratory."""
+    exploratory. `descends(commit, ancestor)` is the ancestry check (`descends_from`)."""
+    descends = descends_from if descends is None else descends
     commits = sorted({str(c) for c in commits if c} or {"unrecorded"})
-    after = {c: descends_from(c, registration) if c != "unrecorded" else None for c in commits}
+    after = {c: descends(c, registration) if c != "unrecorded" else None for c in commits}
     short = lambda cs: ", ".join(c[:7] for c in cs)  # noqa: E731
     named = f"the pre-registration ({registration[:7]})"
     if all(after.values()):

@@ -606,20 +606,9 @@ def pre_registration(cells: pd.DataFrame) -> tuple[str, str]:
     made before it) or "unknown" (no commit recorded, or one not in this checkout's git history):
     exploratory. Statuses: `PRE_REGISTRATION_STATUS`."""
     recorded = cells["git_commit"] if "git_commit" in cells else pd.Series(dtype=object)
-    commits = sorted({str(c) for c in recorded.dropna()} or {"unrecorded"})
-    after = {c: git_descends_from(c, PRE_REGISTRATION) if c != "unrecorded" else None
-             for c in commits}
-    short = lambda cs: ", ".join(c[:7] for c in cs)  # noqa: E731
-    registration = f"the pre-registration ({PRE_REGISTRATION[:7]})"
-    if all(after.values()):
-        return "after", f"made at {short(commits)}, after {registration}"
-    before = [c for c, a in after.items() if a is False]
-    if before:
-        return "before", f"made at {short(before)}, before {registration}"
-    unknown = [c for c, a in after.items() if a is None]
-    return "unknown", (f"made at {short(unknown)}: whether that descends from {registration} "
-                       f"cannot be checked (no commit recorded, or not in this checkout's git "
-                       f"history)")
+    # `git_descends_from` looked up at call time: the module's name for the ancestry check.
+    return preregistration.status(recorded.dropna(), PRE_REGISTRATION,
+                                  lambda commit, ancestor: git_descends_from(commit, ancestor))
 
 
 def enough_seeds(rows: pd.DataFrame) -> list[bool]:
