@@ -544,7 +544,7 @@ def test_the_v2_lag_axis_is_one_program_of_lag_profiles_per_task():
     # The choice of learning rate: the grid × the design seeds at k = 0, never a scored seed.
     tune = bench.tuning_cells(bench.Method("vaco"), proto)
     assert len(tune) == len(proto.tasks)
-    assert {dict(r.hparams)["learning_rate"] for r in tune[0].runs} == {1e-4, 3e-4, 1e-3}
+    assert {dict(r.hparams)["learning_rate"] for r in tune[0].runs} == {1e-4, 3e-4, 1e-3, 3e-3}
     assert {r.seed for r in tune[0].runs} == set(range(900, 905))
     assert {dict(r.tags)["setting"] for r in tune[0].runs} == {"k=0"}
     with pytest.raises(ConfigError, match="learning rate is chosen"):
@@ -568,7 +568,7 @@ def test_the_plan_prints_the_size_and_a_time_only_where_throughput_was_measured(
     assert lag_bench.main(["--algo", "vaco", "--protocol", "cpu", "--plan", "--out",
                            str(tmp_path / "none"), "--leaderboard", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "10 cells (10 compiled programs), 300 runs, 111,820,800 env steps, 96,000 " \
+    assert "10 cells (10 compiled programs), 300 runs, 108,134,400 env steps, 96,000 " \
            "evaluation episodes" in out
     assert "estimated time: none" in out
     cells = bench.tuning_cells(bench.Method("vaco"), bench.protocol("tiny", 2))
