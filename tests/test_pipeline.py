@@ -3,6 +3,8 @@ lag-robustness benchmark's report built on it, on synthetic runs with known answ
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -150,6 +152,21 @@ def test_check_passes_on_its_own_tables_and_names_the_file_of_an_edited_number(
     path.write_text("\n".join(text) + "\n")
     assert robustness.check(tmp_path, robustness.Spec(reps=200)) == [
         f"{path}: differs from its recomputation"]
+
+
+def test_vaco_bench_table_writes_a_v2_leaderboard_that_its_check_recomputes(tmp_path, monkeypatch):
+    from vaco_jax.commands import lag_bench
+    for method in ("ppo_clip", "vaco"):
+        (tmp_path / method).mkdir()
+        (tmp_path / method / "bench.json").write_text(json.dumps(
+            {"method": method, "protocol": "cpu", "protocol_version": 2}))
+    monkeypatch.setattr(robustness, "read", lambda directory: (synthetic_runs(), RANDOM))
+    assert robustness.protocol_version(tmp_path) == 2
+    assert lag_bench.main(["--table", str(tmp_path)]) == 0
+    assert {"aggregates.csv", "comparisons.csv", "reliability.csv", "leaderboard.md",
+            "leaderboard.png"} <= {p.name for p in tmp_path.iterdir()}
+    assert lag_bench.main(["--table", str(tmp_path), "--check"]) == 0
+    assert lag_bench.main(["--table", str(tmp_path), "--agree-with", "x.csv"]) == 2
 
 
 def test_the_minatar_studies_run_from_their_specs_with_the_committed_numbers():

@@ -70,7 +70,8 @@ class Args:
     where a finished cell of the same task and setting measured its throughput) and exit."""
     table: str = ""
     """Write the leaderboard table (leaderboard.md) and figure (leaderboard.png) of every method
-    in this directory, and exit."""
+    in this directory, and exit (protocol v2: recomputed from the per-run files, with its tables
+    as CSV: `study.robustness`)."""
     check: bool = False
     """With --table: recompute the leaderboard (protocol v2) from the per-run files committed in
     the directory and exit non-zero, naming each file, when a number differs."""
@@ -103,9 +104,15 @@ def main(argv: list[str] | None = None, prog: str = "vaco-bench") -> int:
         print("\n".join(problems) or f"{args.table}: every table matches its recomputation")
         return 1 if problems else 0
     if args.table:
-        from vaco_jax.study import leaderboard
+        from vaco_jax.study import leaderboard, robustness
         try:
-            written = leaderboard.write(args.table, args.agree_with or None)
+            if (robustness.protocol_version(args.table) or 1) >= 2:
+                if args.agree_with:
+                    raise ValueError("option `agree_with` compares a protocol v1 leaderboard "
+                                     f"with a study; {args.table} holds protocol v2 methods")
+                written = robustness.write_leaderboard(args.table)
+            else:
+                written = leaderboard.write(args.table, args.agree_with or None)
         except (FileNotFoundError, ValueError) as error:
             print(f"error: {error}", file=sys.stderr)
             return 2

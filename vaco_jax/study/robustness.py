@@ -237,6 +237,20 @@ def read(directory: str | Path) -> tuple[pd.DataFrame, dict]:
     return pd.concat(parts, ignore_index=True), random
 
 
+def protocol_version(directory: str | Path) -> int | None:
+    """The newest protocol version among a leaderboard directory's methods (None: no method)."""
+    versions = [json.loads(path.read_text()).get("protocol_version", 1)
+                for path in Path(directory).glob(f"*/{bench.BENCH_FILE}")]
+    return max(versions) if versions else None
+
+
+def write_leaderboard(directory: str | Path, spec: Spec | None = None) -> list[Path]:
+    """The leaderboard of `directory` (`read`), recomputed from its per-run files and written
+    into it: what `check` compares with."""
+    runs, random = read(directory)
+    return write(report(runs, random, spec), directory)
+
+
 def markdown(r: Report) -> str:
     s = r.spec
     lines = ["# Lag-robustness leaderboard", "",
