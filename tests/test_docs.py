@@ -1,4 +1,5 @@
-"""Every relative link of the README and docs/ reaches a file, and every #anchor a heading of it."""
+"""Every relative link of the README, docs/ and the results archive reaches a file, and every #anchor
+a heading of it."""
 
 import pathlib
 import re
@@ -6,7 +7,7 @@ import re
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), ROOT / "results" / "archive" / "README.md"]
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^\s*(```|~~~)")
 
@@ -37,12 +38,12 @@ def anchors(path: pathlib.Path) -> set[str]:
 
 
 def test_anchors_follow_githubs_rules():
-    page = ROOT / "docs" / "experiments.md"
+    page = ROOT / "results" / "archive" / "README.md"
     assert {"hopper-at-1m-env-steps-c--1-and-c--16",
             "dm-control-suite-the-cartpole-tasks-cpu-dmc"} <= anchors(page)
 
 
-@pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
+@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
 def test_relative_links_resolve(page):
     broken = []
     for line in prose_lines(page.read_text(encoding="utf-8")):

@@ -13,7 +13,7 @@ The sweeps are `vaco-sweep --preset lag-cpu` (one directory, or one per task); t
 `vaco-references --preset lag-cpu --last-evals 3` (the analysis scores a run by its last 3
 evaluations and refuses references measured otherwise).
 Cells made by different vaco_jax source are refused unless `--allow-code-change`. The method of
-analysis: docs/experiments.md, "The controlled-lag study" and "Pre-registered tests".
+analysis: docs/studies/controlled-lag.md; the tests: docs/preregistrations.md.
 """
 
 from __future__ import annotations

@@ -306,8 +306,8 @@ PRE_REGISTERED_SEEDS = 10
 
 
 def primary_tests(rows, commit: str | None = None):
-    """The LLM study's pre-registered family (docs/experiments.md): VACO − PPO-Clip in final
-    held-out greedy and sampled accuracy at each N of `PRE_REGISTERED_N`, paired by seed; the
+    """The LLM study's pre-registered family (docs/preregistrations.md): VACO − PPO-Clip in
+    final held-out greedy and sampled accuracy at each N of `PRE_REGISTERED_N`, paired by seed; the
     two-sided paired t-test, Holm over the family's 8 comparisons, the exact sign-flip test beside.
     Verdicts when `commit` (the results' git commit) descends from the pre-registration and the
     family is whole (every N, both accuracies, `PRE_REGISTERED_SEEDS` seeds each): Holm over part

@@ -579,7 +579,7 @@ def sync_curves(evaluations: pd.DataFrame, *, reps: int = 2000, seed: int = 0,
 
 
 # --- the whole analysis ---------------------------------------------------------------------------
-# --- the pre-registered tests (docs/experiments.md) -----------------------------------------------
+# --- the pre-registered tests (docs/preregistrations.md) ----------------------------------------
 PRIMARY_BASELINES = ("ppo_clip", "appo")
 HOLDS_METHODS = ("vaco", "ppo_clip", "appo")
 MIN_SEEDS = 10
@@ -587,8 +587,8 @@ MIN_SEEDS = 10
 cannot go below p = 2/2^n, 0.0625 at 5 seeds)."""
 ALPHA = 0.05
 PRE_REGISTRATION = "eaf6cd5250f21642a01e57fdc615bf0e983f66ae"
-"""The commit that wrote the pre-registered tests (docs/experiments.md): results made by code that
-descends from it are judged by them; results made before it are exploratory."""
+"""The commit that wrote the pre-registered tests (docs/preregistrations.md): results made by
+code that descends from it are judged by them; results made before it are exploratory."""
 
 
 git_descends_from = preregistration.descends_from

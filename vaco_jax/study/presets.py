@@ -99,7 +99,8 @@ LAG_SAMPLING = {
 FORWARD_SETTINGS = ((4, (3e-4, 1e-3, 3e-3)), (16, (3e-4,)), (32, (3e-4, 3e-3)))
 FORWARD_METHODS = ("vaco", "ppo_clip", "appo", "decoupled_ppo")
 # The new stale-data objectives: the two with the highest final retention at k = 15 on the
-# benchmark's cpu leaderboard join the study (`--algos`), as pre-registered in docs/experiments.md.
+# benchmark's cpu leaderboard join the study (`--algos`), as pre-registered
+# (docs/preregistrations.md).
 STALE_DATA_OBJECTIVES = ("icepop", "cispo", "dppo_tv", "m2po", "topr", "geppo")
 LEARNING_RATES = (1e-4, 3e-4, 1e-3, 3e-3)
 
@@ -158,7 +159,7 @@ STUDIES = {
     "lag": Study("lag", tuple((algo, _with_sampling(variant, LAG_SAMPLING[sampling]))
                               for sampling in ("oldest", "uniform")
                               for algo, variant in LAG_METHODS)),
-    # Update frequency × constant lag (docs/experiments.md, pre-registered).
+    # Update frequency × constant lag (docs/preregistrations.md, section 5).
     "forward": Study("forward", tuple((algo, _forward_variant(epochs, rates))
                                       for epochs, rates in FORWARD_SETTINGS
                                       for algo in FORWARD_METHODS + STALE_DATA_OBJECTIVES)),

@@ -1,5 +1,5 @@
-"""The studies over settings that docs/experiments.md pre-registers beside the controlled-lag study
-(`presets.STUDIES`):
+"""The studies over settings that docs/preregistrations.md pre-registers beside the controlled-lag
+study (`presets.STUDIES`):
 
 * `forward`: both sources of policy lag at once, the update frequency (K epochs per batch, the
   learning rate) crossed with a constant lag k = C − 1;
