@@ -7,11 +7,11 @@ chunks of `iterations_per_eval` iterations), all compiled before timing and time
   whole       `jax.jit(jax.vmap(Trainer.train))`: one program, no host round trip;
   chunked     the compiled chunk called `num_evals` times, each dispatched before the previous one's
               metrics are fetched (the CLI's loop without its writes);
-  cli         `vaco_jax.train.run` without checkpoints (adds metrics.jsonl rows, divergence checks);
+  cli         `vaco_jax.driver.run` without checkpoints (adds metrics.jsonl rows, divergence checks);
   cli+log     `cli` with `--log-every 1`: a row of the training updates' metrics per iteration
               (updates.jsonl), the most it writes;
-  cli+ckpt    `vaco_jax.train.run` with the default checkpointing (every chunk, within a 5% budget);
-  ckpt-every  `vaco_jax.train.run` saving after every chunk whatever it costs (`checkpoint_budget=1`);
+  cli+ckpt    `vaco_jax.driver.run` with the default checkpointing (every chunk, within a 5% budget);
+  ckpt-every  `vaco_jax.driver.run` saving after every chunk whatever it costs (`checkpoint_budget=1`);
   unguarded   `whole` with the in-program divergence guard removed (what the guard costs).
 Each repeat times every way once, back to back; the overhead of a way is the median over repeats of
 its time divided by `whole`'s in the same repeat (pairing cancels slow changes in machine load). Wall
@@ -33,7 +33,7 @@ import numpy as np
 
 from vaco_jax import Config, Trainer, io, trainer as trainer_module
 from vaco_jax.options import Options
-from vaco_jax.train import build_program, init_state, run, seed_keys
+from vaco_jax.driver import build_program, init_state, run, seed_keys
 
 
 def main() -> None:

@@ -134,13 +134,13 @@ def run_brax(env_name: str, seed: int, budget: float, overrides: dict,
 
 def run_ours(env_name: str, algo: str, seeds: list[int], budget: float, total_steps: int) -> list[dict]:
     """Our CLI's program for every seed at once; a point per evaluation (all seeds' returns)."""
-    from vaco_jax import Config, program, train
+    from vaco_jax import Config, driver, program
 
     start = time.perf_counter()
     config = Config(env=env_name, algo=algo, num_seeds=len(seeds), seed=seeds[0],
                     total_steps=total_steps)
     built = program.TrainProgram.build(config, config.num_seeds, store=False, log=lambda _: None)
-    state = train.init_state(built, config)
+    state = driver.init_state(built, config)
     chunk, _ = built.compiled_chunk()
     points = []
     for k in range(config.num_evals):

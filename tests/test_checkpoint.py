@@ -20,7 +20,7 @@ from vaco_jax import Config, ConfigError, Options, cache, fingerprint, io, progr
 from vaco_jax.checkpoint import CheckpointError, RunCheckpoints, check_compatible
 from vaco_jax.envs import make_env
 from vaco_jax.commands.train import main
-from vaco_jax.train import _output_dir, build_program, checkpoint_due, run
+from vaco_jax.driver import _output_dir, build_program, checkpoint_due, run
 from vaco_jax.options import duration_seconds, validate_options
 from vaco_jax.trainer import stack_hparams
 

@@ -18,7 +18,7 @@ from absl import logging as absl_logging
 from vaco_jax import ConfigError, cache, io, program
 from vaco_jax.config import from_json_dict
 from vaco_jax.commands.train import main, parse
-from vaco_jax.train import run
+from vaco_jax.driver import run
 
 ARGS = ["--env", "toy_reach", "--algo", "vaco", "--capacity", "2", "--num-seeds", "2",
         "--total-steps", "768", "--num-envs", "8", "--unroll-length", "16", "--num-evals", "3",

@@ -91,7 +91,7 @@ print(sorted(set(vaco_jax.__all__) - set(dir(vaco_jax))), vaco_jax.run.__module_
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["[]", "vaco_jax.train", "vaco_jax.trainer", "vaco_jax.hparams",
+    assert done.stdout.split() == ["[]", "vaco_jax.driver", "vaco_jax.trainer", "vaco_jax.hparams",
                                    "vaco_jax.envs"]
 
 

@@ -97,7 +97,7 @@ def test_out_of_range_values_are_refused_naming_field_value_and_allowed(changes,
 ])
 def test_bad_options_are_refused_before_anything_runs(changes, field, allowed, tmp_path):
     from vaco_jax import Options
-    from vaco_jax.train import run
+    from vaco_jax.driver import run
     with pytest.raises(ConfigError) as error:
         run(Config(env="toy_reach"), Options(out=str(tmp_path / "run"), **changes))
     (name, value), = changes.items()

@@ -249,7 +249,7 @@ def test_a_run_of_a_registered_env_resumes_and_evaluates_from_the_command_line(
     import importlib
     import json
 
-    from vaco_jax import Options, train
+    from vaco_jax import Options, driver
     from vaco_jax.commands import evaluate as evaluate_command, train as train_command
 
     (tmp_path / "reach_envs.py").write_text(REGISTERING_MODULE)
@@ -257,7 +257,7 @@ def test_a_run_of_a_registered_env_resumes_and_evaluates_from_the_command_line(
     importlib.import_module("reach_envs")
     config = dataclasses.replace(TINY, env="reach_from_module", total_steps=8 * 8 * 2, num_evals=2)
     out = tmp_path / "run"
-    train.run(config, Options(out=str(out), progress=False, checkpoint_budget=1.0), stop_after=1)
+    driver.run(config, Options(out=str(out), progress=False, checkpoint_budget=1.0), stop_after=1)
     record = json.loads((out / "config.json").read_text())["env_registration"]
     assert record == {"name": "reach_from_module", "module": "reach_envs",
                       "factory": "make_reach", "file": str(tmp_path / "reach_envs.py")}

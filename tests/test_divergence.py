@@ -20,7 +20,7 @@ from vaco_jax import io, stack_hparams
 from vaco_jax.checkpoint import RunCheckpoints
 from vaco_jax.program import seed_keys
 from vaco_jax.commands.train import main
-from vaco_jax.train import DivergenceError, build_program, run
+from vaco_jax.driver import DivergenceError, build_program, run
 from vaco_jax.trainer import NONFINITE_GRADIENT
 
 from test_checkpoint import BASE, options

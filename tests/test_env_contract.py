@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 from brax.envs.base import State
 
-from vaco_jax import (Config, ConfigError, DivergenceError, Options, Trainer, envs, evaluate,
-                      make_train, policy, register_env, spaces)
+from vaco_jax import (Config, ConfigError, DivergenceError, Options, Trainer, envs, make_train,
+                      playback, policy, register_env, spaces)
 from vaco_jax.commands import evaluate as evaluate_command
 
 from test_custom_envs import ONE_EVAL
@@ -201,9 +201,9 @@ def test_a_non_finite_reward_from_the_env_is_named_as_the_envs_not_the_learning_
 
 
 def vaco_jax_run(config, options):
-    from vaco_jax import train
+    from vaco_jax import driver
 
-    return train.run(config, options)
+    return driver.run(config, options)
 
 
 # --- rendering and evaluation results ----------------------------------------------------------------
@@ -235,7 +235,7 @@ def test_a_gymnax_video_has_a_frame_per_step_or_is_refused_before_any_episode(tm
     import imageio.v3 as iio
 
     frames = iio.imread(video)
-    states = evaluate.rollout_states(policy.load_policy(run_dir), jax.random.PRNGKey(0), steps=8)
+    states = playback.rollout_states(policy.load_policy(run_dir), jax.random.PRNGKey(0), steps=8)
     episode = len(states.reward)   # the states of the episode, its reset's first
     assert frames.shape[0] == episode and frames.shape[1:3] == (48, 64)
     assert frames.std() > 0   # something is drawn
@@ -256,9 +256,9 @@ def test_an_env_that_cannot_draw_itself_is_refused_before_any_episode_runs(tmp_p
     pytest.importorskip("gymnax")
     deep_sea = envs.as_env(__import__("gymnax").make("DeepSea-bsuite"))
     with pytest.raises(ConfigError, match="'deep sea' .gymnax's DeepSea-bsuite. has no renderer"):
-        evaluate.renderer(deep_sea, "deep sea", "x.gif")
+        playback.renderer(deep_sea, "deep sea", "x.gif")
     with pytest.raises(ConfigError, match="'duck' cannot draw itself .it has no render method."):
-        evaluate.renderer(envs.as_env(DuckReach()), "duck", "x.gif")
+        playback.renderer(envs.as_env(DuckReach()), "duck", "x.gif")
 
 
 def test_an_env_with_a_render_method_draws_one_frame_per_state():
@@ -270,7 +270,7 @@ def test_an_env_with_a_render_method_draws_one_frame_per_state():
 
     env = envs.as_env(DrawnReach())
     states = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(0), 3))
-    frames = evaluate.renderer(env, "drawn", "x.gif")(states, 8, 6)
+    frames = playback.renderer(env, "drawn", "x.gif")(states, 8, 6)
     assert frames.shape == (3, 6, 8, 3)
     np.testing.assert_array_equal(frames[:, 0, 0, 0],
                                   (100 + 50 * np.asarray(states.pipeline_state[:, 0])).astype(np.uint8))

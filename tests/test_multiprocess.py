@@ -20,7 +20,7 @@ SCRIPT = """
 import json, sys, time
 from pathlib import Path
 import jax
-from vaco_jax import runtime, train
+from vaco_jax import driver, runtime
 from vaco_jax.config import from_json_dict
 from vaco_jax.errors import ConfigError
 from vaco_jax.options import Options
@@ -38,13 +38,13 @@ except ConfigError as error:
     report["refusal"] = str(error)
 
 if index == 1:   # a clock 1000 times fast: every chunk ends minutes after the last checkpoint
-    train.clock = lambda: 1000.0 * time.perf_counter()
+    driver.clock = lambda: 1000.0 * time.perf_counter()
 # Saved after the first chunk and the last, unless a checkpoint is older than a minute.
-summary = train.run(config, Options(out=out, progress=False, checkpoint_budget=0.01,
+summary = driver.run(config, Options(out=out, progress=False, checkpoint_budget=0.01,
                                     checkpoint_max_age="60s"))
 report["saved"], report["finished"] = summary["checkpoints_saved"], summary["finished"]
 # Started over: process 0 moves the finished run aside while process 1 waits.
-train.run(config, Options(out=out, overwrite=True, progress=False), stop_after=1)
+driver.run(config, Options(out=out, overwrite=True, progress=False), stop_after=1)
 report["aside"] = sorted(p.name for p in Path(out).parent.iterdir() if p.name != "run")
 print("REPORT " + json.dumps(report))
 """

@@ -8,13 +8,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vaco_jax import (CheckpointError, ConfigError, Options, evaluate, load_policy, networks,
-                      policy, train)
+from vaco_jax import (CheckpointError, ConfigError, Options, driver, load_policy, networks,
+                      playback, policy)
 from vaco_jax.checkpoint import RunCheckpoints
 from vaco_jax.commands import evaluate as evaluate_command
 from vaco_jax.config import from_json_dict
 from vaco_jax.envs import make_env
-from vaco_jax.train import build_program
+from vaco_jax.driver import build_program
 
 # The CLI's tiny toy_reach run (2 seeds), built again for this module.
 from test_cli import run_dir  # noqa: E402,F401
@@ -86,7 +86,7 @@ def test_a_diverged_seed_is_marked_and_loading_it_warns(run_dir, tmp_path):
     checkpoints = RunCheckpoints(out)
     checkpoints.save(chunk, state, restored.history, config)
     checkpoints.close()
-    summary = train.run(config, Options(resume=str(out), on_nan="skip-seed", progress=False))
+    summary = driver.run(config, Options(resume=str(out), on_nan="skip-seed", progress=False))
     assert summary["finished"]
 
     iteration = chunk * config.iterations_per_eval + 1         # the first after the checkpoint
@@ -136,10 +136,10 @@ def episode():
     actor, _ = networks.make_networks(config, env.action_size)
     params = actor.init(jax.random.PRNGKey(0), jnp.zeros((1, env.observation_size)))["params"]
     trained = policy.Policy(params, networks.init_normalizer(env.observation_size), actor, config)
-    positions = evaluate.rollout_positions(trained, jax.random.PRNGKey(0), steps=6, env=env)
+    positions = playback.rollout_positions(trained, jax.random.PRNGKey(0), steps=6, env=env)
     assert positions.shape == (7, env.sys.mj_model.nq)
     assert np.all(np.diff(positions, axis=0) != 0, axis=1).any()    # the body moves
-    return env, positions, evaluate.render(env, positions, width=64, height=48)
+    return env, positions, playback.render(env, positions, width=64, height=48)
 
 
 @pytest.fixture
@@ -156,7 +156,7 @@ def test_a_rollout_renders_one_frame_per_state(frames):
 def test_rendered_frames_are_written_as_a_video(frames, tmp_path, suffix):
     import imageio.v3 as iio
     path = tmp_path / f"episode{suffix}"
-    evaluate.write_video(path, frames, fps=25)
+    playback.write_video(path, frames, fps=25)
     back = iio.imread(path, index=None)
     assert back.shape[0] == len(frames) and back.shape[1:3] == (48, 64)
     assert np.abs(back.astype(float) - frames).mean() < 8          # the same pictures (lossy)
@@ -168,7 +168,7 @@ def test_an_episode_is_written_as_brax_s_interactive_viewer(episode, tmp_path):
     import zlib
     env, positions, _ = episode
     path = tmp_path / "episode.html"
-    evaluate.write_html(path, env, positions)
+    playback.write_html(path, env, positions)
     page = path.read_text()
     encoded = re.search(r'var system = "([A-Za-z0-9+/=]+)"', page)
     system = json.loads(zlib.decompress(base64.b64decode(encoded.group(1))))

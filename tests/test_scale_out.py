@@ -25,7 +25,7 @@ from jax.sharding import Mesh
 from vaco_jax import io, program
 from vaco_jax.study import presets, sweep
 from vaco_jax.config import from_json_dict, to_json_dict
-from vaco_jax.train import run
+from vaco_jax.driver import run
 
 from conftest import CACHE_DIR
 from test_checkpoint import BASE, cli_args, final_state, options
@@ -91,7 +91,7 @@ from vaco_jax.study import presets, sweep
 from vaco_jax.checkpoint import RunCheckpoints
 from vaco_jax.config import from_json_dict
 from vaco_jax.options import Options
-from vaco_jax.train import build_program, run
+from vaco_jax.driver import build_program, run
 
 assert jax.device_count() == 4, jax.devices()
 configs, out, chunks = json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3])

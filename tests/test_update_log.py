@@ -12,7 +12,7 @@ import pytest
 from vaco_jax import Config, ConfigError, Options, cache, io, loggers, program, update_log
 from vaco_jax.checkpoint import RunCheckpoints
 from vaco_jax.commands.train import main
-from vaco_jax.train import build_program, init_state, run
+from vaco_jax.driver import build_program, init_state, run
 
 # 2 seeds, 3 chunks of 4 iterations; rows of 2 iterations: 6 rows.
 SMALL = Config(env="toy_reach", algo="vaco", num_seeds=2, num_envs=8, unroll_length=8,

@@ -24,7 +24,7 @@ from vaco_jax import fingerprint as fingerprint_lib
 from vaco_jax import objectives as objectives_lib
 from vaco_jax.config import to_json_dict, validate
 from vaco_jax.commands.train import main
-from vaco_jax.train import run
+from vaco_jax.driver import run
 
 # Two iterations, one evaluation: what the trainer passes an objective, at the least cost.
 SMALL = Config(env="toy_reach", algo="ppo_clip", num_envs=8, unroll_length=8, num_epochs=2,

@@ -48,7 +48,7 @@ _PUBLIC = {
     "Options": "options", "Policy": "policy", "load_policy": "policy", "Trainer": "trainer",
     "TrainState": "trainer", "make_train": "trainer", "stack_hparams": "trainer",
     # the checkpointed loop of `vaco-train`
-    "run": "train",
+    "run": "driver",
 }
 __all__ = sorted(_PUBLIC)
 

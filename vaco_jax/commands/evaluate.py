@@ -6,7 +6,7 @@
     vaco-evaluate runs/quickstart --html pendulum.html  # Brax's 3-D viewer
 
 The command (`python -m vaco_jax.commands.evaluate` where the script is not installed); what it computes, writes and renders:
-`vaco_jax.evaluate`, imported once the flags are parsed.
+`vaco_jax.playback`, imported once the flags are parsed.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None, prog: str = "vaco-evaluate") -> int:
 
     from vaco_jax import io, runtime
     from vaco_jax.envs import make_env, user_env
-    from vaco_jax.evaluate import (joint_positions, mj_model, renderer, returns, rollout_states,
+    from vaco_jax.playback import (joint_positions, mj_model, renderer, returns, rollout_states,
                                    write_html, write_video)
     from vaco_jax.policy import load_policy
 

@@ -6,7 +6,7 @@
     vaco-train --lag-profile docs/lag_profiles/example.json   # replay a system's staleness
 
 The command (`python -m vaco_jax.commands.train` where the script is not installed): its flags are the run's `Config`, the
-process `Options` and the `Cluster`; the run is `vaco_jax.run` (`vaco_jax.train`), imported once
+process `Options` and the `Cluster`; the run is `vaco_jax.run` (`vaco_jax.driver`), imported once
 the flags are parsed, so `--help`, which lists every config field and option with its default,
 imports no JAX.
 """
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None, prog: str = "vaco-train") -> int:
         import numpy as np
 
         from vaco_jax import runtime
-        from vaco_jax.train import run
+        from vaco_jax.driver import run
 
         runtime.start(command.cluster, compile_cache=command.options.compile_cache,
                       verbose=command.options.verbose)
