@@ -9,6 +9,10 @@
     vaco-bench --table results/lag-bench/cpu     # the leaderboard's table
     vaco-bench --table DIR --check               # recompute it from the per-run files
 
+`--protocol llm-tiny|llm-cpu|llm-gpu --algo <objective>` scores an objective of GRPO on the LLM
+testbed instead (`vaco_jax.llm.bench`), and `--table DIR` of a directory of LLM entries writes the
+LLM leaderboard (`vaco_jax.llm.scorecard`).
+
 Runs the method's cells (`vaco_jax.study.bench`: per task, the lag axis in one program and the
 high-update-frequency setting in another, every lag × seed vmapped), resumably, into
 `--out/runs/`. From protocol version 2 on, `--tune` first chooses the method's learning rate
@@ -42,8 +46,9 @@ class Args:
     """Config overrides that make the method, as field=value (e.g. kl_adaptive=true)."""
     label: str = ""
     """The method's name in tables (default: algo, with its overrides in brackets)."""
-    protocol: Literal["tiny", "cpu", "gpu"] = "cpu"
-    """tiny: seconds (tests); cpu: one 2-core CPU machine; gpu: one GPU (docs/benchmark.md)."""
+    protocol: Literal["tiny", "cpu", "gpu", "llm-tiny", "llm-cpu", "llm-gpu"] = "cpu"
+    """tiny: seconds (tests); cpu: one 2-core CPU machine; gpu: one GPU; llm-tiny, llm-cpu,
+    llm-gpu: GRPO on the LLM testbed, --algo an LLM objective (docs/benchmark.md)."""
     protocol_version: int | None = None
     """The protocol's version (default: its newest; 1 is the version 1 leaderboard's)."""
     tune: bool = False
@@ -94,6 +99,10 @@ def main(argv: list[str] | None = None, prog: str = "vaco-bench") -> int:
     from vaco_jax import runtime
     from vaco_jax.study import bench, scorecard, sweep
 
+    if args.table and _llm_board(args.table):
+        return _llm_table(args)
+    if args.protocol.startswith("llm-"):
+        return _llm(args)
     if args.table and args.check:
         from vaco_jax.study import robustness
         try:
@@ -227,3 +236,85 @@ def _plan(cells, method, proto, out: Path, leaderboard: Path, *, tune: bool) -> 
         lines.append(f"estimated time: {size['estimated_seconds'] / 60:.0f} min (the measured "
                      f"steps/s and compile time of finished cells of the same tasks)")
     return "\n".join(lines)
+
+
+# Options of the control protocols that an LLM protocol does not take, and why.
+_NOT_LLM = {"set": "an LLM objective's own hyper-parameters are the protocol's",
+            "label": "an LLM entry is named by its objective",
+            "tune": "the LLM protocols have no learning-rate grid",
+            "learning_rate": "the LLM protocols fix the learning rate",
+            "lag_profile": "the LLM protocols' lags are their own",
+            "shard": "an LLM entry runs in one process",
+            "max_cells": "an LLM entry resumes by its finished runs",
+            "agree_with": "it compares a control leaderboard"}
+
+
+def _llm_board(directory: str) -> bool:
+    from vaco_jax.llm import scorecard
+
+    return Path(directory).is_dir() and scorecard.is_llm_board(directory)
+
+
+def _llm_table(args: Args) -> int:
+    """`--table DIR` (and `--check`) of an LLM leaderboard."""
+    from vaco_jax.llm import scorecard
+
+    try:
+        if args.check:
+            problems = scorecard.check(args.table)
+            print("\n".join(problems) or f"{args.table}: every table matches its recomputation")
+            return 1 if problems else 0
+        written = scorecard.write_board(args.table)
+    except (FileNotFoundError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print("\n".join(str(p) for p in written))
+    return 0
+
+
+def _llm(args: Args) -> int:
+    """One objective on an LLM protocol: its plan, or its runs (resumed) and scorecard."""
+    from vaco_jax import runtime
+    from vaco_jax.llm import bench as llm_bench, scorecard
+    from vaco_jax.study import bench
+
+    defaults = Args()
+    try:
+        for name, why in _NOT_LLM.items():
+            if getattr(args, name) != getattr(defaults, name):
+                raise ConfigError(f"option `{name}` is invalid for protocol {args.protocol}: {why}")
+        proto = llm_bench.protocol(args.protocol, args.protocol_version)
+        llm_bench.check(proto, args.algo)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    out = Path(args.out) if args.out else Path("runs") / "lag-bench" / proto.name / args.algo
+    leaderboard = (Path(args.leaderboard) if args.leaderboard
+                   else bench.committed_leaderboard(proto.name, proto.version))
+    if args.leaderboard and not leaderboard.is_dir():
+        print(f"error: option `leaderboard` = {args.leaderboard!r} is invalid: not a directory",
+              file=sys.stderr)
+        return 2
+    if args.plan:
+        print(llm_bench.plan_text(proto, args.algo))
+        return 0
+    if not args.report_only:
+        runtime.start(runtime.Cluster(), compile_cache=args.compile_cache)
+        try:
+            llm_bench.run(proto, args.algo, out)
+        except (ConfigError, SweepError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+    try:
+        card = scorecard.scorecard(out, leaderboard)
+    except FileNotFoundError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except Exception as error:  # noqa: BLE001 -- a report never ends a long run with a traceback
+        print(f"error: the scorecard of {out} could not be computed ({type(error).__name__}: "
+              f"{error}); its runs are kept in {out}: rerun with --report-only", file=sys.stderr)
+        return 1
+    for note in card.notes:
+        print(f"note: {note}", file=sys.stderr)
+    print("\n".join(str(p) for p in scorecard.write(card, out)))
+    return 0

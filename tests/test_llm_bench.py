@@ -1,0 +1,231 @@
+"""The LLM protocols of the lag-robustness benchmark: protocols as data, the run and its resume,
+the scorecard's normalisation, retention and comparisons against a hand computation, its notes,
+and the LLM leaderboard with its check."""
+
+import json
+import time
+
+import numpy as np
+import pytest
+from scipy import stats as scipy_stats
+
+from vaco_jax import io
+from vaco_jax.commands import lag_bench
+from vaco_jax.llm import bench, experiment, scorecard
+from vaco_jax.llm import config as llm_config
+
+WARM = {"greedy": 0.2, "sampled": 0.1}
+
+
+# --- protocols ------------------------------------------------------------------------------------
+def test_llm_protocols_are_data_that_validate_and_plan_from_their_own_fields():
+    cpu = bench.protocol("llm-cpu")
+    assert cpu.version == 1 and cpu.ks == bench.LLM_CPU_KS and cpu.ks[0] == 0
+    assert cpu.seeds == 10 and cpu.seed == 300 and cpu.runs_per_call <= 10
+    scored = set(range(cpu.seed, cpu.seed + cpu.seeds))
+    assert not scored & set(range(cpu.design_seed, cpu.design_seed + cpu.design_seeds))
+    assert cpu.config().grpo.seed == 300 and cpu.config().grpo.num_seeds == 10
+    for name in bench.NAMES:
+        proto = bench.protocol(name)
+        config = bench.check(proto, "vaco")          # validates every N and lag, compiles nothing
+        size = bench.plan(proto)
+        assert size["runs"] == len(proto.lag_settings) * len(proto.ns) * proto.seeds
+        assert size["iterations"] == size["runs"] * config.grpo.iterations
+        assert size["answers"] == size["iterations"] * config.grpo.batch_size
+    gpu = bench.protocol("llm-gpu").config()
+    assert gpu.model.dtype == "bfloat16" and gpu.model.d_model == 1024
+    with pytest.raises(llm_config.ConfigError, match="--protocol-version"):
+        bench.protocol("llm-cpu", 2)
+
+
+def test_a_bad_objective_or_option_is_refused_before_anything_compiles(monkeypatch, capsys):
+    monkeypatch.setattr(experiment, "train_one_n", lambda *a, **k: pytest.fail("it trained"))
+    assert lag_bench.main(["--protocol", "llm-tiny", "--algo", "appo"]) == 2
+    err = capsys.readouterr().err
+    assert "`algo` = 'appo' is invalid" in err and "ppo_clip" in err and "llm-tiny" in err
+    assert lag_bench.main(["--protocol", "llm-tiny", "--algo", "vaco", "--tune"]) == 2
+    assert "option `tune` is invalid for protocol llm-tiny" in capsys.readouterr().err
+    assert lag_bench.main(["--protocol", "llm-tiny", "--algo", "vaco",
+                           "--protocol-version", "2"]) == 2
+    assert "--protocol-version" in capsys.readouterr().err
+    assert lag_bench.main(["--protocol", "llm-cpu", "--algo", "vaco", "--plan"]) == 0
+    plan = capsys.readouterr().out
+    assert f"{bench.plan(bench.protocol('llm-cpu'))['runs']} runs" in plan
+
+
+# --- the run, end to end --------------------------------------------------------------------------
+def test_llm_tiny_runs_resumes_and_writes_its_scorecard(tmp_path, capsys):
+    out, board = tmp_path / "board" / "ppo_clip", tmp_path / "board"
+    board.mkdir()
+    argv = ["--protocol", "llm-tiny", "--algo", "ppo_clip", "--out", str(out),
+            "--leaderboard", str(board)]
+    start = time.perf_counter()
+    assert lag_bench.main(argv) == 0
+    print(f"llm-tiny ppo_clip: {time.perf_counter() - start:.0f} s")
+    proto = bench.protocol("llm-tiny")
+    assert io.compact_path(out / bench.RESULTS).exists() and not (out / bench.RESULTS).exists()
+    rows = io.read_rows(out / bench.RESULTS)
+    assert sorted((r["k"], r["n"], r["seed"]) for r in rows) == sorted(
+        (k, n, s) for k in proto.ks for n in proto.ns for s in range(proto.seeds))
+    info = json.loads((out / bench.BENCH_FILE).read_text())
+    assert info["method"] == "ppo_clip" and info["protocol"] == "llm-tiny"
+    assert info["git_commit"] == io.git_commit()
+    assert info["cost"]["compile_seconds"] > 0 and info["cost"]["training_seconds"] > 0
+    assert info["comparability"]["config"] == bench.config_hash(proto, proto.config())
+    card = json.loads((out / "scorecard.json").read_text())
+    hist = {(d["k"], d["N"]): d["update_age_hist"] for d in card["diagnostics"]}
+    assert set(hist) == {(k, n) for k in proto.ks for n in proto.ns}
+    assert all(abs(sum(h.values()) - 1) < 1e-6 for h in hist.values())
+    assert {"tv_backward", "tv_forward_mean", "intervened_fraction_mean"} <= set(
+        card["diagnostics"][0])
+    assert (out / "scorecard.png").stat().st_size > 5_000 and (out / "scorecard.md").exists()
+    # Resumed: every run is in, nothing trains again, and the cost adds up.
+    capsys.readouterr()
+    assert lag_bench.main(argv) == 0
+    assert "skipped" in capsys.readouterr().out
+    assert len(io.read_rows(out / bench.RESULTS)) == len(rows)
+    again = json.loads((out / bench.BENCH_FILE).read_text())
+    assert again["cost"]["wall_seconds"] > info["cost"]["wall_seconds"]
+    assert again["cost"]["training_seconds"] == info["cost"]["training_seconds"]
+
+
+# --- hand-made results ----------------------------------------------------------------------------
+def _rows(method, accuracy):
+    """Result rows of `method` on llm-tiny whose greedy accuracy at evaluation e (0, 1) is
+    `accuracy(k, n, seed, e)` and sampled accuracy half of it."""
+    proto = bench.protocol("llm-tiny")
+    rows = []
+    for k in proto.ks:
+        for n in proto.ns:
+            for s in range(proto.seeds):
+                greedy = [accuracy(k, n, s, e) for e in (0, 1)]
+                rows.append({"k": k, "lag_sampling": "constant", "n": n, "objective": method,
+                             "seed": s, "eval_iterations": [2, 4], "eval_accuracy": greedy,
+                             "eval_sampled_accuracy": [g / 2 for g in greedy],
+                             "final_accuracy": greedy[-1], "final_sampled_accuracy": greedy[-1] / 2,
+                             "tv_backward": [0.01 * k] * 4, "tv_forward_mean": [0.001 * n] * 4,
+                             "intervened_fraction_mean": [0.1] * 4,
+                             "update_age_mean": [float(k)] * 4, "update_age_max": [float(k)] * 4,
+                             "update_age_hist_0_0": [1.0 if k == 0 else 0.0] * 4,
+                             "update_age_hist_1_1": [1.0 if k == 1 else 0.0] * 4,
+                             "update_age_hist_2_3": [1.0 if k == 3 else 0.0] * 4})
+    return rows
+
+
+def _entry(directory, method, rows, **info):
+    directory.mkdir(parents=True)
+    io.write_jsonl_atomic(directory / bench.RESULTS, rows)
+    key = {"protocol": "llm-tiny", "protocol_version": 1, "config": "c0ffee", "objective": method,
+           "warm_start": "abc", "versions": {"jax": "1"}}
+    io.write_json_atomic(directory / bench.BENCH_FILE, {
+        "method": method, "algo": method, "protocol": "llm-tiny", "protocol_version": 1,
+        "warm_start": {"digest": "abc", "greedy": WARM["greedy"], "sampled": WARM["sampled"]},
+        "comparability": key, "cost": {"wall_seconds": 10.0, "compile_seconds": 4.0,
+                                       "training_seconds": 5.0},
+        "git_commit": "0" * 40, **info})
+    return directory
+
+
+def _ppo(k, n, s, e):
+    return 0.6 + 0.02 * s - 0.05 * k - 0.01 * n + 0.1 * e
+
+
+def _vaco(k, n, s, e):
+    return 0.58 + 0.03 * s - 0.02 * k - 0.01 * n + 0.1 * e + (0.005 if s == 1 else 0.0)
+
+
+@pytest.fixture
+def hand_board(tmp_path):
+    board = tmp_path / "board"
+    _entry(board / "ppo_clip", "ppo_clip", _rows("ppo_clip", _ppo))
+    _entry(board / "vaco", "vaco", _rows("vaco", _vaco))
+    return board
+
+
+def test_scores_retention_and_comparisons_are_the_hand_computation(hand_board):
+    card = scorecard.scorecard(hand_board / "vaco", hand_board, reps=200)
+    assert not card.notes
+    seeds = range(3)
+    for task, scale in (("greedy", 1.0), ("sampled", 0.5)):
+        warm = WARM[task]
+        ppo_final = np.mean([scale * _ppo(0, 1, s, 1) for s in seeds])
+        ppo_auc = np.mean([scale * (_ppo(0, 1, s, 0) + _ppo(0, 1, s, 1)) / 2 for s in seeds])
+        for k, n in ((0, 1), (3, 2)):
+            final = [scale * _vaco(k, n, s, 1) for s in seeds]
+            auc = [scale * (_vaco(k, n, s, 0) + _vaco(k, n, s, 1)) / 2 for s in seeds]
+            row = lambda metric: card.scores[(card.scores.task == task) & (card.scores.k == k)  # noqa: E731
+                                             & (card.scores.N == n)
+                                             & (card.scores.metric == metric)].iloc[0]
+            expected = (np.array(final) - warm) / (ppo_final - warm)
+            assert row("final").score == pytest.approx(expected.mean())
+            half = scipy_stats.t.ppf(0.975, 2) * expected.std(ddof=1) / np.sqrt(3)
+            assert row("final").low == pytest.approx(expected.mean() - half)
+            assert row("auc").score == pytest.approx(
+                np.mean((np.array(auc) - warm) / (ppo_auc - warm)))
+        # Retention at k = 3, N = 2: its gain over the warm start ÷ the gain at k = 0, N = 2.
+        r = card.retention[(card.retention.task == task) & (card.retention.k == 3)
+                           & (card.retention.N == 2) & (card.retention.metric == "final")].iloc[0]
+        gain = lambda k: np.mean([scale * _vaco(k, 2, s, 1) - warm for s in seeds])  # noqa: E731
+        assert r.retention == pytest.approx(gain(3) / gain(0))
+    # The family: vaco − ppo_clip at the largest k, N = 1 and 2, greedy and sampled; t-test, Holm.
+    c = card.comparisons
+    assert len(c) == 4 and set(c.N) == {1, 2} and set(c.k) == {3}
+    p = {}
+    for r in c.itertuples():
+        scale = 1.0 if r.task == "greedy" else 0.5
+        d = [scale * (_vaco(3, r.N, s, 1) - _ppo(3, r.N, s, 1)) for s in seeds]
+        assert r.estimate == pytest.approx(np.mean(d))
+        p[(r.task, r.N)] = scipy_stats.ttest_1samp(d, 0).pvalue
+        assert r.p_t == pytest.approx(p[(r.task, r.N)])
+    ordered = sorted(p.values())
+    holm = np.minimum(1, np.maximum.accumulate([(4 - i) * q for i, q in enumerate(ordered)]))
+    assert sorted(c.p_holm) == pytest.approx(sorted(holm))
+    assert all(v.startswith("Holm p") for v in c.verdict)   # no pre-registration: exploratory
+    diag = card.diagnostics.set_index(["k", "N"])
+    assert diag.loc[(3, 2), "tv_backward"] == pytest.approx(0.03)
+    assert diag.loc[(3, 1), "update_age_hist"] == {"0_0": 0.0, "1_1": 0.0, "2_3": 1.0}
+
+
+def test_without_ppo_clip_the_report_names_what_it_could_not_compute(hand_board, tmp_path, capsys):
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    (hand_board / "vaco").rename(alone / "vaco")
+    assert lag_bench.main(["--protocol", "llm-tiny", "--algo", "vaco", "--out",
+                           str(alone / "vaco"), "--leaderboard", str(alone), "--report-only"]) == 0
+    assert "holds no ppo_clip entry" in capsys.readouterr().err
+    card = json.loads((alone / "vaco" / "scorecard.json").read_text())
+    assert card["comparisons"] is None and all(s["score"] is None for s in card["scores"])
+    assert card["retention"]   # needs no PPO-Clip: the ratio of gains over the warm start
+    text = (alone / "vaco" / "scorecard.md").read_text()
+    assert "Not computed:" in text and "holds no ppo_clip entry" in text
+    assert (alone / "vaco" / "scorecard.png").exists()
+    # An incomparable PPO-Clip is named with why.
+    other = _entry(tmp_path / "other" / "ppo_clip", "ppo_clip", _rows("ppo_clip", _ppo))
+    info = json.loads((other / bench.BENCH_FILE).read_text())
+    info["comparability"]["warm_start"] = "def"
+    io.write_json_atomic(other / bench.BENCH_FILE, info)
+    notes = scorecard.scorecard(alone / "vaco", tmp_path / "other", reps=200).notes
+    assert any("not comparable: warm start def (here abc)" in n for n in notes)
+
+
+def test_the_leaderboard_is_checked_against_its_per_run_files(hand_board, capsys):
+    assert lag_bench.main(["--table", str(hand_board)]) == 0
+    table = (hand_board / "leaderboard.csv").read_text()
+    assert table.splitlines()[0].startswith("method,greedy_N1_k0,greedy_N1_k3,")
+    assert (hand_board / "leaderboard.md").exists() and (hand_board / "leaderboard.png").exists()
+    assert "| `vaco` |" in (hand_board / "leaderboard.md").read_text()
+    assert lag_bench.main(["--table", str(hand_board), "--check"]) == 0
+    lines = table.splitlines()
+    fields = lines[2].split(",")
+    fields[1] = f"{float(fields[1]) + 0.01!r}"
+    (hand_board / "leaderboard.csv").write_text("\n".join([*lines[:2], ",".join(fields),
+                                                           *lines[3:]]) + "\n")
+    capsys.readouterr()
+    assert lag_bench.main(["--table", str(hand_board), "--check"]) == 1
+    assert f"{hand_board / 'leaderboard.csv'}: differs from its recomputation" in \
+        capsys.readouterr().out
+    card = json.loads((hand_board / "vaco" / "scorecard.json").read_text())
+    card["scores"][0]["score"] += 0.5
+    io.write_json_atomic(hand_board / "vaco" / "scorecard.json", card)
+    problems = scorecard.check(hand_board)
+    assert f"{hand_board / 'vaco' / 'scorecard.json'}: differs from its recomputation" in problems
