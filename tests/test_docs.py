@@ -7,7 +7,8 @@ import re
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), ROOT / "results" / "archive" / "README.md"]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+PAGES = [*DOCS, ROOT / "results" / "archive" / "README.md"]
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^\s*(```|~~~)")
 
@@ -57,3 +58,57 @@ def test_relative_links_resolve(page):
             elif anchor and path.suffix == ".md" and anchor not in anchors(path):
                 broken.append(f"{target} (no heading with that anchor)")
     assert not broken, f"{page.relative_to(ROOT)}: {broken}"
+
+
+# --- sentences a reader can hold ------------------------------------------------------------------
+LONGEST_SENTENCE = 60                     # words; aim under 40
+ABBREVIATION = re.compile(r"\b(e\.g|i\.e|et al|vs|cf)\.$", re.IGNORECASE)
+SENTENCE_END = re.compile(r"(?<=[.!?])[)*_]*\s+(?=[\"'(*`_\[A-Z0-9])")
+
+
+def paragraphs(text: str):
+    """The prose of a page, a paragraph or list item at a time: code blocks, tables, headings,
+    images and HTML comments left out."""
+    lines: list[str] = []
+    for line in [*prose_lines(text), ""]:
+        item = line.strip().removeprefix("> ").strip()
+        skip = not item or item.startswith(("|", "#", "![", "<!--")) or FENCE.match(line)
+        if lines and (skip or re.match(r"([*+-]|\d+\.)\s", item)):
+            yield " ".join(lines)
+            lines = []
+        if not skip:
+            lines.append(re.sub(r"^([*+-]|\d+\.)\s+", "", item) if not lines else item)
+
+
+def sentences(text: str):
+    for paragraph in paragraphs(text):
+        paragraph = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", paragraph)     # a link: its text
+        # A full stop inside `code` ends no sentence.
+        paragraph = re.sub(r"`[^`]*`", lambda m: m.group(0).replace(".", "\x00"), paragraph)
+        sentence = ""
+        for part in SENTENCE_END.split(paragraph):
+            sentence = f"{sentence} {part}".strip()
+            if not ABBREVIATION.search(sentence):
+                yield sentence.replace("\x00", ".")
+                sentence = ""
+        if sentence:
+            yield sentence.replace("\x00", ".")
+
+
+def words(sentence: str) -> int:
+    return sum(1 for token in sentence.split() if re.search(r"\w", token))
+
+
+def test_sentences_split_at_full_stops_but_not_inside_code_or_abbreviations():
+    text = ("# A heading. Not prose.\n\nOne two three. Four, e.g. five `a. B` six.\n"
+            "| a table. Not prose. |\n\n* An item\n* Another. And more.\n```\ncode. Not prose.\n```\n")
+    assert list(sentences(text)) == ["One two three.", "Four, e.g. five `a. B` six.", "An item",
+                                     "Another.", "And more."]
+    assert words("A [link](x) — and `code` 0.5.") == 5
+
+
+@pytest.mark.parametrize("page", DOCS, ids=[str(p.relative_to(ROOT)) for p in DOCS])
+def test_no_sentence_is_longer_than_a_reader_can_hold(page):
+    long = [f"{words(s)} words: {s}" for s in sentences(page.read_text(encoding="utf-8"))
+            if words(s) > LONGEST_SENTENCE]
+    assert not long, f"{page.relative_to(ROOT)}: " + "\n".join(long)
