@@ -2,6 +2,7 @@
 the scorecard's normalisation, retention and comparisons against a hand computation, its notes,
 and the LLM leaderboard with its check."""
 
+import dataclasses
 import json
 import time
 
@@ -229,3 +230,53 @@ def test_the_leaderboard_is_checked_against_its_per_run_files(hand_board, capsys
     io.write_json_atomic(hand_board / "vaco" / "scorecard.json", card)
     problems = scorecard.check(hand_board)
     assert f"{hand_board / 'vaco' / 'scorecard.json'}: differs from its recomputation" in problems
+
+
+def test_the_stochastic_lag_runs_after_the_constant_lags_and_resumes(tmp_path, monkeypatch,
+                                                                     stub_warm_start):
+    # A protocol with the stochastic lag: per N, one program for every constant k, then one for
+    # the uniform lag (its k = 0 runs are done by then); trained by a stub, scored as any other.
+    proto = dataclasses.replace(bench.protocol("llm-tiny"), uniform=True)
+    calls = []
+
+    def train_one_n(config, n, objectives, *args, ks=(0,), lag_sampling="constant", **kwargs):
+        calls.append((n, tuple(ks), lag_sampling))
+        rows = []
+        for k in ks:
+            for s in range(config.grpo.num_seeds):
+                acc = 0.5 + 0.01 * s - 0.02 * k - 0.01 * (lag_sampling == "uniform")
+                rows.append({"k": k, "lag_sampling": experiment.lag_mode(k, lag_sampling),
+                             "n": n, "objective": objectives[0], "seed": s,
+                             "eval_iterations": [2, 4], "eval_accuracy": [0.4, acc],
+                             "eval_sampled_accuracy": [0.3, acc - 0.1],
+                             "train_greedy_accuracy": [0.5, acc], "final_accuracy": acc,
+                             "final_sampled_accuracy": acc - 0.1,
+                             "final_train_greedy_accuracy": acc, "reward": [0.3, 0.4],
+                             "clip_fraction_mean": [0.0, 0.0], "filtered_fraction_mean": [0, 0],
+                             "tv_estimate_mean": [0.0, 0.0], "tv_estimate_max": [0.0, 0.0],
+                             "approx_kl_mean": [0.0, 0.0], "compile_seconds": 1.0 + n,
+                             "run_seconds": 2.0 + n + 10 * (lag_sampling == "uniform")})
+        return rows
+
+    monkeypatch.setattr(experiment, "train_one_n", train_one_n)
+    monkeypatch.setattr(bench, "warm_start_sampled_accuracy", lambda proto: 0.05)
+    stub_warm_start(proto.config().model)
+    out = tmp_path / "ppo_clip"
+    info = bench.run(proto, "ppo_clip", out, log=lambda _: None)
+    assert calls == [(1, (0, 1, 3), "constant"), (2, (0, 1, 3), "constant"),
+                     (1, (3,), "uniform"), (2, (3,), "uniform")]
+    assert info["cost"]["compile_seconds"] == 2 * (2.0 + 3.0)
+    assert info["cost"]["training_seconds"] == (3.0 + 4.0) + (13.0 + 14.0)
+    assert io.compact_path(out / bench.RESULTS).exists()
+    calls.clear()
+    bench.run(proto, "ppo_clip", out, log=lambda _: None)          # resumed: nothing to run
+    assert calls == []
+    card = scorecard.scorecard(out, None, reps=200)
+    uniform = card.retention[(card.retention.sampling == "uniform") & (card.retention.N == 1)
+                             & (card.retention.task == "greedy")
+                             & (card.retention.metric == "final")].iloc[0]
+    gain = lambda k, u: np.mean([0.5 + 0.01 * s - 0.02 * k - 0.01 * u - 0.45  # noqa: E731
+                                 for s in range(3)])
+    assert uniform.k == 3 and uniform.retention == pytest.approx(gain(3, 1) / gain(0, 0))
+    with pytest.raises(llm_config.ConfigError, match="holds method 'ppo_clip'"):
+        bench.run(proto, "vaco", out, log=lambda _: None)
