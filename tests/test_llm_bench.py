@@ -80,6 +80,7 @@ def test_llm_tiny_runs_resumes_and_writes_its_scorecard(tmp_path, capsys):
     assert {"tv_backward", "tv_forward_mean", "intervened_fraction_mean"} <= set(
         card["diagnostics"][0])
     assert (out / "scorecard.png").stat().st_size > 5_000 and (out / "scorecard.md").exists()
+    assert "ppo_clip: final accuracy" in (out / "log.txt").read_text()
     # Resumed: every run is in, nothing trains again, and the cost adds up.
     capsys.readouterr()
     assert lag_bench.main(argv) == 0

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import time
 from pathlib import Path
 from typing import Literal
 
@@ -300,8 +301,17 @@ def _llm(args: Args) -> int:
         return 0
     if not args.report_only:
         runtime.start(runtime.Cluster(), compile_cache=args.compile_cache)
+        log_path = out / "log.txt"
+        if runtime.is_primary():
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+
+        def log(line):  # to the terminal and, with a timestamp, to out/log.txt (process 0 only)
+            if runtime.is_primary():
+                print(line, flush=True)
+                with open(log_path, "a") as f:
+                    f.write(f"{time.strftime('%H:%M:%S')} {line}\n")
         try:
-            llm_bench.run(proto, args.algo, out)
+            llm_bench.run(proto, args.algo, out, log=log)
         except (ConfigError, SweepError) as error:
             print(f"error: {error}", file=sys.stderr)
             return 2

@@ -260,12 +260,13 @@ def run(proto: LLMProtocol, algo: str, out: str | Path, log=print) -> dict:
     summary.update(experiment.summarize(rows, warm["base_accuracy"]))   # every lag of the runs
     if primary:
         io.write_json_atomic(out / "summary.json", summary)
+    sampled = _sampled(previous, warm["sha256"], proto)
     cost = _cost(rows, time.perf_counter() - start + previous.get("cost", {}).get("wall_seconds", 0))
     info = {"method": algo, "algo": algo, "protocol": proto.name,
             "protocol_version": proto.version, "protocol_definition": proto.describe(),
             "warm_start": {"digest": warm["digest"], "sha256": warm["sha256"],
                            "origin": warm["origin"], "greedy": warm["base_accuracy"],
-                           "sampled": _sampled(previous, warm["sha256"], proto)},
+                           "sampled": sampled},
             "comparability": comparability_key(proto, algo, warm["sha256"]),
             "cost": cost, **io.provenance()}
     if primary:
