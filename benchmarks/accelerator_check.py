@@ -106,7 +106,7 @@ def throughput(scratch: Path, args: list[str], deadline) -> dict:
 def sweep_cell(scratch: Path, name: str, args: list[str], steps: int, deadline) -> dict:
     """The first cell of a sweep cut to `steps` env steps per run: its dry run (placement,
     per-device memory), then the run."""
-    sweep_args = ["experiments.mujoco_lag_sweep", *args, "--total-steps", str(steps),
+    sweep_args = ["experiments.sweep", *args, "--total-steps", str(steps),
                   "--max-cells", "1", "--no-progress", "--out", str(scratch / name)]
     planned, plan_wall = run([*sweep_args, "--dry-run"], deadline)
     _, wall = run(sweep_args, deadline)

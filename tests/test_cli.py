@@ -481,7 +481,7 @@ def test_every_command_s_help_shows_how_to_run_it(module, monkeypatch, capsys):
     import warnings
 
     monkeypatch.setenv("COLUMNS", "200")
-    for argv in (["--help"], ["tiny", "--help"]) if module.endswith("llm_forward_lag") else (["--help"],):
+    for argv in (["--help"], ["tiny", "--help"]) if module.endswith(".llm") else (["--help"],):
         monkeypatch.setattr(sys, "argv", [module.replace(".", "/") + ".py", *argv])
         with pytest.raises(SystemExit) as exited, warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)   # runpy: the module is imported already
@@ -492,8 +492,8 @@ def test_every_command_s_help_shows_how_to_run_it(module, monkeypatch, capsys):
 
 
 def test_command_line_modules_are_found():
-    assert {"vaco_jax.commands.train", "vaco_jax.commands.evaluate", "experiments.llm_forward_lag",
-            "experiments.reference_returns", "benchmarks.throughput"} <= set(_command_line_modules())
+    assert {"vaco_jax.commands.train", "vaco_jax.commands.evaluate", "experiments.llm",
+            "experiments.references", "benchmarks.throughput"} <= set(_command_line_modules())
 
 
 def test_train_help_heads_each_group_by_what_it_holds(monkeypatch, capsys):
@@ -507,11 +507,11 @@ def test_train_help_heads_each_group_by_what_it_holds(monkeypatch, capsys):
                         "cluster options"], headings
 
 
-def test_reference_returns_lists_the_presets(capsys):
-    from vaco_jax.commands import reference_returns
+def test_references_lists_the_presets(capsys):
+    from vaco_jax.commands import references
 
     with pytest.raises(SystemExit) as refused:
-        reference_returns.main(["--preset", "nope"])
+        references.main(["--preset", "nope"])
     assert refused.value.code == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "invalid choice 'nope'" in err and "'tiny', 'smoke', 'cpu', 'hopper-1m', 'paper'" in err

@@ -103,6 +103,11 @@ def test_installed_commands_run_from_any_directory(tmp_path):
     assert not missing, (f"{missing} are not installed beside {sys.executable}: the package was "
                          f"installed before these commands were added; reinstall it "
                          f"(pip install -c requirements-lock.txt -e \".[dev]\")")
+    stale = [name for name in SCRIPTS if "from {} import {}".format(*SCRIPTS[name].split(":"))
+             not in (bin_dir / name).read_text()]
+    assert not stale, (f"{stale} beside {sys.executable} run modules other than pyproject.toml "
+                       f"names (installed before their modules were renamed); reinstall the "
+                       f"package (pip install -c requirements-lock.txt -e \".[dev]\")")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["COLUMNS"] = "200"
     for name in SCRIPTS:

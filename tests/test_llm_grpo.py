@@ -830,7 +830,7 @@ def test_more_than_four_objectives_are_drawn_apart_each_beside_ppo_clip_and_vaco
 def test_the_figure_shows_sampled_beside_greedy_accuracy_and_is_redrawn_from_results(tmp_path):
     import matplotlib.pyplot as plt
 
-    from experiments import plot_forward_lag
+    from experiments import plot_llm
 
     objectives = ("decoupled_ppo", "ppo_clip", "vaco")
     rows = [r for n in (1, 4) for r in fake_rows(TINY, n, objectives, None, None, None)]
@@ -863,10 +863,10 @@ def test_the_figure_shows_sampled_beside_greedy_accuracy_and_is_redrawn_from_res
     io.write_json_atomic(sweep / "summary.json", {**experiment.summarize(rows, 0.45),
                                                   "num_params": 12_345})
     io.write_json_atomic(sweep / "config.json", {"config": io.to_jsonable(TINY)})
-    assert plot_forward_lag.main([str(sweep), "--out", str(tmp_path / "f.png")]) == 0
+    assert plot_llm.main([str(sweep), "--out", str(tmp_path / "f.png")]) == 0
     assert (tmp_path / "f.png").stat().st_size > 10_000
     assert sorted(p.name for p in sweep.iterdir()) == ["config.json", "summary.json"]
-    assert plot_forward_lag.main([str(tmp_path / "nothing")]) == 2
+    assert plot_llm.main([str(tmp_path / "nothing")]) == 2
     title = experiment.figure_title(io.to_jsonable(TINY)["grpo"], 12_345)
     assert title.startswith("GRPO under forward lag: 12k-parameter transformer, "
                             f"{TINY.grpo.num_seeds} seeds")

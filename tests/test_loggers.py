@@ -96,10 +96,10 @@ def test_logger_flags_take_several_backends_and_the_wandb_options():
         logger=("tensorboard", "wandb"), wandb_entity="lab", wandb_project="p", wandb_group="g",
         wandb_tags=("a", "b"), wandb_mode="offline")
     assert parse([]).options.logging == LoggerOptions()
-    from vaco_jax.commands import mujoco_lag_sweep
+    from vaco_jax.commands import sweep as sweep_command
     import tyro
 
-    args = tyro.cli(mujoco_lag_sweep.Args, args=argv)
+    args = tyro.cli(sweep_command.Args, args=argv)
     assert args.logging == parse(argv).options.logging
     # No backend: nothing is made, opened or imported.
     assert loggers.make(LoggerOptions(), "unused", {}) is None

@@ -233,7 +233,7 @@ def test_two_processes_train_resume_and_sweep_like_one(tmp_path):
 
     # A sweep cell of 5 runs over the 2 processes: the single-process rows, each written once.
     sweep_out = tmp_path / "sweep"
-    finish(launch(["experiments.mujoco_lag_sweep", *CELL_ARGS, "--no-progress", "--out",
+    finish(launch(["experiments.sweep", *CELL_ARGS, "--no-progress", "--out",
                    str(sweep_out)], free_port()))
     assert_rows_close(sweep.load_results(sweep_out).to_dict("records"), cell_rows(), "2-process sweep")
     (record,) = sweep.load_cells(sweep_out).to_dict("records")

@@ -43,21 +43,21 @@ def test_shards_partition_the_plan_and_are_validated():
 def test_a_slurm_array_task_takes_its_shard_only_with_shard_slurm_and_says_which(
         tmp_path, monkeypatch, capsys):
     """An array whose tasks run different sweeps runs each whole unless asked to split them."""
-    from vaco_jax.commands import mujoco_lag_sweep
+    from vaco_jax.commands import sweep as sweep_command
 
     for name, value in SLURM_ARRAY_TASK.items():
         monkeypatch.setenv(name, value)
     taken = []
     monkeypatch.setattr(sweep, "run_sweep", lambda cells, out, **options: taken.append(options["shard"]))
     argv = ["--preset", "lag-tiny", "--out", str(tmp_path), "--no-progress"]
-    assert mujoco_lag_sweep.main(argv) == 0
-    assert mujoco_lag_sweep.main(argv + ["--shard", "slurm"]) == 0
+    assert sweep_command.main(argv) == 0
+    assert sweep_command.main(argv + ["--shard", "slurm"]) == 0
     assert taken == [None, (1, 3)]
     printed = capsys.readouterr().out
     assert "a SLURM job array task without --shard: this process takes every cell" in printed
     assert "shard 1/3: this SLURM job array task's (--shard slurm)" in printed
     monkeypatch.delenv("SLURM_ARRAY_TASK_ID")
-    assert mujoco_lag_sweep.main(argv + ["--shard", "slurm"]) == 2
+    assert sweep_command.main(argv + ["--shard", "slurm"]) == 2
     assert "option `shard` = 'slurm' is invalid" in capsys.readouterr().err
 
 
@@ -65,7 +65,7 @@ def test_two_concurrent_processes_fill_one_directory_without_losing_or_doubling_
     """Two shards and a third process that takes every cell, all at once on one directory."""
     out = tmp_path / "sweep"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "experiments.mujoco_lag_sweep", "--preset", "lag-tiny",
+    command = [sys.executable, "-m", "experiments.sweep", "--preset", "lag-tiny",
                "--out", str(out), "--no-progress"]
     procs = [subprocess.Popen(command + extra, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)

@@ -131,7 +131,7 @@ def test_interrupted_sweep_resumes_without_redoing_finished_cells(full_sweep, ce
 
 
 def test_a_compacted_sweep_resumes_without_redoing_finished_cells(full_sweep, cells, tmp_path):
-    from vaco_jax.commands import mujoco_lag_sweep
+    from vaco_jax.commands import sweep as sweep_command
 
     full_out, _ = full_sweep
     # The sweep stopped after its first cell, then compacted.
@@ -145,7 +145,7 @@ def test_a_compacted_sweep_resumes_without_redoing_finished_cells(full_sweep, ce
     assert sweep.run_sweep(cells, tmp_path, log=lambda _: None) == [cells[1].cell_id]
     assert io.compact_path(tmp_path / sweep.RESULTS).read_bytes() == packed   # left as it was
     pd.testing.assert_frame_equal(sweep.load_results(tmp_path), sweep.load_results(full_out))
-    assert mujoco_lag_sweep.main(["--compact", str(tmp_path)]) == 0
+    assert sweep_command.main(["--compact", str(tmp_path)]) == 0
     assert not (tmp_path / sweep.RESULTS).exists()
     pd.testing.assert_frame_equal(sweep.load_results(tmp_path), sweep.load_results(full_out))
     assert sweep.run_sweep(cells, tmp_path, log=lambda _: None) == []    # nothing left to do
@@ -297,20 +297,20 @@ def test_reference_entry_normalises_the_sweep(full_sweep, tmp_path):
 
 
 def test_cli_plan_lists_the_cpu_preset(capsys):
-    from vaco_jax.commands import mujoco_lag_sweep
+    from vaco_jax.commands import sweep as sweep_command
 
-    assert mujoco_lag_sweep.main(["--preset", "cpu", "--plan"]) == 0
+    assert sweep_command.main(["--preset", "cpu", "--plan"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 11 and lines[-1].startswith("10 cells")
     with pytest.raises(SystemExit) as refused:   # tyro refuses it, listing the presets
-        mujoco_lag_sweep.main(["--preset", "nope", "--plan"])
+        sweep_command.main(["--preset", "nope", "--plan"])
     assert refused.value.code == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "invalid choice 'nope'" in err and "'tiny', 'smoke', 'cpu', 'hopper-1m', 'paper', 'cpu-dmc', 'paper-dmc'" in err
 
 
 def test_dry_run_plans_memory_and_splits_a_cell_that_does_not_fit(full_sweep, cells, capsys, tmp_path):
-    from vaco_jax.commands import mujoco_lag_sweep
+    from vaco_jax.commands import sweep as sweep_command
 
     vaco = next(c for c in cells if c.algo == "vaco")
     report = sweep.dry_run_cell(vaco, device_memory=None)
@@ -321,7 +321,7 @@ def test_dry_run_plans_memory_and_splits_a_cell_that_does_not_fit(full_sweep, ce
     # program of 3 runs (the same static config) needs less.
     args = ["--preset", "tiny", "--algos", "vaco", "--dry-run", "--device-memory", str((peak - 1) / 1e9),
             "--out", str(tmp_path / "dry")]
-    assert mujoco_lag_sweep.main(args) == 0
+    assert sweep_command.main(args) == 0
     printed = capsys.readouterr().out
     assert "6 runs per program do not fit: trying --runs-per-call 3" in printed
     assert "main/toy_reach/vaco/default#0: 3 runs" in printed and "fits" in printed
@@ -331,7 +331,7 @@ def test_dry_run_plans_memory_and_splits_a_cell_that_does_not_fit(full_sweep, ce
 
 def test_a_diverged_run_is_marked_scored_as_a_failure_and_plots_still_render(
         full_sweep, cells, tmp_path, monkeypatch):
-    from vaco_jax.commands import plots
+    from vaco_jax.commands import plot_sweep
     from vaco_jax.study import analysis
 
     def seed_one_at_c1_unstable(hparams_list):   # run index 1 is (C = 1, seed 1) in each cell
@@ -366,7 +366,7 @@ def test_a_diverged_run_is_marked_scored_as_a_failure_and_plots_still_render(
     assert analysis.diverged_runs(table)[["algo", "capacity", "seed"]].to_dict("records") == [
         {"algo": "vaco", "capacity": 1, "seed": 1}, {"algo": "ppo_clip", "capacity": 1, "seed": 1}]
 
-    written = plots.report(table.assign(score=table["eval_return"]), tmp_path, reps=50)
+    written = plot_sweep.report(table.assign(score=table["eval_return"]), tmp_path, reps=50)
     assert all(path.stat().st_size > 0 for path in written)
     summary = (tmp_path / "summary.md").read_text()
     assert "## Diverged runs" in summary and "| toy_reach | vaco | default | 1 | 0.2 | 1 |" in summary
@@ -374,7 +374,7 @@ def test_a_diverged_run_is_marked_scored_as_a_failure_and_plots_still_render(
 
 def test_results_of_other_code_are_never_mixed_in(full_sweep, cells, tmp_path, capsys):
     import shutil
-    from vaco_jax.commands import mujoco_lag_sweep
+    from vaco_jax.commands import sweep as sweep_command
 
     out = tmp_path / "sweep"
     shutil.copytree(full_sweep[0], out)
@@ -385,12 +385,12 @@ def test_results_of_other_code_are_never_mixed_in(full_sweep, cells, tmp_path, c
     with pytest.raises(sweep.SweepError, match="made by other code .*0123456789abcdef"):
         sweep.run_sweep(cells, out, log=lambda _: None)
     args = ["--preset", "tiny", "--algos", *ALGOS, "--out", str(out), "--no-progress"]
-    assert mujoco_lag_sweep.main(args) == 2 and "--allow-code-change" in capsys.readouterr().err
+    assert sweep_command.main(args) == 2 and "--allow-code-change" in capsys.readouterr().err
     assert (out / sweep.RESULTS).read_text() == before
     # Told to, it adds to the directory (here nothing is left to run).
     assert sweep.run_sweep(cells, out, log=lambda _: None, allow_code_change=True) == []
     # A sweep's default directory is under runs/, never the committed results/.
-    assert mujoco_lag_sweep.main(["--preset", "tiny", "--plan"]) == 0
+    assert sweep_command.main(["--preset", "tiny", "--plan"]) == 0
     assert "-> runs/sweeps/tiny" in capsys.readouterr().out
 
 
@@ -484,7 +484,7 @@ EXAMPLE_PROFILE = Path(__file__).resolve().parent.parent / "docs" / "lag_profile
 
 
 def test_a_lag_profile_runs_every_method_of_the_study_once_at_the_profile(tmp_path, capsys):
-    from vaco_jax.commands import mujoco_lag_sweep
+    from vaco_jax.commands import sweep as sweep_command
 
     profile = (0.5, 0.25, 0.25)
     cells = sweep.plan(presets.PRESETS["lag-cpu"], lag_profile=profile)
@@ -499,15 +499,15 @@ def test_a_lag_profile_runs_every_method_of_the_study_once_at_the_profile(tmp_pa
         assert cell.config.slots == 3 and {r.capacity for r in cell.runs} == {3}
     assert presets.method_label("impala", "epochs=1,profile") == "impala"
     # On the command line: a file, and no capacities beside it.
-    assert mujoco_lag_sweep.main(["--preset", "lag-tiny", "--plan",
+    assert sweep_command.main(["--preset", "lag-tiny", "--plan",
                                   "--lag-profile", str(EXAMPLE_PROFILE)]) == 0
     assert "lag/toy_reach/vaco/profile: 2 runs" in capsys.readouterr().out
-    assert mujoco_lag_sweep.main(["--preset", "lag-tiny", "--plan", "--capacities", "1", "4",
+    assert sweep_command.main(["--preset", "lag-tiny", "--plan", "--capacities", "1", "4",
                                   "--lag-profile", str(EXAMPLE_PROFILE)]) == 2
     assert "`capacities` is invalid with --lag-profile" in capsys.readouterr().err
     bad = tmp_path / "bad.json"
     bad.write_text('{"probabilities": [0.5, 0.6]}')
-    assert mujoco_lag_sweep.main(["--preset", "lag-tiny", "--plan", "--lag-profile", str(bad)]) == 2
+    assert sweep_command.main(["--preset", "lag-tiny", "--plan", "--lag-profile", str(bad)]) == 2
     assert "sum to 1" in capsys.readouterr().err
 
 

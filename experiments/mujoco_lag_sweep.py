@@ -1,8 +1,0 @@
-"""`vaco-sweep` from a checkout; the command is vaco_jax.commands.mujoco_lag_sweep."""
-
-import sys
-
-from vaco_jax.commands.mujoco_lag_sweep import main
-
-if __name__ == "__main__":
-    sys.exit(main(prog="python -m experiments.mujoco_lag_sweep"))

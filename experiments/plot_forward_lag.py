@@ -1,8 +1,0 @@
-"""`vaco-plot-llm` from a checkout; the command is vaco_jax.commands.plot_forward_lag."""
-
-import sys
-
-from vaco_jax.commands.plot_forward_lag import main
-
-if __name__ == "__main__":
-    sys.exit(main(prog="python -m experiments.plot_forward_lag"))

@@ -1,8 +1,0 @@
-"""`vaco-plot-sweep` from a checkout; the command is vaco_jax.commands.plots."""
-
-import sys
-
-from vaco_jax.commands.plots import main
-
-if __name__ == "__main__":
-    sys.exit(main(prog="python -m experiments.plots"))
