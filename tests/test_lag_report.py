@@ -367,7 +367,7 @@ def test_the_pre_registered_family_is_tested_by_hand():
         {"task": "c", "method": "appo", "sampling": "oldest", "capacity": 16, "degradation": 0.9,
          "low": 0.85, "high": 0.95, "seeds": 5},
     ])
-    table = lag.primary_table(runs, degradation)
+    table = lag.primary_table(runs, degradation, target=lag.TARGET)
     family = table[table["family"]]
     # 2 baselines × 2 metrics × (tasks a, b, pooled); task c (5 seeds) is reported, left out.
     assert len(family) == 12
@@ -389,7 +389,7 @@ def test_the_pre_registered_family_is_tested_by_hand():
     assert holds.loc[("appo retention", "c"), "verdict"] == "left out (fewer than 10 seeds)"
     assert set(table["analysis"]) == {"pre-registered"}
     # On results made before the tests were written: the same numbers, no verdict.
-    exploratory = lag.primary_table(runs, degradation, pre_registered=False)
+    exploratory = lag.primary_table(runs, degradation, target=lag.TARGET, pre_registered=False)
     assert set(exploratory["analysis"]) == {"exploratory"}
     pd.testing.assert_frame_equal(exploratory.drop(columns=["verdict", "analysis"]),
                                   table.drop(columns=["verdict", "analysis"]))
@@ -400,6 +400,33 @@ def test_the_pre_registered_family_is_tested_by_hand():
     assert said[("ppo_clip retention", "a", "final score retention")] == "95% CI below 0.8"
     assert said[("appo retention", "c", "final score retention")] == \
         "left out (fewer than 10 seeds)"
+
+
+def test_the_method_under_study_is_a_parameter_of_the_statistics():
+    """The study declares its target (VACO); the tables compare whichever method they are given
+    with the baselines, and swapping target and baseline negates the interaction."""
+    import numpy as np
+    import pandas as pd
+
+    from vaco_jax.study import lag
+
+    rng = np.random.default_rng(1)
+    rows = [{"env": env, "method": method, "sampling": "oldest", "capacity": capacity, "seed": s,
+             "score": 1.0 - (drop + rng.normal(0, 0.05) if capacity == 8 else 0.0),
+             "auc": 0.5}
+            for env in ("a", "b") for method, drop in (("vaco", 0.1), ("ppo_clip", 0.4),
+                                                       ("appo", 0.2))
+            for capacity in (1, 8) for s in range(10)]
+    runs = pd.DataFrame(rows)
+    assert lag.TARGET == "vaco"
+    table = lag.primary_table(runs, pd.DataFrame(columns=["task", "method", "sampling",
+                                                          "capacity"]), target="appo")
+    assert set(table["comparison"]) == {"appo − ppo_clip"}   # the target is no baseline of its own
+    ours = lag.interaction_table(runs, "vaco", reps=100).set_index(["task", "baseline", "capacity"])
+    theirs = lag.interaction_table(runs, "ppo_clip", reps=100).set_index(
+        ["task", "baseline", "capacity"])
+    assert theirs.loc[("a", "vaco", 8), "interaction"] == pytest.approx(
+        -ours.loc[("a", "ppo_clip", 8), "interaction"])
 
 
 # --- the figures ----------------------------------------------------------------------------------

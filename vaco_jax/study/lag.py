@@ -49,6 +49,8 @@ FAMILY_ALPHA = 0.05
 MIN_TAIL = 25
 """Resamples expected beyond each simultaneous endpoint: sets the family's number of resamples."""
 TARGET = "vaco"
+"""The method this study is about: the statistics take it as a parameter (`target`), and the study
+passes this, its declared value, to them (`analyse`)."""
 POOLED = "pooled"
 METHODS = tuple(presets.method_label(algo, variant.name) for algo, variant in presets.LAG_METHODS)
 BASELINES = tuple(m for m in METHODS if m != TARGET)
@@ -449,8 +451,8 @@ def family_reps(reps: int, family_size: int) -> int:
     return max(reps, math.ceil(2 * MIN_TAIL * family_size / FAMILY_ALPHA))
 
 
-def interaction_table(runs: pd.DataFrame, target: str = TARGET, *, reps: int = 10_000,
-                      seed: int = 0, confidence: float = 0.95) -> pd.DataFrame:
+def interaction_table(runs: pd.DataFrame, target: str, *, reps: int = 10_000, seed: int = 0,
+                      confidence: float = 0.95) -> pd.DataFrame:
     """degradation_target(k) − degradation_baseline(k) per (task, baseline, constant lag k > 0),
     then pooled over tasks (the mean of the per-task differences), each with a paired BCa CI at
     `confidence` and a Bonferroni-adjusted one at 1 − FAMILY_ALPHA/m (m = the table's rows), from
@@ -670,15 +672,16 @@ def paired_family(tests: list[dict], pre_registered: bool) -> pd.DataFrame:
                   "margin", "p_holm", "verdict"]]
 
 
-def primary_table(runs: pd.DataFrame, degradation: pd.DataFrame, *,
+def primary_table(runs: pd.DataFrame, degradation: pd.DataFrame, *, target: str,
                   pre_registered: bool = True) -> pd.DataFrame:
     """The pre-registered family and the "holds" verdicts, one row each: estimate, 95% CI, test,
     p-value, Holm-adjusted p-value, margin, verdict, and `analysis`: "pre-registered", or
     "exploratory" when not `pre_registered` (results made before the tests were written: the
     same tests, but `verdict` only says what the adjusted p-value or the interval shows).
 
-    Family: VACO − PPO-Clip and VACO − APPO in normalised final score and in normalised AUC at the
-    largest constant lag, per task (with at least `MIN_SEEDS` seeds) and pooled over those tasks
+    Family: `target` (VACO, in this study) − PPO-Clip and `target` − APPO (a baseline that is the
+    target is left out) in normalised final score and in normalised AUC at the largest constant
+    lag, per task (with at least `MIN_SEEDS` seeds) and pooled over those tasks
     (per seed, the mean over tasks), paired by seed: the paired t-test (two-sided), Holm over the
     family, the exact sign-flip test beside it. Holds: each of `HOLDS_METHODS`' final retention
     at the largest lag per task, the non-inferiority test with margin 0.2 (the 95% BCa interval's
@@ -688,11 +691,12 @@ def primary_table(runs: pd.DataFrame, degradation: pd.DataFrame, *,
         return pd.DataFrame()
     largest = int(oldest["capacity"].max())
     at_lag = oldest[oldest["capacity"] == largest]
-    tests = [{"comparison": f"{TARGET} − {baseline}", "task": task, "setting": f"k={largest - 1}",
+    tests = [{"comparison": f"{target} − {baseline}", "task": task, "setting": f"k={largest - 1}",
               "metric": "final score" if value == "score" else "AUC",
               "differences": diff.to_numpy(np.float64), "family": in_family}
-             for baseline in PRIMARY_BASELINES for value in ("score", "auc")
-             for task, (diff, in_family) in paired_differences(at_lag, baseline, value).items()]
+             for baseline in PRIMARY_BASELINES if baseline != target for value in ("score", "auc")
+             for task, (diff, in_family) in paired_differences(at_lag, baseline, value,
+                                                               target).items()]
     table = paired_family(tests, pre_registered)
     holds = []
     final = degradation[(degradation["sampling"] == "oldest")
@@ -766,13 +770,14 @@ def analyse(study: Study, table: dict, *, reps: int = 10_000, seed: int = 0,
     status, detail = pre_registration(study.cells)
     return Report(
         runs=runs, scores=score_table(runs, **options), auc=score_table(runs, "auc", **options),
-        degradation=degradation, interaction=interaction_table(runs, **options),
+        degradation=degradation, interaction=interaction_table(runs, TARGET, **options),
         break_lag=break_lag_table(degradation), sanity=sanity_table(runs, **options),
         realised_lag=realised_lag_table(runs), curves=sync_curves(evaluations, **options),
         missing=missing_cells(study), diverged=diverged_runs(runs),
         provenance=provenance(study), tasks=task_table(runs, table, last_evals),
         reps=reps, last_evals=last_evals,
-        primary=primary_table(runs, degradation, pre_registered=status == "after"),
+        primary=primary_table(runs, degradation, target=TARGET,
+                              pre_registered=status == "after"),
         auc_retention=degradation_table(runs, "auc", **options), pre_registration=status,
         pre_registration_detail=detail)
 
