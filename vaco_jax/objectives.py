@@ -20,6 +20,48 @@ import jax.numpy as jnp
 sg = jax.lax.stop_gradient
 
 
+def tv_filter(log_prob, log_behavior, advantages, *, delta, log_reference=None,
+              filter_mode="batch", is_max=jnp.inf, mask=None):
+    """VACO's TV-filtered importance-sampled policy gradient (SPEC §3.2).
+
+    ```
+    r_i   = π_θ/q                      q = β (log_reference None), or
+    r_i   = (π_θ − π_ref)/β + 1        the divergence from a reference policy (`tv_reference=learner`)
+    D̂_TV = ½ mean_i |r_i − 1|
+    batch:      keep_i = 1 if D̂_TV ≤ δ else [Â_i · sign(r_i − 1) ≤ 0]
+    per_sample: keep_i = ¬(½|r_i − 1| > δ ∧ Â_i (r_i − 1) > 0)
+    L_π  = −mean_i(keep_i · min(w_i, is_max) · Â_i)
+    ```
+    `r`, `D̂_TV` and `keep` carry no gradient. A dropped sample is exactly one whose gradient step
+    would push its ratio further from 1 while the divergence is already above δ.
+    """
+    log_prob, log_behavior, advantages, log_reference = unmasked(
+        mask, log_prob, log_behavior, advantages, log_reference)
+    ratio = jnp.exp(log_ratio(log_prob, log_behavior))
+    if log_reference is None:
+        divergence_ratio = sg(ratio)
+    else:
+        divergence_ratio = sg(ratio - jnp.exp(log_ratio(log_reference, log_behavior)) + 1.0)
+    deviation = divergence_ratio - 1.0
+    tv_estimate = 0.5 * masked_mean(jnp.abs(deviation), mask)
+    outward = advantages * jnp.sign(deviation) > 0
+    if filter_mode == "batch":
+        keep = jnp.logical_or(tv_estimate <= delta, ~outward)
+    elif filter_mode == "per_sample":
+        keep = ~jnp.logical_and(0.5 * jnp.abs(deviation) > delta, outward)
+    else:
+        raise ValueError(f"filter_mode must be 'batch' or 'per_sample', got {filter_mode!r}")
+    keep = keep.astype(ratio.dtype)
+    weight = jnp.minimum(ratio, is_max)
+    loss = -masked_mean(keep * weight * advantages, mask)
+    # `filter_tv` is the divergence the filter compared with δ: the total one (from β, equal to
+    # the `tv_estimate` diagnostic) or, with a reference policy, the forward lag only.
+    return loss, {
+        "filter_tv": tv_estimate,
+        "filtered_fraction": 1.0 - masked_mean(keep, mask),
+    }
+
+
 def unmasked(mask, *arrays):
     """`arrays` with their masked entries (where `mask` is 0) replaced by 0; `None` stays `None`,
     and without a mask the arrays are returned as they are."""
@@ -363,48 +405,6 @@ def is_pg(log_prob, log_behavior, advantages, *, mask=None):
     log_prob, log_behavior, advantages = unmasked(mask, log_prob, log_behavior, advantages)
     ratio = jnp.exp(log_ratio(log_prob, log_behavior))
     return -masked_mean(ratio * advantages, mask), {}
-
-
-def tv_filter(log_prob, log_behavior, advantages, *, delta, log_reference=None,
-              filter_mode="batch", is_max=jnp.inf, mask=None):
-    """VACO's TV-filtered importance-sampled policy gradient (SPEC §3.2).
-
-    ```
-    r_i   = π_θ/q                      q = β (log_reference None), or
-    r_i   = (π_θ − π_ref)/β + 1        the divergence from a reference policy (`tv_reference=learner`)
-    D̂_TV = ½ mean_i |r_i − 1|
-    batch:      keep_i = 1 if D̂_TV ≤ δ else [Â_i · sign(r_i − 1) ≤ 0]
-    per_sample: keep_i = ¬(½|r_i − 1| > δ ∧ Â_i (r_i − 1) > 0)
-    L_π  = −mean_i(keep_i · min(w_i, is_max) · Â_i)
-    ```
-    `r`, `D̂_TV` and `keep` carry no gradient. A dropped sample is exactly one whose gradient step
-    would push its ratio further from 1 while the divergence is already above δ.
-    """
-    log_prob, log_behavior, advantages, log_reference = unmasked(
-        mask, log_prob, log_behavior, advantages, log_reference)
-    ratio = jnp.exp(log_ratio(log_prob, log_behavior))
-    if log_reference is None:
-        divergence_ratio = sg(ratio)
-    else:
-        divergence_ratio = sg(ratio - jnp.exp(log_ratio(log_reference, log_behavior)) + 1.0)
-    deviation = divergence_ratio - 1.0
-    tv_estimate = 0.5 * masked_mean(jnp.abs(deviation), mask)
-    outward = advantages * jnp.sign(deviation) > 0
-    if filter_mode == "batch":
-        keep = jnp.logical_or(tv_estimate <= delta, ~outward)
-    elif filter_mode == "per_sample":
-        keep = ~jnp.logical_and(0.5 * jnp.abs(deviation) > delta, outward)
-    else:
-        raise ValueError(f"filter_mode must be 'batch' or 'per_sample', got {filter_mode!r}")
-    keep = keep.astype(ratio.dtype)
-    weight = jnp.minimum(ratio, is_max)
-    loss = -masked_mean(keep * weight * advantages, mask)
-    # `filter_tv` is the divergence the filter compared with δ: the total one (from β, equal to
-    # the `tv_estimate` diagnostic) or, with a reference policy, the forward lag only.
-    return loss, {
-        "filter_tv": tv_estimate,
-        "filtered_fraction": 1.0 - masked_mean(keep, mask),
-    }
 
 
 def clip_binds(ratio, advantages, low, high):
