@@ -206,6 +206,11 @@ class Bootstrap:
         return np.sort(self.distribution, axis=0)
 
 
+TIE_TOLERANCE = 1e-12
+"""Two bootstrap statistics closer than this, relative to the distribution's largest magnitude,
+are equal: rounding in the last bits, not a difference."""
+
+
 def stratified_bootstrap(strata: Sequence[np.ndarray], statistic: Callable, *, reps: int = 10_000,
                          seed: int = 0, vectorized: bool = False,
                          batch: int = 10_000) -> Bootstrap:
@@ -239,7 +244,14 @@ def stratified_bootstrap(strata: Sequence[np.ndarray], statistic: Callable, *, r
         for start in range(0, reps, max(batch, 1))])
     point = batched([s[None] for s in strata])[0]
 
-    below = (distribution < point).sum(0) + (distribution <= point).sum(0)
+    # z₀ counts a resample whose statistic ties the data's as half below: a tie is equal up to
+    # rounding (`TIE_TOLERANCE` of the distribution's scale), as a resample that permutes a
+    # stratum's rows is, whose float sum may round either side of the data's.
+    values = np.concatenate([distribution, point[None]])
+    scale = np.max(np.where(np.isfinite(values), np.abs(values), 0.0), axis=0)
+    with np.errstate(invalid="ignore"):
+        tie = np.abs(distribution - point) <= TIE_TOLERANCE * scale
+        below = 2 * ((distribution < point) & ~tie).sum(0) + tie.sum(0)
     bias_correction = ndtri(below / (2 * reps))
 
     # Jackknife influence values within each stratum, U_ij = (n_i − 1)(θ̄_(i·) − θ_(ij)).
