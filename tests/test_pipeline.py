@@ -171,7 +171,7 @@ def test_vaco_bench_table_writes_a_v2_leaderboard_that_its_check_recomputes(tmp_
 
 def test_the_minatar_studies_run_from_their_specs_with_the_committed_numbers():
     from vaco_jax.study import specs
-    long = specs.two_arms(specs.STUDIES["minatar-long"]).splitlines()
+    long = specs.two_arms(specs.TWO_ARMS["minatar-long"]).splitlines()
     assert long[1] == ("primary: cnn - mlp = -6.62, 95% Welch interval [-13.02, -0.22] "
                        "(p = 0.044): the MLP learns more at this budget")
     assert long[2] == "exploratory: mean return over the curve (area / steps): mlp 9.67, cnn 6.84"

@@ -7,13 +7,16 @@ baseline, break lags, a synchronous sanity check, realised lags, figures and sum
         --references runs/lag/reference_returns.json --out runs/lag/report
     vaco-report --study settings --sweeps runs/forward/* runs/stepsize/* runs/delta-lag/* \
         --references results/lag-cpu/reference_returns.json --out runs/settings_report
-    vaco-report --study minatar-long              # a committed study run from its spec
+    vaco-report --study controlled-lag            # a committed study, regenerated from its spec
+    vaco-report --all                             # every committed study -> results/RESULTS.md
+    vaco-report --all --check                     # exit 1, naming each stale committed file
 
 The sweeps are `vaco-sweep --preset lag-cpu` (one directory, or one per task); the references
 `vaco-references --preset lag-cpu --last-evals 3` (the analysis scores a run by its last 3
 evaluations and refuses references measured otherwise).
 Cells made by different vaco_jax source are refused unless `--allow-code-change`. The method of
-analysis: docs/studies/controlled-lag.md; the tests: docs/preregistrations.md.
+analysis: docs/studies/controlled-lag.md; the tests: docs/preregistrations.md; the committed
+studies' specs: `vaco_jax.study.specs` (docs/experiments.md, "Regenerating the results").
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import sys
 from pathlib import Path
-from typing import Literal
 
 import tyro
 
@@ -33,11 +35,19 @@ from vaco_jax.study import presets
 class Args:
     sweeps: tuple[str, ...] = ()
     """Sweep directories holding the study (results.jsonl, cells.jsonl, sweep.json)."""
-    study: Literal["lag", "settings", "minatar-long", "minatar-space-invaders"] = "lag"
+    study: str = "lag"
     """lag: the controlled-lag study; settings: the forward × backward (update frequency × lag),
     step-size and δ × lag studies, whichever the sweeps hold (scores normalised by their own
-    synchronous PPO-Clip runs on the same seeds; the references give the random returns);
-    minatar-*: the committed CNN-against-MLP studies (`vaco_jax.study.specs`, no sweeps)."""
+    synchronous PPO-Clip runs on the same seeds; the references give the random returns); or a
+    committed study's name (controlled-lag, forward, stepsize, delta-lag, leaderboard-v1,
+    llm-forward-lag, minatar-long, minatar-space-invaders): regenerated from its committed
+    per-run files into --out (default: its committed report directory), no sweeps."""
+    all: bool = False
+    """Regenerate every committed study into a temporary directory and write results/RESULTS.md
+    from it (one row per study)."""
+    check: bool = False
+    """With --all: write nothing; exit 1, naming each committed report file (and RESULTS.md)
+    that differs from its regeneration, 0 when all are current."""
     references: str = ""
     """Reference-returns table (default <first sweep>/reference_returns.json)."""
     out: str = ""
@@ -60,9 +70,21 @@ def main(argv: list[str] | None = None, prog: str = "vaco-report") -> int:
     matplotlib.use("Agg")
     from vaco_jax.study import lag, references, settings, specs
 
-    if args.study in specs.STUDIES:
-        print(specs.two_arms(specs.STUDIES[args.study]))
+    studies = _studies()
+    if args.check and not args.all:
+        print("error: option `check` is only valid with --all", file=sys.stderr)
+        return 2
+    if args.all:
+        return _all(studies, check=args.check)
+    if args.study in studies:
+        spec = studies[args.study]
+        written = specs.make(spec, Path(args.out or specs.ROOT / spec.report))
+        print("\n".join(str(p) for p in written))
         return 0
+    if args.study not in ("lag", "settings"):
+        print(f"error: option `study` = {args.study!r} is invalid: must be lag, settings or a "
+              f"committed study ({', '.join(studies)})", file=sys.stderr)
+        return 2
     if not args.sweeps:
         print(f"error: option `sweeps` is required for --study {args.study}", file=sys.stderr)
         return 2
@@ -85,3 +107,34 @@ def main(argv: list[str] | None = None, prog: str = "vaco-report") -> int:
     print("\n".join(str(p) for p in written))
     return 0
 
+
+
+def _studies() -> dict:
+    """Every committed study's spec, by name (the LLM's is defined with the LLM study)."""
+    from vaco_jax.llm import experiment
+    from vaco_jax.study import specs
+
+    return {**specs.STUDIES, experiment.SPEC.name: experiment.SPEC}
+
+
+def _all(studies: dict, *, check: bool) -> int:
+    """--all: RESULTS.md from every study regenerated; with --check, what is stale."""
+    import tempfile
+    import time
+
+    from vaco_jax import io
+    from vaco_jax.study import specs
+
+    start = time.perf_counter()
+    if check:
+        problems = specs.check(studies)
+        print("\n".join(f"stale: {p}" for p in problems) or
+              f"every committed report file and {specs.RESULTS} is current "
+              f"({len(studies)} studies, {time.perf_counter() - start:.0f} s)")
+        return 1 if problems else 0
+    with tempfile.TemporaryDirectory() as tmp:
+        made = specs.regenerate(studies, Path(tmp))
+        text = specs.results_markdown(studies, made)
+    io.write_bytes_atomic(specs.ROOT / specs.RESULTS, text.encode())
+    print(specs.ROOT / specs.RESULTS)
+    return 0

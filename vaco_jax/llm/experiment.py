@@ -35,6 +35,7 @@ from vaco_jax.llm.config import (OBJECTIVES, Experiment, LLMConfig, hparams, pro
                                  with_lags)
 from vaco_jax.llm.grpo import GRPO
 from vaco_jax.llm.model import num_params
+from vaco_jax.study import specs
 
 
 FIGURE = "forward_lag.png"   # written into the results directory
@@ -349,11 +350,12 @@ def primary_tests(rows, commit: str | None = None):
     return table
 
 
-def write_primary(directory) -> Path | None:
-    """`primary_tests` of a results directory (results.jsonl, config.json) into its primary.csv;
-    None when there is nothing to test (no results.jsonl, or no N with both VACO and PPO-Clip on
-    2 seeds)."""
+def write_primary(directory, out=None) -> Path | None:
+    """`primary_tests` of a results directory (results.jsonl, config.json) into its primary.csv
+    (or `out`'s); None when there is nothing to test (no results.jsonl, or no N with both VACO and
+    PPO-Clip on 2 seeds)."""
     directory = Path(directory)
+    out = directory if out is None else Path(out)
     if not io.has_rows(directory / "results.jsonl"):
         return None
     rows = io.read_rows(directory / "results.jsonl")
@@ -361,8 +363,9 @@ def write_primary(directory) -> Path | None:
     table = primary_tests(rows, config.get("git_commit"))
     if not len(table):
         return None
-    table.to_csv(directory / PRIMARY, index=False)
-    return directory / PRIMARY
+    out.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out / PRIMARY, index=False)
+    return out / PRIMARY
 
 
 # Each objective's colour, as the lag study draws the same names (`lag.lag_colors`); other
@@ -853,3 +856,20 @@ def run(experiment: Experiment, log=print) -> dict:
             log(f"plot: {figure}")
     log(f"done in {summary['wall_seconds']:.0f} s")
     return summary
+
+
+# --- the committed study, as a spec (`vaco-report --study llm-forward-lag`) --------------------
+def _primary_make(spec: specs.Spec, out: Path) -> list[Path]:
+    return [write_primary(spec.directories[0], out)]
+
+
+SPEC = specs.Spec(
+    "llm-forward-lag", "Does VACO match PPO-Clip's GRPO accuracy under forward lag?",
+    ("results/llm/forward-lag-10seeds",), "the same N with PPO-Clip, paired by seed",
+    "VACO − PPO-Clip, greedy and sampled accuracy, N ∈ {1, 8, 16, 32} (Holm over 8)",
+    "results/llm/forward-lag-10seeds", (PRIMARY,), "8e2bba5", _primary_make,
+    (specs.Estimate("VACO − PPO-Clip at N = 32, greedy accuracy", PRIMARY,
+                    (("setting", "N=32"), ("metric", "held-out greedy accuracy"))),
+     specs.Estimate("sampled", PRIMARY,
+                    (("setting", "N=32"), ("metric", "held-out sampled accuracy")))),
+    specs.family_verdicts(), specs.seeds_of(PRIMARY))

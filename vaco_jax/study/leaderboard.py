@@ -6,6 +6,7 @@ or on another protocol version, are listed apart, never ranked beside the others
 from __future__ import annotations
 
 import collections
+import json
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -41,24 +42,7 @@ def table(directory: str | Path, *, reps: int = scorecard.REPS) -> tuple[pd.Data
         if result.missing:
             notes.append(f"`{name}`: {len(result.missing)} cells not finished")
         retention = scorecard.retention(result, proto, reps=reps)
-        breaks = scorecard.break_lag(retention)
-        final = retention[retention.metric == "final"]
-        for task in final.task.unique():
-            lag = final[(final.task == task) & (final.setting == "lag") & (final.lag == proto.largest_lag)]
-            fwd = final[(final.task == task) & (final.setting == "forward")]
-            fwd = fwd[fwd.lag == fwd.lag.max()] if len(fwd) else fwd
-            brk = breaks[breaks.task == task]
-            row = {"method": name, "task": task}
-            for prefix, sel in (("lag", lag), ("forward", fwd)):
-                if len(sel):
-                    r = sel.iloc[0]
-                    row.update({f"{prefix}_retention": r.retention, f"{prefix}_low": r.low,
-                                f"{prefix}_high": r.high})
-            if len(brk):
-                value = brk.iloc[0].break_lag
-                row["break_lag"] = None if value is None or pd.isna(value) else int(value)
-                row["confirmed"] = bool(brk.iloc[0].confirmed)
-            rows.append(row)
+        rows += _rows(name, retention, scorecard.break_lag(retention), proto.largest_lag)
     frame = pd.DataFrame(rows)
     if frame.empty:
         raise ValueError(f"{directory}: no method of protocol {protocol_name} v{version} and result "
@@ -67,6 +51,59 @@ def table(directory: str | Path, *, reps: int = scorecard.REPS) -> tuple[pd.Data
                        largest_lag=proto.largest_lag,
                        forward=", ".join(f"{k}={v}" for k, v in proto.forward))
     return frame, notes
+
+
+def _rows(name: str, retention: pd.DataFrame, breaks: pd.DataFrame, largest_lag: int) -> list[dict]:
+    """One method's rows: per task, final-score retention at `largest_lag` and in the
+    high-update-frequency setting (its largest lag), and the break-lag."""
+    rows = []
+    final = retention[retention.metric == "final"]
+    for task in final.task.unique():
+        lag = final[(final.task == task) & (final.setting == "lag") & (final.lag == largest_lag)]
+        fwd = final[(final.task == task) & (final.setting == "forward")]
+        fwd = fwd[fwd.lag == fwd.lag.max()] if len(fwd) else fwd
+        brk = breaks[breaks.task == task]
+        row = {"method": name, "task": task}
+        for prefix, sel in (("lag", lag), ("forward", fwd)):
+            if len(sel):
+                r = sel.iloc[0]
+                row.update({f"{prefix}_retention": r.retention, f"{prefix}_low": r.low,
+                            f"{prefix}_high": r.high})
+        if len(brk):
+            value = brk.iloc[0].break_lag
+            row["break_lag"] = None if value is None or pd.isna(value) else int(value)
+            row["confirmed"] = bool(brk.iloc[0].confirmed)
+        rows.append(row)
+    return rows
+
+
+SCORECARD = "scorecard.json"
+
+
+def table_of_scorecards(directory: str | Path) -> tuple[pd.DataFrame, list[str]]:
+    """`table` from each method's committed `scorecard.json` (its retention and break-lag, as
+    the scorecard computed them from its runs) when the runs themselves are not kept, as for the
+    v1 leaderboard. Every scorecard must share one protocol, version and result code."""
+    cards = {p.parent.name: json.loads(p.read_text())
+             for p in sorted(Path(directory).glob(f"*/{SCORECARD}"))}
+    if not cards:
+        raise FileNotFoundError(f"{directory} holds no scorecards (<method>/"
+                                f"{SCORECARD})")
+    keys = {(c["protocol"], c["protocol_version"], c["result_code"]) for c in cards.values()}
+    if len(keys) > 1:
+        raise ValueError(f"{directory}: scorecards of {len(keys)} protocols or result codes "
+                         f"{sorted(keys)}: a leaderboard ranks one")
+    (protocol_name, version, code), = keys
+    proto = bench.protocol(protocol_name, version)
+    rows = []
+    for card in cards.values():
+        rows += _rows(card["method"], pd.DataFrame(card["retention"]),
+                      pd.DataFrame(card["break_lag"]), proto.largest_lag)
+    frame = pd.DataFrame(rows)
+    frame.attrs.update(protocol=protocol_name, version=version, result_code=code,
+                       largest_lag=proto.largest_lag,
+                       forward=", ".join(f"{k}={v}" for k, v in proto.forward))
+    return frame, []
 
 
 def markdown(frame: pd.DataFrame, notes: list[str]) -> str:
@@ -171,12 +208,15 @@ def leaderboard_figure(table: pd.DataFrame):
     return fig
 
 
-def write(directory: str | Path, agree_with: str | Path | None = None) -> list[Path]:
-    """`leaderboard.md`, `leaderboard.csv` and `leaderboard.png` in `directory`; with
-    `agree_with` (a controlled-lag study's `degradation.csv`), also `agreement.md` and
-    `agreement.csv` (`agreement`)."""
-    directory = Path(directory)
-    frame, notes = table(directory)
+def write(directory: str | Path, agree_with: str | Path | None = None, *,
+          out: str | Path | None = None, scorecards: bool = False) -> list[Path]:
+    """`leaderboard.md`, `leaderboard.csv` and `leaderboard.png` in `out` (default `directory`);
+    with `agree_with` (a controlled-lag study's `degradation.csv`), also `agreement.md` and
+    `agreement.csv` (`agreement`). `scorecards`: from each method's scorecard.json
+    (`table_of_scorecards`), not its runs."""
+    frame, notes = (table_of_scorecards if scorecards else table)(directory)
+    directory = Path(directory if out is None else out)
+    directory.mkdir(parents=True, exist_ok=True)
     written = []
     if agree_with:
         agree = agreement(frame, agree_with)

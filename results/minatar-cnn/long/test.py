@@ -8,4 +8,4 @@ study is a spec (`vaco_jax.study.specs`); this prints what `vaco-report --study 
 from vaco_jax.study import specs
 
 if __name__ == "__main__":
-    print(specs.two_arms(specs.STUDIES["minatar-long"]))
+    print(specs.two_arms(specs.TWO_ARMS["minatar-long"]))

@@ -1,0 +1,90 @@
+"""The committed studies as specs (vaco_jax.study.specs) and `vaco-report --all [--check]`: a
+committed report file is compared with its regeneration number by number (pipeline.compare), and
+results/RESULTS.md is generated from the reports."""
+
+import shutil
+
+import pytest
+
+from vaco_jax.commands import lag_report
+from vaco_jax.pipeline import compare
+from vaco_jax.study import specs
+
+ROOT = specs.ROOT
+
+
+# --- comparing a committed file with its regeneration -------------------------------------------
+def test_csv_numbers_compare_at_full_precision_with_a_relative_tolerance():
+    committed = "task,low\na,0.7146594667835201\nb,0.0300585677\n"
+    assert compare.csv_difference(committed, "task,low\na,0.71465946678352\nb,"
+                                             "0.030058567650420986\n") is None
+    assert compare.csv_difference(committed, "task,low\na,0.7146491507608569\nb,0.0300585677\n") \
+        == "row 1, column 'low': '0.7146594667835201' committed, '0.7146491507608569' made"
+    assert "rows" in compare.csv_difference(committed, "task,low\na,0.71\n")
+
+
+def test_text_numbers_compare_at_the_precision_they_are_printed():
+    line = "| vaco | pooled | -0.15 [-0.31, 0.01] | 1,024,000 | holds | b62c8ce |"
+    same = "| vaco | pooled | -0.15 [-0.31, +0.01] | 1,024,000 | holds | b62c8ce |"
+    assert compare.text_difference(line, same) is None
+    assert compare.text_difference(line, line.replace("-0.31", "-0.32")) == \
+        "line 1: -0.31 committed, -0.32 made"
+    assert compare.text_difference(line, line.replace("holds", "breaks")).startswith("line 1: ")
+    assert compare.text_difference(line, line.replace("b62c8ce", "b62c8cf")) is not None
+
+
+# --- the specs ----------------------------------------------------------------------------------
+def test_every_committed_study_is_a_spec_with_its_report_files_committed():
+    studies = lag_report._studies()
+    assert {"controlled-lag", "forward", "stepsize", "delta-lag", "leaderboard-v1",
+            "llm-forward-lag", "minatar-long", "minatar-space-invaders"} <= set(studies)
+    for spec in studies.values():
+        assert len(spec.question.split()) <= 12, spec.question
+        assert all((ROOT / d).is_dir() for d in spec.directories), spec.name
+        assert all((ROOT / spec.report / f).is_file() for f in spec.files), spec.name
+
+
+@pytest.fixture
+def minatar(tmp_path):
+    """A copy of the MinAtar study's committed files and its RESULTS.md, as a repository root."""
+    spec = specs.STUDIES["minatar-long"]
+    shutil.copytree(ROOT / spec.report, tmp_path / spec.report)
+    studies = {spec.name: spec}
+    made = specs.regenerate(studies, tmp_path / "made", tmp_path)
+    (tmp_path / "results" / "RESULTS.md").write_text(
+        specs.results_markdown(studies, made, tmp_path))
+    return tmp_path, studies
+
+
+def test_check_passes_on_current_files_and_names_the_file_of_an_edited_number(minatar):
+    root, studies = minatar
+    assert specs.check(studies, root) == []
+    report = root / "results/minatar-cnn/long/report.md"
+    report.write_text(report.read_text().replace("[-13.02, -0.22]", "[-13.02, -0.23]"))
+    assert specs.check(studies, root) == [
+        "results/minatar-cnn/long/report.md: line 2: -0.23 committed, -0.22 made"]
+
+
+def test_check_names_a_results_table_that_is_not_what_all_writes(minatar):
+    root, studies = minatar
+    table = root / "results" / "RESULTS.md"
+    table.write_text(table.read_text().replace("| 5 |", "| 6 |"))
+    (problem,) = specs.check(studies, root)
+    assert problem.startswith("results/RESULTS.md: line 5: ")
+
+
+def test_results_table_reads_each_headline_as_its_report_prints_it(minatar):
+    root, _ = minatar
+    row = (root / "results" / "RESULTS.md").read_text().splitlines()[4]
+    assert row.startswith("| minatar-long | ") and "-6.62, 95% Welch interval [-13.02, -0.22]" in row
+    assert "| the MLP learns more at this budget | 5 | 195bf2b |" in row
+
+
+def test_an_unknown_study_is_refused_naming_the_committed_ones(capsys):
+    assert lag_report.main(["--study", "nope"]) == 2
+    assert "minatar-long" in capsys.readouterr().err
+
+
+def test_every_committed_report_and_results_table_is_current():
+    # The one test that regenerates every study (about 30 s on a 2-core CPU).
+    assert lag_report.main(["--all", "--check"]) == 0
