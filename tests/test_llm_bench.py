@@ -7,12 +7,13 @@ import json
 import time
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
 
 from vaco_jax import io
 from vaco_jax.commands import lag_bench
-from vaco_jax.llm import bench, experiment, scorecard
+from vaco_jax.llm import bench, experiment, families, scorecard
 from vaco_jax.llm import config as llm_config
 
 WARM = {"greedy": 0.2, "sampled": 0.1}
@@ -281,3 +282,134 @@ def test_the_stochastic_lag_runs_after_the_constant_lags_and_resumes(tmp_path, m
     assert uniform.k == 3 and uniform.retention == pytest.approx(gain(3, 1) / gain(0, 0))
     with pytest.raises(llm_config.ConfigError, match="holds method 'ppo_clip'"):
         bench.run(proto, "vaco", out, log=lambda _: None)
+
+
+# --- the leaderboard's pre-registered families ------------------------------------------------------
+def _noise(salt):
+    """A small seed-dependent wobble, so that no difference is the same on every seed."""
+    return lambda k, n, s: 0.002 * ((37 * s + 11 * k + 5 * n + salt) % 7)
+
+
+def _with_noise(accuracy, salt):
+    wobble = _noise(salt)
+    return lambda k, n, s, e: accuracy(k, n, s, e) + wobble(k, n, s)
+
+
+# PPO-Clip and SPO lose 0.05 per step of lag, VACO 0.01; SPO is PPO-Clip up to the wobble.
+THREE = {"ppo_clip": _with_noise(_ppo, 0),
+         "vaco": _with_noise(lambda k, n, s, e: _ppo(k, n, s, e) - 0.02 + 0.04 * k, 3),
+         "spo": _with_noise(_ppo, 5)}
+
+
+def _three_board(root, rows=None):
+    for method, accuracy in THREE.items():
+        made = _rows(method, accuracy)
+        _entry(root / method, method, rows(method, made) if rows else made)
+    return root
+
+
+def _holm(p):
+    from statsmodels.stats.multitest import multipletests
+
+    return multipletests(p, method="holm")[1]
+
+
+def test_the_families_are_paired_t_tests_with_holm_over_each_family(tmp_path):
+    board = _three_board(tmp_path / "board")
+    assert lag_bench.main(["--table", str(board)]) == 0
+    table = pd.read_csv(board / "primary.csv")
+    assert list(table.columns) == ["family", "objective", "N", "metric", "mean", "ci_low",
+                                   "ci_high", "p", "p_holm", "verdict", "n_seeds"]
+    proto = bench.protocol("llm-tiny")
+    K, seeds = proto.largest_lag, range(proto.seeds)
+    expected = {"F1": [(o, n, m) for o in ("vaco", "spo") for n in proto.ns
+                       for m in ("final_accuracy", "final_sampled_accuracy")],
+                "F2": [(o, n, m) for o in THREE for n in proto.ns
+                       for m in ("final_accuracy", "final_sampled_accuracy")]}
+    for name, keys in expected.items():
+        part = table[table.family == name].set_index(["objective", "N", "metric"])
+        assert sorted(part.index) == sorted(keys)          # 8 and 12 tests
+        p = {}
+        for o, n, m in keys:
+            scale = 1.0 if m == "final_accuracy" else 0.5
+            other, k_other = ("ppo_clip", K) if name == "F1" else (o, 0)
+            d = np.array([scale * (THREE[o](K, n, s, 1) - THREE[other](k_other, n, s, 1))
+                          for s in seeds])
+            r = part.loc[(o, n, m)]
+            half = scipy_stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
+            assert (r["mean"], r.ci_low, r.ci_high) == pytest.approx(
+                (d.mean(), d.mean() - half, d.mean() + half))
+            p[(o, n, m)] = scipy_stats.ttest_1samp(d, 0).pvalue
+            assert r.p == pytest.approx(p[(o, n, m)]) and r.n_seeds == len(d)
+        holm = dict(zip(p, _holm(list(p.values()))))        # over this family's tests alone
+        assert [part.loc[key].p_holm for key in p] == pytest.approx(list(holm.values()))
+    # llm-tiny names no pre-registration: no verdict words, and leaderboard.md says why.
+    assert set(table.verdict) == {"exploratory (no pre-registration named)"}
+    text = (board / "leaderboard.md").read_text()
+    assert "### F1 (primary): the objective − `ppo_clip` at k = 3 (8 tests)" in text
+    assert "### F2: the objective at k = 3 − itself at k = 0 (12 tests)" in text
+    assert "names no pre-registration commit" in text
+
+
+@pytest.mark.parametrize("after", [True, False])
+def test_verdict_words_only_for_results_made_after_the_pre_registration(tmp_path, monkeypatch,
+                                                                        after):
+    from vaco_jax.pipeline import preregistration
+
+    registered = dataclasses.replace(bench.protocol("llm-tiny"), preregistration="f" * 40)
+    monkeypatch.setitem(bench.PROTOCOLS, "llm-tiny", registered)
+    seen = []
+    monkeypatch.setattr(preregistration, "descends_from",
+                        lambda commit, ancestor: seen.append((commit, ancestor)) or after)
+    tests = families.compute([scorecard.load(p) for p in
+                              scorecard.entries(_three_board(tmp_path / "board"))])
+    assert set(seen) == {("0" * 40, "f" * 40)}            # every entry's commit, checked
+    verdict = tests.table.set_index(["family", "objective", "N", "metric"]).verdict
+    if after:
+        assert verdict["F1", "vaco", 2, "final_accuracy"] == "higher than PPO-Clip under lag"
+        assert verdict["F1", "spo", 2, "final_accuracy"] == "no difference shown"
+        assert verdict["F2", "ppo_clip", 1, "final_accuracy"] == "lag lowers it"
+        assert set(verdict["F2"]) <= {"lag lowers it", "lag raises it", "no change shown"}
+    else:
+        assert set(verdict) == {"exploratory (made before the pre-registration)"}
+        assert "exploratory, without verdict words" in families.markdown(tests)
+
+
+def test_check_names_primary_csv_when_it_differs_or_is_missing(tmp_path, capsys):
+    board = _three_board(tmp_path / "board")
+    assert lag_bench.main(["--table", str(board)]) == 0
+    assert lag_bench.main(["--table", str(board), "--check"]) == 0
+    table = pd.read_csv(board / "primary.csv")
+    table.loc[0, "p_holm"] = 0.5 * table.loc[0, "p_holm"]
+    table.to_csv(board / "primary.csv", index=False)
+    capsys.readouterr()
+    assert lag_bench.main(["--table", str(board), "--check"]) == 1
+    assert capsys.readouterr().out.strip() == (
+        f"{board / 'primary.csv'}: differs from its recomputation")
+    (board / "primary.csv").unlink()
+    assert scorecard.check(board) == [
+        f"{board / 'primary.csv'}: missing (the recomputation makes it)"]
+
+
+def test_an_objective_without_the_largest_lag_is_left_out_and_named(tmp_path):
+    def rows(method, made):   # SPO never ran k = 3; VACO lost seed 2 at k = 0, N = 2
+        if method == "spo":
+            return [r for r in made if r["k"] != 3]
+        if method == "vaco":
+            return [r for r in made if (r["k"], r["n"], r["seed"]) != (0, 2, 2)]
+        return made
+
+    board = _three_board(tmp_path / "board", rows)
+    assert lag_bench.main(["--table", str(board)]) == 0
+    table = pd.read_csv(board / "primary.csv")
+    f1, f2 = table[table.family == "F1"], table[table.family == "F2"]
+    assert set(f1.objective) == {"vaco"} and len(f1) == 4
+    assert sorted(zip(f2.objective, f2.N)) == sorted(
+        [("ppo_clip", 1)] * 2 + [("ppo_clip", 2)] * 2 + [("vaco", 1)] * 2)
+    assert list(f1.p_holm) == pytest.approx(list(_holm(list(f1.p))))   # Holm over the 4 present
+    text = (board / "leaderboard.md").read_text()
+    assert "`spo` at k = 3, N = 1: no runs; its tests there are left out" in text
+    assert ("`vaco` at k = 0, N = 2: seeds 2 missing (the protocol has 3); its tests there are "
+            "left out") in text
+    assert "F1: 4 of the 8 tests the board's objectives make are present" in text
+    assert "F2: 6 of the 12 tests the board's objectives make are present" in text

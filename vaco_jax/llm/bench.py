@@ -69,8 +69,9 @@ class LLMProtocol:
     fast_compile: bool = False
     """XLA's cheapest optimisation level (tiny runs, where compiling dominates)."""
     preregistration: str = ""
-    """The commit that fixed the comparisons' family in advance: results that descend from it get
-    verdict words; none (or results made before it) are exploratory."""
+    """The commit that fixed the leaderboard's test families in advance (`vaco_jax.llm.families`):
+    when every entry's runs were made at commits that descend from it, the families get verdict
+    words; none named (or results made before it): exploratory."""
     reference: str = "ppo_clip"
     """Normalised score 1: this objective at k = 0, N = 1, the same seeds."""
     description: str = ""

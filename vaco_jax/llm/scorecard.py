@@ -11,28 +11,30 @@ entry, or the method's own runs when it is PPO-Clip.
 * **retention** (`pipeline.estimates`): the score at each lag ÷ the method's own score at k = 0,
   the same N, with a 95% BCa interval over seeds. The normalisation is linear with the warm start
   at 0, so this ratio is the accuracy gains' ratio and needs no PPO-Clip runs;
-* **comparisons** (`pipeline.preregistration`): the method − PPO-Clip in final accuracy at the
-  largest constant lag, at the smallest and largest N, greedy and sampled, paired by seed; the
-  two-sided paired t-test, Holm over these four. Verdict words only where the protocol names a
-  pre-registration the results descend from; otherwise the adjusted p is reported as exploratory;
+* **comparisons** (exploratory, `pipeline.preregistration`): the method − PPO-Clip in final
+  accuracy at the largest constant lag, at the smallest and largest N, greedy and sampled, paired
+  by seed; the two-sided paired t-test, Holm over these four, the adjusted p without verdict
+  words. The pre-registered tests are the leaderboard's families (`vaco_jax.llm.families`);
 * **lag diagnostics** per lag and N: the update-age histogram (share of sample uses per age bin),
   `tv_backward`, `tv_forward_mean`, `intervened_fraction_mean`, means over iterations and seeds.
 
 A section that cannot be computed is left out and named in `notes`, with the reason.
+
+The leaderboard (`board`, `write_board`, `check`) holds one row per objective, and the
+pre-registered families F1 and F2 over every entry (`families`, its `primary.csv`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from vaco_jax import io
-from vaco_jax.llm import bench
+from vaco_jax.llm import bench, families
 from vaco_jax.pipeline import estimates, preregistration, scores, tables
 from vaco_jax.study import stats
 
@@ -197,9 +199,10 @@ def retention_table(raw: pd.DataFrame, random: dict, reps: int = REPS) -> pd.Dat
 
 
 def comparison_table(raw: pd.DataFrame, reference_raw: pd.DataFrame, method: str,
-                     proto: bench.LLMProtocol, pre_registered: bool) -> pd.DataFrame:
+                     proto: bench.LLMProtocol) -> pd.DataFrame:
     """The method − the reference in final accuracy at the largest constant lag, at the smallest
-    and largest N, greedy and sampled: paired t-test, Holm over the family."""
+    and largest N, greedy and sampled: paired t-test, Holm over these four; exploratory (the
+    adjusted p, no verdict words: the leaderboard's families are the pre-registered tests)."""
     both = pd.concat([raw, reference_raw], ignore_index=True)
     tests = []
     for n in sorted({min(proto.ns), max(proto.ns)}):
@@ -213,7 +216,7 @@ def comparison_table(raw: pd.DataFrame, reference_raw: pd.DataFrame, method: str
                               "N": n, "differences": d[task].to_numpy()})
     if not tests:
         raise ValueError(f"no seeds shared with {proto.reference} at k = {proto.largest_lag}")
-    return preregistration.family(tests, test="t", pre_registered=pre_registered).drop(
+    return preregistration.family(tests, test="t", pre_registered=False).drop(
         columns=["family"])
 
 
@@ -275,11 +278,8 @@ def scorecard(directory: str | Path, leaderboard: str | Path | None = None,
     if entry.method == proto.reference:
         notes.append(f"comparisons: not computed (the method is the reference, {proto.reference})")
     elif ref_raw is not None:
-        commits = [entry.info.get("git_commit"), ref.info.get("git_commit")]
-        pre_registered = bool(proto.preregistration) and preregistration.status(
-            commits, proto.preregistration)[0] == "after"
         card.comparisons = _section(notes, "comparisons", lambda: comparison_table(
-            raw, ref_raw, entry.method, proto, pre_registered))
+            raw, ref_raw, entry.method, proto))
     card.diagnostics = _section(notes, "lag diagnostics", lambda: diagnostics_table(entry.rows))
     return card
 
@@ -337,8 +337,9 @@ def markdown(card: Card) -> str:
         lines += ["## Retention (score at the lag ÷ own score at k = 0, same N; 95% BCa)", ""]
         lines += [tables.markdown(_wide(card.retention, "retention")), ""]
     if card.comparisons is not None:
-        lines += [f"## Against {proto.reference} at k = {proto.largest_lag} (final accuracy, "
-                  "paired by seed; paired t-test, Holm over the family)", ""]
+        lines += [f"## Against {proto.reference} at k = {proto.largest_lag}, exploratory (final "
+                  "accuracy, paired by seed; paired t-test, Holm over these four; the "
+                  "leaderboard's families are the pre-registered tests)", ""]
         frame = card.comparisons.assign(
             difference=tables.intervals(card.comparisons, "estimate", sign=True, digits=3))
         lines += [tables.markdown(frame, ["against", "task", "N", "difference", "seeds", "p_t",
@@ -469,20 +470,23 @@ def board(directory: str | Path, reps: int = REPS) -> tuple[pd.DataFrame, dict[s
     return pd.DataFrame(rows), cards
 
 
-def board_markdown(table: pd.DataFrame, cards: dict[str, Card]) -> str:
+def board_markdown(table: pd.DataFrame, cards: dict[str, Card],
+                   tests: families.Families | None = None) -> str:
     any_card = next(iter(cards.values()))
     proto = bench.protocol(any_card.info["protocol"], any_card.info["protocol_version"])
     K, ns = proto.largest_lag, sorted({min(proto.ns), max(proto.ns)})
     lines = [f"# LLM lag-robustness leaderboard: `{proto.name}` v{proto.version}", "",
              f"Normalised final score: the warm start's held-out accuracy = 0, {proto.reference} "
              f"at k = 0, N = 1 = 1 (the same seeds). Retention: the score at k = {K} ÷ the "
-             f"method's own at k = 0, the same N (95% BCa). Verdict: the method − "
-             f"{proto.reference} at k = {K} in final accuracy, paired t-test, Holm over each "
-             "scorecard's four.", ""]
+             f"method's own at k = 0, the same N (95% BCa). Versus {proto.reference} "
+             f"(exploratory): the method − {proto.reference} at k = {K} in final accuracy, "
+             "paired t-test, Holm over each scorecard's four. The pre-registered tests are the "
+             "families below.", ""]
     for task in TASKS:
         header = ["method"]
         for n in ns:
-            header += [f"N={n} k=0", f"N={n} k={K}", f"N={n} retention", f"N={n} verdict"]
+            header += [f"N={n} k=0", f"N={n} k={K}", f"N={n} retention",
+                       f"N={n} vs {proto.reference} (exploratory)"]
         lines += [f"## Held-out {task} accuracy", "", "| " + " | ".join(header) + " |",
                   "|" + "---|" * len(header)]
         for r in table.to_dict("records"):
@@ -500,6 +504,8 @@ def board_markdown(table: pd.DataFrame, cards: dict[str, Card]) -> str:
     notes = [f"`{name}`: {note}" for name, card in cards.items() for note in card.notes]
     if notes:
         lines += ["Not computed:", *[f"* {n}" for n in notes], ""]
+    if tests is not None:
+        lines += [families.markdown(tests)]
     return "\n".join(lines)
 
 
@@ -520,23 +526,34 @@ def board_figure(table: pd.DataFrame, cards: dict[str, Card]):
                                     xlabel=f"final-score retention at k = {K}")
 
 
-BOARD_FILES = (f"{LEADERBOARD}.csv", f"{LEADERBOARD}.md")
+BOARD_FILES = (f"{LEADERBOARD}.csv", f"{LEADERBOARD}.md", families.PRIMARY)
 """The leaderboard's files that `check` recomputes (the figure is drawn from the same table)."""
+
+
+def board_files(directory: str | Path) -> tuple[dict[str, bytes], pd.DataFrame, dict[str, Card]]:
+    """`BOARD_FILES`' contents recomputed from the per-run files of `directory`; the table and
+    the cards."""
+    table, cards = board(directory)
+    tests = families.compute([load(path) for path in entries(directory)])
+    contents = {BOARD_FILES[0]: table.to_csv(index=False).encode(),
+                BOARD_FILES[1]: board_markdown(table, cards, tests).encode(),
+                BOARD_FILES[2]: tests.table.to_csv(index=False).encode()}
+    return contents, table, cards
 
 
 def write_board(directory: str | Path, out: str | Path | None = None, *,
                 scorecards: bool = True) -> list[Path]:
-    """leaderboard.csv, .md and .png of the LLM leaderboard `directory` (into `out`, default the
-    directory), and each entry's scorecard."""
+    """leaderboard.csv, .md and .png and primary.csv (the families) of the LLM leaderboard
+    `directory` (into `out`, default the directory), and each entry's scorecard."""
     import matplotlib.pyplot as plt
 
     directory = Path(directory)
     out = Path(out or directory)
-    table, cards = board(directory)
+    contents, table, cards = board_files(directory)
     written = []
-    table.to_csv(out / BOARD_FILES[0], index=False)
-    (out / BOARD_FILES[1]).write_text(board_markdown(table, cards))
-    written += [out / name for name in BOARD_FILES]
+    for name, content in contents.items():
+        io.write_bytes_atomic(out / name, content)
+        written.append(out / name)
     try:
         fig = board_figure(table, cards)
         fig.savefig(out / f"{LEADERBOARD}.png", dpi=120, bbox_inches="tight")
@@ -551,20 +568,18 @@ def write_board(directory: str | Path, out: str | Path | None = None, *,
 
 
 def check(directory: str | Path) -> list[str]:
-    """Recompute the LLM leaderboard and each entry's scorecard.json from the per-run files and
-    compare: one line per file that differs, is missing or could not be recomputed."""
+    """Recompute the LLM leaderboard (`BOARD_FILES`) and each entry's scorecard.json from the
+    per-run files and compare: one line per file that differs, is missing or could not be
+    recomputed."""
     directory = Path(directory)
-    table, cards = board(directory)
+    contents, _, cards = board_files(directory)
     problems = []
-    with tempfile.TemporaryDirectory() as tmp:
-        table.to_csv(Path(tmp) / BOARD_FILES[0], index=False)
-        (Path(tmp) / BOARD_FILES[1]).write_text(board_markdown(table, cards))
-        for name in BOARD_FILES:
-            committed = directory / name
-            if not committed.exists():
-                problems.append(f"{committed}: missing (the recomputation makes it)")
-            elif committed.read_bytes() != (Path(tmp) / name).read_bytes():
-                problems.append(f"{committed}: differs from its recomputation")
+    for name, content in contents.items():
+        committed = directory / name
+        if not committed.exists():
+            problems.append(f"{committed}: missing (the recomputation makes it)")
+        elif committed.read_bytes() != content:
+            problems.append(f"{committed}: differs from its recomputation")
     for name, card in cards.items():
         committed = directory / name / f"{SCORECARD}.json"
         if not committed.exists():

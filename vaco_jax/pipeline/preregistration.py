@@ -14,6 +14,8 @@ from scipy import stats as scipy_stats
 from vaco_jax.study import stats
 
 ALPHA = 0.05
+WORDS = ("higher", "lower", "no difference shown")
+"""A verdict's words: Holm's p below alpha with a positive estimate, with a negative one, else."""
 STATUS = {"after": "made after the pre-registration",
           "before": "analysed before the pre-registration",
           "unknown": "not known to follow the pre-registration"}
@@ -52,24 +54,27 @@ def status(commits, registration: str, descends=None) -> tuple[str, str]:
                        f"checked (no commit recorded, or not in this checkout's git history)")
 
 
-def verdict(estimate: float, p_holm: float, pre_registered: bool, alpha: float = ALPHA) -> str:
-    """"higher" / "lower" when Holm's p is below `alpha`, else "no difference shown"; not
-    pre-registered: what the adjusted p shows, no verdict."""
+def verdict(estimate: float, p_holm: float, pre_registered: bool, alpha: float = ALPHA,
+            words: tuple[str, str, str] = WORDS) -> str:
+    """"higher" / "lower" when Holm's p is below `alpha`, else "no difference shown" (or the
+    family's own `words` for these three); not pre-registered: what the adjusted p shows, no
+    verdict."""
     if not np.isfinite(p_holm):
         return "undefined"
     if not pre_registered:
         return (f"Holm p < {alpha:g}, estimate {'>' if estimate > 0 else '<'} 0"
                 if p_holm < alpha else f"Holm p ≥ {alpha:g}")
-    return ("higher" if estimate > 0 else "lower") if p_holm < alpha else "no difference shown"
+    higher, lower, neither = words
+    return (higher if estimate > 0 else lower) if p_holm < alpha else neither
 
 
 def family(tests: list[dict], *, test: str = "sign-flip", pre_registered: bool = True,
-           alpha: float = ALPHA) -> pd.DataFrame:
+           alpha: float = ALPHA, words: tuple[str, str, str] = WORDS) -> pd.DataFrame:
     """A family of paired tests: each entry has `differences` (one per seed), `family` (whether
     it counts in the family; default True) and any labels. Adds the mean and its 95% Student-t
     interval, the exact sign-flip test's p (`p_sign_flip`) and the two-sided paired t-test's
     (`p_t`; 1 when every difference is 0), `p` (the one `test` names), Holm's adjusted p over
-    the family and the verdict."""
+    the family and the verdict (in `words`, `verdict`)."""
     rows = []
     for entry in tests:
         d = np.asarray(entry["differences"], np.float64)
@@ -87,6 +92,6 @@ def family(tests: list[dict], *, test: str = "sign-flip", pre_registered: bool =
     table["p_holm"] = np.nan
     counted = table["family"] & table["p"].notna()
     table.loc[counted, "p_holm"] = stats.holm(table.loc[counted, "p"].to_numpy())
-    table["verdict"] = [verdict(r.estimate, r.p_holm, pre_registered, alpha) if r.family
+    table["verdict"] = [verdict(r.estimate, r.p_holm, pre_registered, alpha, words) if r.family
                         else "left out" for r in table.itertuples()]
     return table
