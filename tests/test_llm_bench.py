@@ -270,9 +270,13 @@ def test_the_stochastic_lag_runs_after_the_constant_lags_and_resumes(tmp_path, m
     assert info["cost"]["compile_seconds"] == 2 * (2.0 + 3.0)
     assert info["cost"]["training_seconds"] == (3.0 + 4.0) + (13.0 + 14.0)
     assert io.compact_path(out / bench.RESULTS).exists()
+    assert info["commits"] == [io.git_commit() or "unrecorded"]
+    # A resume keeps the commits of the calls before it: the pre-registration gate checks each.
+    io.write_json_atomic(out / bench.BENCH_FILE, {**info, "commits": ["1" * 40]})
     calls.clear()
-    bench.run(proto, "ppo_clip", out, log=lambda _: None)          # resumed: nothing to run
+    again = bench.run(proto, "ppo_clip", out, log=lambda _: None)  # resumed: nothing to run
     assert calls == []
+    assert again["commits"] == sorted({"1" * 40, io.git_commit() or "unrecorded"})
     card = scorecard.scorecard(out, None, reps=200)
     uniform = card.retention[(card.retention.sampling == "uniform") & (card.retention.N == 1)
                              & (card.retention.task == "greedy")

@@ -11,7 +11,8 @@ shipped warm start. `run` trains the objective's runs with the programs `vaco-ll
 (`vaco_jax.llm.experiment`: one compiled program per N over every (k, seed), in chunks of at most
 `runs_per_call` runs), resumably, into `--out`: `results.jsonl.gz` (one row per run, compacted once
 every run is in), `config.json` and `summary.json` (the experiment's), `bench.json` (the method,
-protocol, commit, comparability key and cost) and the scorecard (`vaco_jax.llm.scorecard`).
+protocol, the commits of every call, comparability key and cost) and the scorecard
+(`vaco_jax.llm.scorecard`).
 
 The comparability key of an LLM result is the protocol and its version, a hash of the run
 configuration (every model, task, SFT and GRPO field, with the ks, Ns and seeds), the objective's
@@ -270,9 +271,17 @@ def run(proto: LLMProtocol, algo: str, out: str | Path, log=print) -> dict:
                            "sampled": sampled},
             "comparability": comparability_key(proto, algo, warm["sha256"]),
             "cost": cost, **io.provenance()}
+    info["commits"] = sorted(set(commits(previous) if previous else [])
+                             | set(commits({"git_commit": info.get("git_commit")})))
     if primary:
         io.write_json_atomic(out / BENCH_FILE, info)
     return info
+
+
+def commits(info: dict) -> list[str]:
+    """The commits a bench.json's runs were made at: its `commits` (every `run` call that wrote
+    it), else its `git_commit`; "unrecorded" where none is."""
+    return [c or "unrecorded" for c in (info.get("commits") or [info.get("git_commit")])]
 
 
 def _sampled(previous: dict, sha256: str, proto: LLMProtocol) -> float:

@@ -14,8 +14,8 @@ the stochastic lag, the middle lags and normalised scores stay exploratory (the 
 
 A test whose conditions lack any of the protocol's seeds is left out and named in the notes, with
 how many tests each family holds. Verdict words only when every entry's runs were made at commits
-that descend from the protocol's `preregistration`; otherwise the verdict says why the tests are
-exploratory.
+(bench.json's `commits`) that descend from the protocol's `preregistration`; otherwise the verdict
+says why the tests are exploratory.
 """
 
 from __future__ import annotations
@@ -58,12 +58,6 @@ class Families:
         return self.status == "after"
 
 
-def commits(info: dict) -> list[str]:
-    """The commits an entry's runs were made at: bench.json's `commits` (every run call), else its
-    `git_commit`; "unrecorded" where none is."""
-    return [c or "unrecorded" for c in (info.get("commits") or [info.get("git_commit")])]
-
-
 def finals(entries) -> pd.DataFrame:
     """One row per run of every entry (`scorecard.Entry`: method, rows): objective, sampling, k,
     N, seed and `METRICS`."""
@@ -82,7 +76,7 @@ def _status(proto: bench.LLMProtocol, entries) -> tuple[str, str]:
     if not proto.preregistration:
         return "none", (f"protocol {proto.name} v{proto.version} names no pre-registration "
                         "commit (`LLMProtocol.preregistration`)")
-    made = [c for entry in entries for c in commits(entry.info)]
+    made = [c for entry in entries for c in bench.commits(entry.info)]
     return preregistration.status(made, proto.preregistration)
 
 
