@@ -42,6 +42,7 @@ FINAL_EVALS = presets.FINAL_EVALS
 """A run's final score averages its last this many evaluations (each of `eval_envs` episodes)."""
 BREAK_LEVEL = estimates.BREAK_LEVEL
 """A method is "broken" at the smallest k whose degradation is below this."""
+break_rule = estimates.break_lag   # the pipeline's break-lag (this module's `estimates` is below)
 SYNC_FRACTION = 0.5
 """The sanity check: a method should reach this fraction of synchronous PPO-Clip at k = 0."""
 FAMILY_ALPHA = 0.05
@@ -494,17 +495,11 @@ def break_lag_table(degradation: pd.DataFrame, level: float = BREAK_LEVEL) -> pd
     rows = []
     constant = degradation[degradation["sampling"] == "oldest"]
     for (task, method), group in constant.groupby(["task", "method"], sort=False):
-        group = group.sort_values("capacity")
-        ks = (group["capacity"] - 1).to_numpy()
-
-        def first(mask):
-            if group["degradation"].isna().all():
-                return "undefined"
-            return str(int(ks[mask][0])) if mask.any() else "none"
-
-        rows.append({"task": task, "method": method,
-                     "break_lag": first((group["degradation"] < level).to_numpy()),
-                     "confidently_broken": first((group["high"] < level).to_numpy()),
+        ks = (group.sort_values("capacity")["capacity"] - 1).to_numpy()
+        broken, confidently = break_rule(group["capacity"] - 1, group["degradation"],
+                                         group["high"], level)
+        rows.append({"task": task, "method": method, "break_lag": broken,
+                     "confidently_broken": confidently,
                      "lags": ", ".join(str(int(k)) for k in ks)})
     return pd.DataFrame(rows, columns=["task", "method", "break_lag", "confidently_broken", "lags"])
 
