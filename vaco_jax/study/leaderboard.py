@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from vaco_jax import io
-from vaco_jax.pipeline import estimates
+from vaco_jax.pipeline import estimates, tables
 from vaco_jax.study import bench, scorecard
 
 
@@ -116,8 +116,8 @@ def markdown(frame: pd.DataFrame, notes: list[str]) -> str:
                  a["largest_lag"], a["forward"]), "|---|---|---|---|---|"]
     order = frame.sort_values(["task", "lag_retention"], ascending=[True, False])
     for r in order.itertuples():
-        lag = scorecard._ci(r.lag_retention, r.lag_low, r.lag_high)
-        fwd = scorecard._ci(getattr(r, "forward_retention", np.nan), getattr(r, "forward_low", np.nan),
+        lag = tables.interval(r.lag_retention, r.lag_low, r.lag_high)
+        fwd = tables.interval(getattr(r, "forward_retention", np.nan), getattr(r, "forward_low", np.nan),
                             getattr(r, "forward_high", np.nan))
         brk = "none" if r.break_lag is None or pd.isna(r.break_lag) else str(int(r.break_lag))
         if brk != "none" and r.confirmed:

@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from vaco_jax import io
-from vaco_jax.pipeline import estimates
+from vaco_jax.pipeline import estimates, tables
 from vaco_jax.study import bench, stats, sweep
 
 BREAK_LEVEL = estimates.BREAK_LEVEL
@@ -366,13 +366,6 @@ def scorecard(directory: str | Path, leaderboard: str | Path | None = None, *,
 
 
 # --- text ----------------------------------------------------------------------------------------
-def _ci(point, low, high, digits=2, sign=False) -> str:
-    if not np.isfinite(point):
-        return "–"
-    f = f"{{:{'+' if sign else ''}.{digits}f}}"
-    return f"{f.format(point)} [{f.format(low)}, {f.format(high)}]"
-
-
 def markdown(card: Scorecard) -> str:
     proto = card.protocol
     lines = [f"# Lag-robustness scorecard: `{card.method}`", "",
@@ -390,7 +383,7 @@ def markdown(card: Scorecard) -> str:
               "|---|---|---|---|---|"]
     for r in card.sanity.itertuples():
         score = f"{r.vs_sync_ppo_clip:.2f}" if np.isfinite(r.vs_sync_ppo_clip) else "–"
-        lines.append(f"| {r.task} | {_ci(r.final_z, r.low, r.high, 1)} | {'yes' if r.clears_random else 'no'} "
+        lines.append(f"| {r.task} | {tables.interval(r.final_z, r.low, r.high, 1)} | {'yes' if r.clears_random else 'no'} "
                      f"| {score} | {'–' if r.half_of_sync_ppo_clip is None else ('yes' if r.half_of_sync_ppo_clip else 'no')} |")
     if len(card.sanity) and not np.isfinite(card.sanity.vs_sync_ppo_clip).all():
         lines += ["", "Not normalised by synchronous PPO-Clip (–): "
@@ -406,7 +399,7 @@ def markdown(card: Scorecard) -> str:
         cells = []
         for setting, lag in _columns(card.retention):
             g = group[(group.setting == setting) & (group.lag == lag)]
-            cells.append(_ci(g.retention.iloc[0], g.low.iloc[0], g.high.iloc[0]) if len(g) else "–")
+            cells.append(tables.interval(g.retention.iloc[0], g.low.iloc[0], g.high.iloc[0]) if len(g) else "–")
         lines.append(f"| {task} | {metric} | " + " | ".join(cells) + " |")
     lines += ["", f"Break-lag (first k with final retention < {BREAK_LEVEL}; confirmed when the "
               f"CI's upper end is below it too): " + "; ".join(
@@ -425,7 +418,7 @@ def markdown(card: Scorecard) -> str:
         for r in order.itertuples():
             holm = f"{r.p_holm:.3f}" if np.isfinite(r.p_holm) else "–"
             lines.append(f"| {r.against} | {r.task} | {r.setting} k={r.lag} | {r.metric} | "
-                         f"{_ci(r.difference, r.low, r.high, sign=True)} | {r.p:.3f} | {holm} | {r.verdict} |")
+                         f"{tables.interval(r.difference, r.low, r.high, sign=True)} | {r.p:.3f} | {holm} | {r.verdict} |")
     elif card.not_compared:
         lines.append(f"Compared with no leaderboard method: none of the {len(card.not_compared)} "
                      f"in {card.leaderboard} could be compared with this result (each is named "
