@@ -30,6 +30,7 @@ compared. Brax's PPO trainer is one program without such seams; its whole-iterat
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 
@@ -92,8 +93,9 @@ def profile(case: Case, algo: str, calls: int = 20, warmup_iterations: int = 4) 
                                normalize_obs=config.normalize_observations)
 
     def update(params, opt_state, batch, key):
-        return trainer.update_epochs(params, opt_state, batch, key,
-                                     make_optimizer(hp, hp.learning_rate), hp, state.kl_coef)[:2]
+        loss = functools.partial(trainer.loss, hp=hp, kl_coef=state.kl_coef)
+        return trainer.update_epochs(loss, params, opt_state, batch, key,
+                                     make_optimizer(hp, hp.learning_rate))[:2]
 
     def publish(normalizer, buffer, params, obs):
         normalizer = networks.update_normalizer(normalizer, obs, config.normalize_observations)

@@ -102,8 +102,9 @@ def objective(trainer, algo, **hparams):
     dist = trainer.head.distribution({"logits": LEARNER_LOGITS})
     log_behavior = trainer.head.distribution({"logits": BEHAVIOR_LOGITS}).log_prob(ACTIONS)
     hp = dataclasses.replace(trainer.config, **hparams).hparams()
-    return trainer.policy_objective(dist.log_prob(ACTIONS), minibatch(log_behavior), ADVANTAGES,
-                                    hp, hp.kl_coef, dist)
+    inputs = trainer.policy_inputs(dist.log_prob(ACTIONS), minibatch(log_behavior), ADVANTAGES,
+                                   dist)
+    return trainer.algorithm.objective.fn(inputs, trainer.objective_params(hp, hp.kl_coef))
 
 
 def test_ppo_kl_uses_the_categorical_distributions_analytic_kl(trainer):

@@ -217,13 +217,15 @@ class Trainer:
         # Align: the learner's view of the batch with θ_T, φ_T, computed once (SPEC §3.1).
         batch, lag_metrics = self.realign(state.params, state.normalizer, traj, hp)
 
-        # Update: K epochs × M minibatches of whole trajectory segments.
+        # Update: K epochs × M minibatches of whole trajectory segments, a gradient step on
+        # `loss` each.
         learning_rate = hp.learning_rate
         if config.anneal_lr:
             learning_rate = learning_rate * (1.0 - state.iteration / config.num_iterations)
         optimizer = make_optimizer(hp, learning_rate, adaptive_actor_lr=self.adapts_learning_rate)
+        loss = functools.partial(self.loss, hp=hp, kl_coef=state.kl_coef)
         (params, opt_state), update_metrics, minibatch_of_env = self.update_epochs(
-            state.params, state.opt_state, batch, update_key, optimizer, hp, state.kl_coef)
+            loss, state.params, state.opt_state, batch, update_key, optimizer)
         if self.adapts_learning_rate:
             # E.g. GePPO: the next iteration's actor learning rate, from this update's TV from π_T.
             opt_state, rate_metrics = self.adapt_learning_rate(params, opt_state, batch, hp,
@@ -320,15 +322,16 @@ class Trainer:
         }
         return batch, lag_metrics
 
-    def update_epochs(self, params, opt_state, batch: LearnerBatch, key, optimizer, hp, kl_coef):
-        """K epochs × M minibatches of updates: `((params, opt_state), metrics averaged over the
-        steps, the minibatch of each env in the last epoch [num_envs])`."""
+    def update_epochs(self, loss, params, opt_state, batch: LearnerBatch, key, optimizer):
+        """K epochs × M minibatches of gradient steps on `loss(params, minibatch) -> (loss,
+        metrics)`: `((params, opt_state), metrics averaged over the steps, the minibatch of each
+        env in the last epoch [num_envs])`."""
         config = self.config
         num_mb = config.num_minibatches
 
         def minibatch_step(carry, minibatch):
             params, opt_state = carry
-            grads, metrics = jax.grad(self.loss, has_aux=True)(params, minibatch, hp, kl_coef)
+            grads, metrics = jax.grad(loss, has_aux=True)(params, minibatch)
             updates, opt_state = optimizer.update(grads, opt_state, params)
             params = optax.apply_updates(params, updates)
             metrics["grad_norm"] = optax.global_norm(grads)
@@ -369,8 +372,9 @@ class Trainer:
                 advantages = normalize(advantages, mb.log_behavior, mb.log_learner_start,
                                        self.objective_params(hp, kl_coef))
 
-        policy_loss, policy_metrics = self.policy_objective(
-            log_prob, mb, advantages, hp, kl_coef, dist)
+        # The algorithm's policy objective (VACO's: `objectives.tv_filter`) on what it sees.
+        policy_loss, policy_metrics = self.algorithm.objective.fn(
+            self.policy_inputs(log_prob, mb, advantages, dist), self.objective_params(hp, kl_coef))
         value_loss = objectives.value_loss(values, targets)
         entropy = jnp.mean(dist.entropy())
         total = policy_loss + hp.vf_coef * value_loss - hp.ent_coef * entropy
@@ -389,19 +393,22 @@ class Trainer:
         }
         return total, metrics
 
-    def policy_objective(self, log_prob, mb: LearnerBatch, advantages, hp: HParams, kl_coef, dist):
-        objective, config = self.algorithm.objective, self.config
+    def policy_inputs(self, log_prob, mb: LearnerBatch, advantages,
+                      dist) -> algorithms.PolicyInputs:
+        """What the policy objective sees of a minibatch `[T, B/M]`, given `log_prob` and
+        `dist`, π_θ's log-probabilities of the actions and its distribution."""
+        config = self.config
         kl = None
-        if objective.needs_kl:   # analytic, by the distribution's own rule: KL(β or π_T ‖ π_θ)
+        if self.algorithm.objective.needs_kl:
+            # Analytic, by the distribution's own rule: KL(β or π_T ‖ π_θ).
             reference = mb.learner_start if config.kl_reference == "learner" else mb.behavior
             kl = self.head.distribution(reference).kl_divergence(dist)
         # π_T is decoupled PPO's proximal policy (an objective that does not read it costs nothing).
-        inputs = algorithms.PolicyInputs(
+        return algorithms.PolicyInputs(
             log_prob, mb.log_behavior, advantages, kl=kl,
             log_reference=mb.log_learner_start if config.tv_reference == "learner" else None,
             log_proximal=mb.log_learner_start,
             discrete=isinstance(self.vec_env.action_space, spaces.Discrete))
-        return objective.fn(inputs, self.objective_params(hp, kl_coef))
 
     def objective_params(self, hp: HParams, kl_coef) -> algorithms.ObjectiveParams:
         return algorithms.ObjectiveParams(
