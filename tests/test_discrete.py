@@ -104,7 +104,7 @@ def objective(trainer, algo, **hparams):
     hp = dataclasses.replace(trainer.config, **hparams).hparams()
     inputs = trainer.policy_inputs(dist.log_prob(ACTIONS), minibatch(log_behavior), ADVANTAGES,
                                    dist)
-    return trainer.algorithm.objective.fn(inputs, trainer.objective_params(hp, hp.kl_coef))
+    return trainer.algorithm.objective(inputs, trainer.objective_params(hp, hp.kl_coef))
 
 
 def test_ppo_kl_uses_the_categorical_distributions_analytic_kl(trainer):

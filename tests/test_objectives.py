@@ -313,7 +313,7 @@ def test_every_registered_objective_is_the_objective_function_it_names():
     }
     assert set(algorithms.OBJECTIVES) == set(direct)
     for name, objective in algorithms.OBJECTIVES.items():
-        loss, metrics = objective.fn(inputs, dataclasses.replace(params, own=objective.defaults))
+        loss, metrics = objective(inputs, dataclasses.replace(params, own=objective.defaults))
         assert loss == direct[name][0], name
         assert metrics.keys() == direct[name][1].keys(), name
     # The unconstrained IS gradient is the TV filter that never filters.
@@ -368,7 +368,7 @@ def _objective_and_diagnostics(name):
         return lambda x: (0.0 * jnp.sum(x.log_prob), objectives.ratio_diagnostics(
             x.log_prob, x.log_behavior, clip_eps=0.2, mask=x.mask))
     objective = algorithms.OBJECTIVES[name]
-    return lambda x: objective.fn(x, dataclasses.replace(params, own=objective.defaults))
+    return lambda x: objective(x, dataclasses.replace(params, own=objective.defaults))
 
 
 @pytest.mark.parametrize("name", sorted(algorithms.OBJECTIVES) + ["diagnostics"])

@@ -422,7 +422,7 @@ def call(name, log_prob, log_behavior, log_proximal, advantages, mask=None, disc
     params = algorithms.ObjectiveParams(clip_eps=EPS, own={**objective.defaults, **own})
     inputs = algorithms.PolicyInputs(log_prob, log_behavior, advantages, mask=mask,
                                      log_proximal=log_proximal, discrete=discrete)
-    return objective.fn(inputs, params)
+    return objective(inputs, params)
 
 
 def grad_of(name, log_prob, log_behavior, log_proximal, advantages, **kwargs):

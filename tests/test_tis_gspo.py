@@ -45,7 +45,7 @@ def value_grad_metrics(name, log_prob, log_behavior, advantages, *, log_proximal
                                     mask=None if mask is None else jnp.asarray(mask),
                                     log_proximal=None if log_proximal is None
                                     else jnp.asarray(log_proximal))
-        return objective.fn(x, p)
+        return objective(x, p)
     (value, metrics), grad = jax.value_and_grad(loss, has_aux=True)(jnp.asarray(log_prob))
     return float(value), np.asarray(grad), {k: float(v) for k, v in metrics.items()}
 

@@ -5,8 +5,9 @@ only call what the registry holds (no `if name == ...` chains):
 
 * `Estimator.fn(log_rhos, rewards, values, next_values, terminated, truncated, hp)
   -> (value_targets, advantages)`, arrays `[T, B]`; `hp` supplies γ, λ, ρ̄, c̄.
-* `Objective.fn(x: PolicyInputs, p: ObjectiveParams) -> (loss, metrics)`, any array shape; the
-  MuJoCo trainer and the LLM's GRPO (`vaco_jax.llm.grpo`) both call it.
+* `Objective(x: PolicyInputs, p: ObjectiveParams) -> (loss, metrics)`, any array shape; the
+  MuJoCo trainer and the LLM's GRPO (`vaco_jax.llm.grpo`) both call it. A built-in's entry names
+  its function in `objectives.py` and the inputs and hyper-parameters that function takes.
 
 One vocabulary, the same everywhere (MuJoCo and LLM): the **algorithm** names `vaco`, `ppo_clip`,
 `ppo_kl`, `spo`, `impala`, `pg`, `decoupled_ppo`, `appo`, and the stale-data objectives of other
@@ -17,8 +18,9 @@ names `tv_filter`, `ppo_clip`, `ppo_kl`, `spo`, `impala_pg`, `pg`, `decoupled_pp
 The LLM testbed has no critic, so there an algorithm contributes its objective and the advantage
 is always GRPO's group-normalised reward. `gspo` clips a sequence's ratio: only the LLM runs it.
 
-Adding an algorithm: write its objective in `objectives.py`, register it in `OBJECTIVES`, name the
-pair in `REGISTRY`. Any `<estimator>+<objective>` string is accepted too (e.g. the ablations).
+Adding an algorithm: write its objective in `objectives.py`, register it in `OBJECTIVES` with the
+inputs and hyper-parameters it takes, name the pair in `REGISTRY`. Any `<estimator>+<objective>`
+string is accepted too (e.g. the ablations).
 
 A user's objective is a value, like a user's env: a function with the same signature, given a name
 with `register_objective` or named as `module:function` (`gae+my_objectives:my_loss`), its own
@@ -135,6 +137,10 @@ class UndeclaredHParam(AttributeError):
 
 @dataclasses.dataclass(frozen=True)
 class Objective:
+    """A policy objective: call it, `objective(x: PolicyInputs, p: ObjectiveParams) -> (loss,
+    metrics)`. A built-in one runs its `objectives.py` function, `fn`, on the fields of `x` and
+    `p` it names in `inputs` and `params`; yours runs your `fn(x, p)` as it is."""
+
     name: str
     fn: Callable
     needs_kl: bool = False
@@ -158,92 +164,91 @@ class Objective:
     from π_T on the batch. The MuJoCo trainer keeps `scale` in the optimiser state only for an
     objective that has this rule (None: the learning rate is the configured one)."""
 
+    inputs: tuple[str, ...] = ()
+    """A built-in's `PolicyInputs` fields beyond `log_prob`, `log_behavior` and `advantages` (which
+    `fn` takes first, in that order), each passed to `fn` as the keyword of its name."""
+    params: Mapping[str, str] | None = dataclasses.field(default=None, compare=False)
+    """A built-in's keywords read from `ObjectiveParams`, `{keyword of fn: field of p}`, an own
+    hyper-parameter's included; None: `fn` takes `(x, p)` itself, as yours does. (Not compared:
+    an objective stays hashable, and `fn` and `name` tell built-ins apart.)"""
+
+    def __call__(self, x: PolicyInputs, p: ObjectiveParams):
+        if self.params is None:
+            return self.fn(x, p)
+        for name in self.inputs:
+            if getattr(x, name) is None and name in _REQUIRED_INPUTS:
+                raise ValueError(f"objective {self.name!r} needs PolicyInputs.{name}")
+        return self.fn(x.log_prob, x.log_behavior, x.advantages,
+                       **{name: getattr(x, name) for name in self.inputs},
+                       **{keyword: getattr(p, field) for keyword, field in self.params.items()})
+
     @property
     def defaults(self) -> dict[str, float]:
         return dict(self.hparams)
 
 
-def _required(value, field: str):
-    if value is None:
-        raise ValueError(f"this objective needs PolicyInputs.{field}")
-    return value
+# Inputs a built-in objective cannot do without (the others may be None: no mask, no reference).
+_REQUIRED_INPUTS = frozenset({"log_proximal", "kl"})
 
 
 OBJECTIVES: dict[str, Objective] = {o.name: o for o in (
-    Objective("tv_filter", lambda x, p: objectives.tv_filter(
-        x.log_prob, x.log_behavior, x.advantages, delta=p.delta, log_reference=x.log_reference,
-        filter_mode=p.filter_mode, is_max=p.is_max, mask=x.mask)),
-    Objective("ppo_clip", lambda x, p: objectives.ppo_clip(
-        x.log_prob, x.log_behavior, x.advantages, clip_eps=p.clip_eps, mask=x.mask)),
-    Objective("ppo_kl", lambda x, p: objectives.ppo_kl(
-        x.log_prob, x.log_behavior, x.advantages, kl=x.kl, kl_coef=p.kl_coef, mask=x.mask),
-        needs_kl=True),
-    Objective("spo", lambda x, p: objectives.spo(
-        x.log_prob, x.log_behavior, x.advantages, eps=p.clip_eps, mask=x.mask)),
-    Objective("impala_pg", lambda x, p: objectives.impala_pg(
-        x.log_prob, x.log_behavior, x.advantages, rho_bar=p.rho_bar, mask=x.mask)),
-    Objective("pg", lambda x, p: objectives.is_pg(
-        x.log_prob, x.log_behavior, x.advantages, mask=x.mask)),
-    Objective("decoupled_ppo", lambda x, p: objectives.decoupled_ppo(
-        x.log_prob, x.log_behavior, x.advantages,
-        log_proximal=_required(x.log_proximal, "log_proximal"), clip_eps=p.clip_eps,
-        is_max=p.decoupled_is_max, mask=x.mask)),
+    # VACO's TV filter (SPEC §3.2).
+    Objective("tv_filter", objectives.tv_filter, inputs=("log_reference", "mask"),
+              params={"delta": "delta", "filter_mode": "filter_mode", "is_max": "is_max"}),
+    Objective("ppo_clip", objectives.ppo_clip, inputs=("mask",),
+              params={"clip_eps": "clip_eps"}),
+    Objective("ppo_kl", objectives.ppo_kl, inputs=("kl", "mask"),
+              params={"kl_coef": "kl_coef"}, needs_kl=True),
+    Objective("spo", objectives.spo, inputs=("mask",), params={"eps": "clip_eps"}),
+    Objective("impala_pg", objectives.impala_pg, inputs=("mask",),
+              params={"rho_bar": "rho_bar"}),
+    Objective("pg", objectives.is_pg, inputs=("mask",), params={}),
+    Objective("decoupled_ppo", objectives.decoupled_ppo, inputs=("log_proximal", "mask"),
+              params={"clip_eps": "clip_eps", "is_max": "decoupled_is_max"}),
     # The stale-data objectives of other asynchronous RL systems (docs/SPEC.md, "Stale-data
     # objectives of other systems"); their own hyper-parameters' names are distinct, since the
     # LLM runs them side by side. Defaults: IcePop's bounds verl's, CISPO's Trinity-RFT's (no
     # lower bound, as MiniMax-M1), DPPO's prime-rl's, M2PO's AReaL's, TOPR's Trinity-RFT's.
-    Objective("icepop", lambda x, p: objectives.icepop(
-        x.log_prob, x.log_behavior, x.advantages,
-        log_proximal=_required(x.log_proximal, "log_proximal"), clip_eps=p.clip_eps,
-        low=p.mis_low, high=p.mis_high, mask=x.mask),
-        hparams=(("mis_low", 0.5), ("mis_high", 2.0))),
-    Objective("cispo", lambda x, p: objectives.cispo(
-        x.log_prob, x.log_behavior, x.advantages, eps_low=p.cispo_eps_low,
-        eps_high=p.cispo_eps_high, mask=x.mask),
-        hparams=(("cispo_eps_low", 1.0), ("cispo_eps_high", 0.28))),
-    Objective("dppo_tv", lambda x, p: objectives.dppo_tv(
-        x.log_prob, x.log_behavior, x.advantages, delta=p.tv_delta, penalty=p.tv_penalty,
-        discrete=x.discrete, mask=x.mask),
-        hparams=(("tv_delta", 0.2), ("tv_penalty", 1e-3))),
-    Objective("m2po", lambda x, p: objectives.m2po(
-        x.log_prob, x.log_behavior, x.advantages,
-        log_proximal=_required(x.log_proximal, "log_proximal"), clip_eps=p.clip_eps,
-        tau=p.m2_tau, cap=p.m2_cap, over_kept=p.m2_over_kept, truncate=p.m2_truncate,
-        mask=x.mask),
-        # AReaL's form: mean over the kept samples, weights above 5 zeroed. The M2PO paper's
-        # normaliser is `m2_over_kept=0`; the earlier form of this objective (mean over all N,
-        # weights truncated at 2) is `m2_over_kept=0 m2_truncate=1 m2_cap=2`.
-        hparams=(("m2_tau", 0.04), ("m2_cap", 5.0), ("m2_over_kept", 1.0),
-                 ("m2_truncate", 0.0))),
-    Objective("topr", lambda x, p: objectives.topr(
-        x.log_prob, x.log_behavior, x.advantages, threshold=p.topr_threshold, mask=x.mask),
-        hparams=(("topr_threshold", 0.0),)),
+    Objective("icepop", objectives.icepop, inputs=("log_proximal", "mask"),
+              params={"clip_eps": "clip_eps", "low": "mis_low", "high": "mis_high"},
+              hparams=(("mis_low", 0.5), ("mis_high", 2.0))),
+    Objective("cispo", objectives.cispo, inputs=("mask",),
+              params={"eps_low": "cispo_eps_low", "eps_high": "cispo_eps_high"},
+              hparams=(("cispo_eps_low", 1.0), ("cispo_eps_high", 0.28))),
+    Objective("dppo_tv", objectives.dppo_tv, inputs=("discrete", "mask"),
+              params={"delta": "tv_delta", "penalty": "tv_penalty"},
+              hparams=(("tv_delta", 0.2), ("tv_penalty", 1e-3))),
+    Objective("m2po", objectives.m2po, inputs=("log_proximal", "mask"),
+              params={"clip_eps": "clip_eps", "tau": "m2_tau", "cap": "m2_cap",
+                      "over_kept": "m2_over_kept", "truncate": "m2_truncate"},
+              # AReaL's form: mean over the kept samples, weights above 5 zeroed. The M2PO paper's
+              # normaliser is `m2_over_kept=0`; the earlier form of this objective (mean over all
+              # N, weights truncated at 2) is `m2_over_kept=0 m2_truncate=1 m2_cap=2`.
+              hparams=(("m2_tau", 0.04), ("m2_cap", 5.0), ("m2_over_kept", 1.0),
+                       ("m2_truncate", 0.0))),
+    Objective("topr", objectives.topr, inputs=("mask",),
+              params={"threshold": "topr_threshold"}, hparams=(("topr_threshold", 0.0),)),
     # GePPO as its authors run it (`jqueeney/geppo`): its clip with ε = clip_eps · geppo_eps_mult,
     # advantages normalised with the weights π_T/β, and the actor's learning rate divided by
     # 1 + geppo_adapt_factor after an update whose TV from π_T exceeds geppo_adapt_max · ε/2
     # (docs/SPEC.md lists what differs from their code and why).
-    Objective("geppo", lambda x, p: objectives.geppo(
-        x.log_prob, x.log_behavior, x.advantages,
-        log_proximal=_required(x.log_proximal, "log_proximal"),
-        clip_eps=p.clip_eps * p.geppo_eps_mult, mask=x.mask),
-        hparams=(("geppo_eps_mult", 1.0), ("geppo_adapt_factor", 0.03),
-                 ("geppo_adapt_max", 1.0), ("geppo_adapt_min", 0.0)),
-        normalize_advantages=lambda advantages, log_behavior, log_proximal, p:
-            objectives.geppo_advantages(advantages, log_behavior, log_proximal),
-        adapt_learning_rate=lambda scale, tv, p: objectives.geppo_learning_rate_scale(
-            scale, tv, eps=p.clip_eps * p.geppo_eps_mult, factor=p.geppo_adapt_factor,
-            max_threshold=p.geppo_adapt_max, min_threshold=p.geppo_adapt_min)),
+    Objective("geppo", objectives.geppo, inputs=("log_proximal", "mask"),
+              params={"clip_eps": "clip_eps", "eps_mult": "geppo_eps_mult"},
+              hparams=(("geppo_eps_mult", 1.0), ("geppo_adapt_factor", 0.03),
+                       ("geppo_adapt_max", 1.0), ("geppo_adapt_min", 0.0)),
+              normalize_advantages=lambda advantages, log_behavior, log_proximal, p:
+                  objectives.geppo_advantages(advantages, log_behavior, log_proximal),
+              adapt_learning_rate=lambda scale, tv, p: objectives.geppo_learning_rate_scale(
+                  scale, tv, eps=p.clip_eps * p.geppo_eps_mult, factor=p.geppo_adapt_factor,
+                  max_threshold=p.geppo_adapt_max, min_threshold=p.geppo_adapt_min)),
     # GePPO's clip alone, with the shared protocol's advantages and learning rate: what `geppo`
     # was before it took the rest of the authors' method (`gae+geppo_clip` reproduces it).
-    Objective("geppo_clip", lambda x, p: objectives.geppo(
-        x.log_prob, x.log_behavior, x.advantages,
-        log_proximal=_required(x.log_proximal, "log_proximal"), clip_eps=p.clip_eps,
-        mask=x.mask)),
+    Objective("geppo_clip", objectives.geppo, inputs=("log_proximal", "mask"),
+              params={"clip_eps": "clip_eps"}),
     # GSPO's clip range: the GSPO paper's (§5.1) and verl's GSPO recipe's.
-    Objective("gspo", lambda x, p: objectives.gspo(
-        x.log_prob, x.log_behavior, x.advantages, eps_low=p.gspo_eps_low,
-        eps_high=p.gspo_eps_high, mask=x.mask),
-        hparams=(("gspo_eps_low", 3e-4), ("gspo_eps_high", 4e-4)), sequences=True),
+    Objective("gspo", objectives.gspo, inputs=("mask",),
+              params={"eps_low": "gspo_eps_low", "eps_high": "gspo_eps_high"},
+              hparams=(("gspo_eps_low", 3e-4), ("gspo_eps_high", 4e-4)), sequences=True),
 )}
 # Names used by earlier versions, still accepted in stored configs; and `tis`, verl's and slime's
 # truncated importance sampling, which is decoupled PPO with C = 2 (docs/SPEC.md).
@@ -542,7 +547,7 @@ def _lowered_objective(objective: Objective, mask: bool, reference: bool, discre
         p = ObjectiveParams(**shared, filter_mode=filter_mode, own=own)
 
         def loss(log_prob):
-            return objective.fn(PolicyInputs(log_prob=log_prob, discrete=discrete, **inputs), p)
+            return objective(PolicyInputs(log_prob=log_prob, discrete=discrete, **inputs), p)
 
         return jax.value_and_grad(loss, has_aux=True)(log_prob)
 
@@ -624,7 +629,7 @@ def _check(objective: Objective, tv_reference: str, filter_mode: str, kl: bool) 
             x = _WatchedInputs(**inputs)
             object.__setattr__(x, "absent_read", absent_read)
             p = ObjectiveParams(**shared, filter_mode=filter_mode, own=own)
-            problem = _output_problem(objective.fn(x, p))
+            problem = _output_problem(objective(x, p))
             if problem:
                 raise _BadOutput(problem)
 

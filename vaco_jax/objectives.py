@@ -321,7 +321,8 @@ def topr(log_prob, log_behavior, advantages, *, threshold=0.0, mask=None):
     return loss, {"truncated_fraction": masked_mean(truncated.astype(ratio.dtype), mask)}
 
 
-def geppo(log_prob, log_behavior, advantages, *, log_proximal, clip_eps, mask=None):
+def geppo(log_prob, log_behavior, advantages, *, log_proximal, clip_eps, eps_mult=None,
+          mask=None):
     """GePPO's objective (Queeney, Paschalidis, Cassandras 2021, "Generalized Proximal Policy
     Optimization with Sample Reuse"; the authors' `jqueeney/geppo`, `_get_neg_pg`): PPO's clip of
     `w = π_θ/β`, centred on `π_T/β` instead of 1, so the update stays within ε (in TV terms) of the
@@ -332,7 +333,10 @@ def geppo(log_prob, log_behavior, advantages, *, log_proximal, clip_eps, mask=No
     ```
     With β = π_T (c = 1) this is `ppo_clip`, bit for bit. The algorithm `geppo` adds the rest of
     the authors' method around it (V-trace advantages, `geppo_advantages`,
-    `geppo_learning_rate_scale`, ε scaled by `geppo_eps_mult`); `geppo_clip` is this alone."""
+    `geppo_learning_rate_scale`, ε = `clip_eps · eps_mult`, its `geppo_eps_mult`); `geppo_clip`
+    is this alone (no `eps_mult`: ε = `clip_eps`)."""
+    if eps_mult is not None:
+        clip_eps = clip_eps * eps_mult
     log_prob, log_behavior, advantages, log_proximal = unmasked(
         mask, log_prob, log_behavior, advantages, log_proximal)
     ratio = jnp.exp(log_ratio(log_prob, log_behavior))

@@ -373,7 +373,7 @@ class Trainer:
                                        self.objective_params(hp, kl_coef))
 
         # The algorithm's policy objective (VACO's: `objectives.tv_filter`) on what it sees.
-        policy_loss, policy_metrics = self.algorithm.objective.fn(
+        policy_loss, policy_metrics = self.algorithm.objective(
             self.policy_inputs(log_prob, mb, advantages, dist), self.objective_params(hp, kl_coef))
         value_loss = objectives.value_loss(values, targets)
         entropy = jnp.mean(dist.entropy())

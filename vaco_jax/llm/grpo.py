@@ -133,7 +133,7 @@ def policy_loss(log_prob, batch: Batch, hp: GRPOHParams, tv_reference: str = "be
 
     def branch(objective):
         def run():
-            loss, metrics = objective.fn(inputs, params)
+            loss, metrics = objective(inputs, params)
             intervened = diagnostics.intervened_fraction(metrics).get("intervened_fraction", 0.0)
             fractions = {k: jnp.asarray(metrics.get(k, 0.0), jnp.float32) for k in OBJECTIVE_FRACTIONS}
             return loss, {**fractions, "intervened_fraction": jnp.asarray(intervened, jnp.float32)}
