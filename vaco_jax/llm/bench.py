@@ -104,7 +104,9 @@ PROTOCOLS = {p.name: p for p in (
     LLMProtocol("llm-tiny", 1, "tiny", ks=(0, 1, 3), ns=(1, 2), seeds=3, design_seeds=2,
                 fast_compile=True, description="seconds (tests)"),
     LLMProtocol("llm-cpu", 1, "cpu", ks=LLM_CPU_KS, uniform=True, ns=(1, 8), seeds=10,
-                runs_per_call=10, description="one 2-core CPU machine"),
+                runs_per_call=10, description="one 2-core CPU machine",
+                # docs/preregistrations.md section 2
+                preregistration="d5c035ad31b4ee019607824f11f34356dbefabed"),
     # The ~0.3B bf16 model, cut to one prepared command of about 10 minutes on one H100: a short
     # warm start (no warm start is shipped for it), small batches, few iterations, 2 seeds, one
     # run per program call (one run at N = 1 holds the batch's activations).
