@@ -80,6 +80,29 @@ def test_results_table_reads_each_headline_as_its_report_prints_it(minatar):
     assert "| the MLP learns more at this budget | 5 | 195bf2b |" in row
 
 
+def test_the_readme_results_table_is_generated_and_an_edited_number_in_it_is_named(minatar):
+    root, studies = minatar
+    made = specs.regenerate(studies, root / "made-again", root)
+    readme = root / "README.md"
+    readme.write_text(specs.with_readme_block(
+        f"# x\n\n{specs.README_BEGIN}\nold table\n{specs.README_END}\n\nmore\n",
+        specs.readme_block(studies, made, root)))
+    assert specs.check(studies, root) == []
+    row = readme.read_text().splitlines()[5]
+    assert row.startswith("| [Does a CNN beat the MLP on Breakout-MinAtar")
+    assert "(results/minatar-cnn/long/report.md)" in row and "[-13.02, -0.22]" in row
+    readme.write_text(readme.read_text().replace("[-13.02, -0.22]", "[-13.02, -0.21]"))
+    assert specs.check(studies, root) == ["README.md: line 6: -0.21 committed, -0.22 made"]
+    readme.write_text("# x\n")
+    (problem,) = specs.check(studies, root)
+    assert problem.startswith("README.md: README.md lacks the results markers")
+
+
+def test_the_v1_leaderboard_row_counts_its_pre_registered_break_rule():
+    verdict = specs.STUDIES["leaderboard-v1"].verdict(ROOT / "results/lag-bench/cpu")
+    assert verdict == "break rule: 9 break, 6 hold, 2 undetermined"
+
+
 def test_an_unknown_study_is_refused_naming_the_committed_ones(capsys):
     assert lag_report.main(["--study", "nope"]) == 2
     assert "minatar-long" in capsys.readouterr().err

@@ -8,7 +8,7 @@ baseline, break lags, a synchronous sanity check, realised lags, figures and sum
     vaco-report --study settings --sweeps runs/forward/* runs/stepsize/* runs/delta-lag/* \
         --references results/lag-cpu/reference_returns.json --out runs/settings_report
     vaco-report --study controlled-lag            # a committed study, regenerated from its spec
-    vaco-report --all                             # every committed study -> results/RESULTS.md
+    vaco-report --all                             # every committed study -> results/RESULTS.md, README
     vaco-report --all --check                     # exit 1, naming each stale committed file
 
 The sweeps are `vaco-sweep --preset lag-cpu` (one directory, or one per task); the references
@@ -44,10 +44,10 @@ class Args:
     per-run files into --out (default: its committed report directory), no sweeps."""
     all: bool = False
     """Regenerate every committed study into a temporary directory and write results/RESULTS.md
-    from it (one row per study)."""
+    and the README's results table from it (one row per study)."""
     check: bool = False
-    """With --all: write nothing; exit 1, naming each committed report file (and RESULTS.md)
-    that differs from its regeneration, 0 when all are current."""
+    """With --all: write nothing; exit 1, naming each committed report file (and RESULTS.md, the
+    README) that differs from its regeneration, 0 when all are current."""
     references: str = ""
     """Reference-returns table (default <first sweep>/reference_returns.json)."""
     out: str = ""
@@ -118,7 +118,8 @@ def _studies() -> dict:
 
 
 def _all(studies: dict, *, check: bool) -> int:
-    """--all: RESULTS.md from every study regenerated; with --check, what is stale."""
+    """--all: RESULTS.md and the README's results table from every study regenerated; with
+    --check, what is stale."""
     import tempfile
     import time
 
@@ -135,6 +136,11 @@ def _all(studies: dict, *, check: bool) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         made = specs.regenerate(studies, Path(tmp))
         text = specs.results_markdown(studies, made)
+        readme = specs.ROOT / specs.README
+        block = specs.readme_block(studies, made) if readme.exists() else None
     io.write_bytes_atomic(specs.ROOT / specs.RESULTS, text.encode())
     print(specs.ROOT / specs.RESULTS)
+    if block is not None:
+        io.write_bytes_atomic(readme, specs.with_readme_block(readme.read_text(), block).encode())
+        print(readme)
     return 0

@@ -29,6 +29,10 @@ from vaco_jax.study import lag, leaderboard, references, settings
 
 ROOT = Path(io.__file__).resolve().parent.parent
 RESULTS = "results/RESULTS.md"
+README = "README.md"
+README_BEGIN = ("<!-- results: written by `vaco-report --all` from each study's report; "
+                "do not edit by hand -->")
+README_END = "<!-- results: end -->"
 
 
 # --- what a headline number is: a cell of a report, as printed --------------------------------
@@ -211,6 +215,17 @@ def _none(directory: Path) -> str:
     return "none (exploratory)"
 
 
+def _break_rule_verdict(directory: Path) -> str:
+    """The v1 leaderboard's pre-registered break rule, counted: a method breaks when its
+    retention's whole interval is below `estimates.BREAK_LEVEL` at some lag, holds when the lower
+    end at the largest lag is at least that, and is undetermined otherwise."""
+    table = pd.read_csv(Path(directory) / "leaderboard.csv")
+    breaks = table["confirmed"].astype(bool)
+    holds = ~breaks & (table["lag_low"] >= estimates.BREAK_LEVEL)
+    return (f"break rule: {int(breaks.sum())} break, {int(holds.sum())} hold, "
+            f"{int((~breaks & ~holds).sum())} undetermined")
+
+
 STUDIES: dict[str, Spec] = {}
 for _spec in (
     Spec("controlled-lag", "Does a constant policy lag hurt the baselines, and VACO?", LAG,
@@ -263,7 +278,7 @@ for _spec in (
                _row(method="vaco")),
           Cell("PPO-Clip's", "leaderboard.md", "retention at k = 15", _row(method="ppo_clip")),
           After("agreement with controlled-lag", "agreement.md", "both ran. ", end=";")),
-         _none, lambda directory: _scorecard_seeds("results/lag-bench/cpu"),
+         _break_rule_verdict, lambda directory: _scorecard_seeds("results/lag-bench/cpu"),
          references="results/lag-cpu/lag_report/degradation.csv"),
 ):
     STUDIES[_spec.name] = _spec
@@ -389,6 +404,31 @@ def _results_markdown(studies: Mapping[str, Spec], made: Mapping[str, Path]) -> 
     return "\n".join(lines) + "\n"
 
 
+def readme_block(studies: Mapping[str, Spec], made: Mapping[str, Path],
+                 root: Path = ROOT) -> str:
+    """The README's results table: each study's question (linked to its report), headline
+    estimates and pre-registered verdict, read as RESULTS.md reads them."""
+    with contextlib.chdir(root):
+        lines = ["| question | headline estimates [95% CI] | pre-registered verdict |",
+                 "|---|---|---|"]
+        for spec in studies.values():
+            directory = made[spec.name]
+            headline = "; ".join(f"{pick.label}: {pick.read(directory)}" if pick.label
+                                 else pick.read(directory) for pick in spec.headline)
+            link = f"{spec.report}/{spec.files[0]}"
+            lines.append(f"| [{spec.question}]({link}) | {headline} | {spec.verdict(directory)} |")
+    return "\n".join(lines) + "\n"
+
+
+def with_readme_block(text: str, block: str) -> str:
+    """`text` (the README) with the lines between its two results markers replaced by `block`."""
+    if README_BEGIN not in text or README_END not in text:
+        raise ValueError(f"{README} lacks the results markers {README_BEGIN!r} … {README_END!r}")
+    head, rest = text.split(README_BEGIN, 1)
+    _, tail = rest.split(README_END, 1)
+    return f"{head}{README_BEGIN}\n{block}{README_END}{tail}"
+
+
 def check(studies: Mapping[str, Spec], root: Path = ROOT) -> list[str]:
     """Each committed report file whose regeneration differs, and RESULTS.md if it is not what
     `--all` writes: one line each, naming the file and its first difference."""
@@ -405,4 +445,14 @@ def check(studies: Mapping[str, Spec], root: Path = ROOT) -> list[str]:
         difference = compare.difference(Path(root) / RESULTS, Path(tmp) / "RESULTS.md")
         if difference:
             problems.append(f"{RESULTS}: {difference}")
+        readme = Path(root) / README
+        if readme.exists():
+            try:
+                (Path(tmp) / README).write_text(with_readme_block(
+                    readme.read_text(), readme_block(studies, made, root)))
+                difference = compare.difference(readme, Path(tmp) / README)
+            except ValueError as error:
+                difference = str(error)
+            if difference:
+                problems.append(f"{README}: {difference}")
     return problems
