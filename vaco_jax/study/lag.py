@@ -36,13 +36,11 @@ import pandas as pd
 
 from vaco_jax.errors import SweepError
 from vaco_jax.pipeline import estimates, preregistration, runs, tables
+from vaco_jax.pipeline.estimates import BREAK_LEVEL
 from vaco_jax.study import analysis, plotting, presets, references, stats, sweep
 
 FINAL_EVALS = presets.FINAL_EVALS
 """A run's final score averages its last this many evaluations (each of `eval_envs` episodes)."""
-BREAK_LEVEL = estimates.BREAK_LEVEL
-"""A method is "broken" at the smallest k whose degradation is below this."""
-break_rule = estimates.break_lag   # the pipeline's break-lag (this module's `estimates` is below)
 SYNC_FRACTION = 0.5
 """The sanity check: a method should reach this fraction of synchronous PPO-Clip at k = 0."""
 FAMILY_ALPHA = 0.05
@@ -319,8 +317,8 @@ def interaction_of(means: np.ndarray) -> np.ndarray:
     return degradation_of(means[..., :2]) - degradation_of(means[..., 2:])
 
 
-def estimates(values: dict, comparisons: dict, per_task: Callable, *, reps: int, seed: int,
-              levels: dict[str, float]) -> dict[object, dict]:
+def lag_estimates(values: dict, comparisons: dict, per_task: Callable, *, reps: int, seed: int,
+                  levels: dict[str, float]) -> dict[object, dict]:
     """Each comparison's `point` (the mean over its tasks of `per_task`), `seeds`, `tasks` and,
     per name → confidence of `levels`, `<name>low` and `<name>high` (stratified BCa; NaN with
     fewer than 2 seeds in a task). Comparisons without common seeds on some task are left out.
@@ -340,7 +338,7 @@ def estimates(values: dict, comparisons: dict, per_task: Callable, *, reps: int,
 
 
 def _estimate_group(values, signature, comparisons, per_task, *, reps, seed, levels) -> dict:
-    """`estimates` for comparisons sharing `signature`: ((task, seeds), ...)."""
+    """`lag_estimates` for comparisons sharing `signature`: ((task, seeds), ...)."""
     unions = [list(dict.fromkeys(column for strata in comparisons.values()
                                  for column in strata[i][1])) for i in range(len(signature))]
     arrays = [np.stack([values[(env, *column)].loc[list(seeds)].to_numpy(np.float64)
@@ -391,8 +389,8 @@ def score_table(runs: pd.DataFrame, value: str = "score", *, reps: int = 10_000,
     sampling, capacity, lag, mean, low, high, seeds, tasks, snapshot_age (mean over seeds)."""
     values = _values(runs, value)
     comparisons = _with_pooled(values, {key: [(key[0], [key[1:]])] for key in values})
-    results = estimates(values, comparisons, mean_of, reps=reps, seed=seed,
-                        levels={"": confidence})
+    results = lag_estimates(values, comparisons, mean_of, reps=reps, seed=seed,
+                            levels={"": confidence})
     age = runs.groupby(CELL)["snapshot_age"].mean()
     rows = []
     for (task, method, sampling, capacity), e in results.items():
@@ -435,8 +433,8 @@ def degradation_table(runs: pd.DataFrame, value: str = "score", *, reps: int = 1
     comparisons = _with_pooled(values, {
         (env, method, sampling, capacity): [(env, [(method, sampling, capacity), (method, *SYNC)])]
         for env, method, sampling, capacity in values if (sampling, capacity) != SYNC})
-    results = estimates(values, comparisons, degradation_of, reps=reps, seed=seed,
-                        levels={"": confidence})
+    results = lag_estimates(values, comparisons, degradation_of, reps=reps, seed=seed,
+                            levels={"": confidence})
     rows = [{"task": task, "method": method, "sampling": sampling, "capacity": capacity,
              "degradation": e["point"], "low": e["low"], "high": e["high"], "seeds": e["seeds"],
              "tasks": e["tasks"]}
@@ -476,8 +474,8 @@ def interaction_table(runs: pd.DataFrame, target: str, *, reps: int = 10_000, se
     if m == 0:
         return pd.DataFrame(columns=columns)
     simultaneous, n = 1 - FAMILY_ALPHA / m, family_reps(reps, m)
-    results = estimates(values, comparisons, interaction_of, reps=n, seed=seed,
-                        levels={"": confidence, "simultaneous_": simultaneous})
+    results = lag_estimates(values, comparisons, interaction_of, reps=n, seed=seed,
+                            levels={"": confidence, "simultaneous_": simultaneous})
     rows = [{"task": task, "baseline": baseline, "sampling": "oldest", "capacity": capacity,
              "interaction": e["point"], "low": e["low"], "high": e["high"],
              "simultaneous_low": e["simultaneous_low"], "simultaneous_high": e["simultaneous_high"],
@@ -496,8 +494,8 @@ def break_lag_table(degradation: pd.DataFrame, level: float = BREAK_LEVEL) -> pd
     constant = degradation[degradation["sampling"] == "oldest"]
     for (task, method), group in constant.groupby(["task", "method"], sort=False):
         ks = (group.sort_values("capacity")["capacity"] - 1).to_numpy()
-        broken, confidently = break_rule(group["capacity"] - 1, group["degradation"],
-                                         group["high"], level)
+        broken, confidently = estimates.break_lag(group["capacity"] - 1, group["degradation"],
+                                                  group["high"], level)
         rows.append({"task": task, "method": method, "break_lag": broken,
                      "confidently_broken": confidently,
                      "lags": ", ".join(str(int(k)) for k in ks)})
@@ -512,9 +510,9 @@ def sanity_table(runs: pd.DataFrame, *, fraction: float = SYNC_FRACTION, reps: i
     PPO-Clip (point estimate), and `fails`: the reasons it does not, or diverged runs."""
     sync = runs[(runs["sampling"] == SYNC[0]) & (runs["capacity"] == SYNC[1])]
     values = _values(sync)
-    results = estimates(values, {(env, method): [(env, [(method, *SYNC)])]
-                                 for env, method, _, _ in values},
-                        mean_of, reps=reps, seed=seed, levels={"": confidence})
+    results = lag_estimates(values, {(env, method): [(env, [(method, *SYNC)])]
+                                     for env, method, _, _ in values},
+                            mean_of, reps=reps, seed=seed, levels={"": confidence})
     rows = []
     for (env, method), group in sync.groupby(["env", "method"], sort=False):
         e = results[(env, method)]

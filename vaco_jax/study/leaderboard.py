@@ -135,7 +135,6 @@ def markdown(frame: pd.DataFrame, notes: list[str]) -> str:
 STUDY_NAMES = {"ppo_kl_adaptive": "ppo_kl [kl_adaptive]",
                "ppo_kl_adaptive_learner": "ppo_kl [kl_adaptive_learner]",
                "impala": "impala [epochs=4]"}
-DROP = estimates.BREAK_LEVEL   # the break rule's line: final retention below it is a drop
 
 
 def agreement(frame: pd.DataFrame, degradation_csv: str | Path) -> pd.DataFrame:
@@ -157,8 +156,8 @@ def agreement(frame: pd.DataFrame, degradation_csv: str | Path) -> pd.DataFrame:
             theirs = float(match.iloc[0].degradation)
             rows.append({"method": r.method, "task": r.task, "study_method": name,
                          "benchmark": r.lag_retention, "study": theirs,
-                         "benchmark_drops": bool(r.lag_retention < DROP),
-                         "study_drops": bool(theirs < DROP)})
+                         "benchmark_drops": bool(r.lag_retention < estimates.BREAK_LEVEL),
+                         "study_drops": bool(theirs < estimates.BREAK_LEVEL)})
     out = pd.DataFrame(rows)
     if len(out) >= 3:
         rho, p = stats.spearmanr(out.benchmark, out.study)
@@ -174,7 +173,8 @@ def agreement_markdown(frame: pd.DataFrame, source: str) -> str:
            else "too few methods for a rank correlation")
     lines = [f"Final-score retention at {a['lag']}: this benchmark against the controlled-lag study "
              f"`{source}`, over the {a['methods']} methods both ran. {rho}; the two agree on "
-             f"which methods drop (retention below {DROP}) for {a['agree']} of {a['methods']}.", "",
+             f"which methods drop (retention below {estimates.BREAK_LEVEL}) for {a['agree']} of "
+             f"{a['methods']}.", "",
              "| method | task | benchmark | study | drops here | drops there |", "|---|---|---|---|---|---|"]
     for r in frame.sort_values("study", ascending=False).itertuples():
         lines.append(f"| {r.method} | {r.task} | {r.benchmark:.2f} | {r.study:.2f} | "

@@ -42,9 +42,9 @@ import pandas as pd
 
 from vaco_jax import io
 from vaco_jax.pipeline import estimates, tables
+from vaco_jax.pipeline.estimates import BREAK_LEVEL
 from vaco_jax.study import bench, stats, sweep
 
-BREAK_LEVEL = estimates.BREAK_LEVEL
 SYNC_FRACTION = 0.5
 REPS = 10_000
 ALPHA = 0.05

@@ -40,6 +40,7 @@ from matplotlib.ticker import NullFormatter
 import numpy as np
 import pandas as pd
 
+from vaco_jax.pipeline.estimates import BREAK_LEVEL
 from vaco_jax.study import analysis, lag, presets, references, stats, sweep
 
 STUDIES = ("forward", "stepsize", "delta-lag")
@@ -50,7 +51,6 @@ BASE_DELTA = 0.2
 SYNC_METHOD = "ppo_clip"
 TARGET = lag.TARGET
 POOLED = lag.POOLED
-BREAK_LEVEL = lag.BREAK_LEVEL
 PRIMARY_BASELINES = lag.PRIMARY_BASELINES
 HOLDS_METHODS = lag.HOLDS_METHODS
 HIGHEST_EPOCHS = 32
@@ -259,8 +259,8 @@ def score_table(runs: pd.DataFrame, *, reps: int, seed: int) -> pd.DataFrame:
     for value in ("score", "auc"):
         values = _values(runs, value)
         comparisons = lag._with_pooled(values, {key: [(key[0], [key[1:]])] for key in values})
-        estimated = lag.estimates(values, comparisons, lag.mean_of, reps=reps, seed=seed,
-                                  levels={"": 0.95})
+        estimated = lag.lag_estimates(values, comparisons, lag.mean_of, reps=reps, seed=seed,
+                                      levels={"": 0.95})
         frame = pd.DataFrame([{"task": t, "method": m, "setting": s, "capacity": c,
                                value: e["point"], f"{value}_low": e["low"],
                                f"{value}_high": e["high"], "seeds": e["seeds"], "tasks": e["tasks"]}
@@ -317,8 +317,8 @@ def retention_table(runs: pd.DataFrame, base: dict[str, tuple[str, int]] | None 
             per_cell[(env, method, setting, capacity)] = [
                 (env, [(method, setting, capacity), reference])]
         comparisons = lag._with_pooled(values, per_cell)
-        estimated = lag.estimates(values, comparisons, lag.degradation_of, reps=reps, seed=seed,
-                                  levels={"": 0.95})
+        estimated = lag.lag_estimates(values, comparisons, lag.degradation_of, reps=reps,
+                                      seed=seed, levels={"": 0.95})
         frame = pd.DataFrame(
             [{"task": t, "method": m, "setting": s, "capacity": c, name: e["point"],
               f"{name}_low": e["low"], f"{name}_high": e["high"],
@@ -814,7 +814,7 @@ def forward_figure(retention: pd.DataFrame, methods: Sequence[str], task: str, t
                     labelled = True
             if arms[0] and arms[1]:
                 ax.axvline(len(arms[0]) - 0.5, color="0.6", lw=0.8)
-            ax.axhline(lag.BREAK_LEVEL, color="0.5", ls="--", lw=0.8)
+            ax.axhline(BREAK_LEVEL, color="0.5", ls="--", lw=0.8)
             ax.axhline(1.0, color="0.8", lw=0.8)
             ax.set_xticks(range(len(order)))
             ax.set_xticklabels([s.replace(", ", "\n") for s in order], fontsize=7)
@@ -827,7 +827,7 @@ def forward_figure(retention: pd.DataFrame, methods: Sequence[str], task: str, t
     if fewer:
         where += " (hollow markers: pooled over fewer tasks)"
     fig.suptitle(title or f"Update frequency × constant lag: {where} (against K = 4, lr 3e-4, "
-                          f"k = 0; dashed: {lag.BREAK_LEVEL:g})\nleft of the rule: the learning rate "
+                          f"k = 0; dashed: {BREAK_LEVEL:g})\nleft of the rule: the learning rate "
                           f"at K = 4; right of it: more epochs K at lr 3e-4", fontsize=10)
     fig.tight_layout()
     return fig
@@ -901,7 +901,7 @@ def delta_lag_figure(scores: pd.DataFrame, retention: pd.DataFrame, title: str =
             axes[i][j].set_xlabel("δ")
         for i, (frame, _, _) in enumerate(rows):
             if frame is retention:
-                axes[i][j].axhline(lag.BREAK_LEVEL, color="0.5", ls="--", lw=0.8)
+                axes[i][j].axhline(BREAK_LEVEL, color="0.5", ls="--", lw=0.8)
         axes[0][j].set_title("pooled over tasks" if task == lag.POOLED else task, fontsize=10)
     for i, (_, _, label) in enumerate(rows):
         axes[i][0].set_ylabel(label)
