@@ -19,9 +19,14 @@ SEEDS = range(300, 310)
 KEEPS = {"ppo_clip": (0.9, 0.5), "appo": (0.95, 0.7), "vaco": (1.0, 0.9)}
 SETTINGS = [(0, "oldest", 4), (2, "oldest", 4), (8, "oldest", 4), (8, "uniform", 4),
             (0, "oldest", 16), (8, "oldest", 16)]
+COMMIT = "c" * 40
+"""The commit every synthetic run records."""
+REGISTRATION = "a" * 40
+AFTER = robustness.Spec(reps=200, registration=REGISTRATION, descends=lambda commit, ancestor: True)
+"""A spec whose pre-registration the synthetic runs descend from: its verdicts are words."""
 
 
-def synthetic_runs(seeds=SEEDS, methods=KEEPS) -> pd.DataFrame:
+def synthetic_runs(seeds=SEEDS, methods=KEEPS, commit=COMMIT) -> pd.DataFrame:
     """A tidy runs table: every method reaches 100 above random at k = 0 (seed noise ±5), its
     `KEEPS` fraction at lag, along a linear curve."""
     rows = []
@@ -36,7 +41,7 @@ def synthetic_runs(seeds=SEEDS, methods=KEEPS) -> pd.DataFrame:
                                  "sampling": sampling, "K": K, "lr": 3e-4, "delta": 0.2,
                                  "seed": seed, "budget": 4, "final": returns[-1],
                                  "auc": returns.mean(), "diverged": False,
-                                 "diverged_at_step": None, "evaluations": 4, "commit": "",
+                                 "diverged_at_step": None, "evaluations": 4, "commit": commit,
                                  "steps": STEPS, "returns": returns})
     return pd.DataFrame(rows)
 
@@ -106,7 +111,7 @@ def test_one_interval_formatter_says_undefined_for_a_number_that_does_not_exist(
 
 @pytest.fixture(scope="module")
 def report():
-    return robustness.report(synthetic_runs(), RANDOM, robustness.Spec(reps=200))
+    return robustness.report(synthetic_runs(), RANDOM, AFTER)
 
 
 def test_the_benchmark_ranks_by_iqm_of_normalised_auc_at_the_largest_lag(report):
@@ -119,6 +124,8 @@ def test_the_benchmark_ranks_by_iqm_of_normalised_auc_at_the_largest_lag(report)
     assert poi["vaco"] == 1.0 and poi["appo"] == 1.0
     verdicts = report.comparisons.set_index("method")["verdict"]
     assert verdicts.to_dict() == {"appo": "higher", "vaco": "higher"}
+    assert ("Pre-registration: made at ccccccc, after the pre-registration (aaaaaaa); the "
+            "verdicts are the pre-registered ones.") in robustness.markdown(report)
     kept = report.retention[(report.retention.method == "vaco") & (report.retention.k == 8)
                             & (report.retention.K == 4) & (report.retention.task == "pooled")
                             & (report.retention.sampling == "oldest")]
@@ -141,16 +148,42 @@ def test_a_report_without_its_reference_says_what_it_could_not_compare(tmp_path)
     assert written == [tmp_path / "leaderboard.md"]
 
 
+@pytest.mark.parametrize("status, commit, descends", [
+    ("before", COMMIT, lambda commit, ancestor: False),
+    ("unknown", "", lambda commit, ancestor: True),       # no commit recorded
+    ("unknown", COMMIT, lambda commit, ancestor: None),   # not in this checkout's history
+    ("none", COMMIT, None)])                              # no pre-registration named
+def test_runs_not_made_after_the_pre_registration_get_exploratory_words_not_verdicts(
+        status, commit, descends):
+    spec = robustness.Spec(reps=20, registration=REGISTRATION if descends else "",
+                           descends=descends)
+    r = robustness.report(synthetic_runs(commit=commit), RANDOM, spec)
+    assert r.status == status and not r.notes
+    assert r.comparisons.set_index("method")["verdict"].to_dict() == {
+        "appo": "Holm p < 0.05, estimate > 0", "vaco": "Holm p < 0.05, estimate > 0"}
+    halves = {*r.reliability["verdict_a"], *r.reliability["verdict_b"]}
+    assert halves == {"reference", "Holm p ≥ 0.05"}
+    assert (f"Pre-registration: {r.status_words}; exploratory, without verdict words."
+            in robustness.markdown(r))
+
+
+def test_the_status_line_names_the_commits_against_the_pre_registration():
+    before = robustness.Spec(registration=REGISTRATION, descends=lambda commit, ancestor: False)
+    assert robustness.status(synthetic_runs(), before) == (
+        "before", "made at ccccccc, before the pre-registration (aaaaaaa)")
+    assert robustness.status(synthetic_runs(), robustness.Spec())[0] == "none"
+
+
 def test_check_passes_on_its_own_tables_and_names_the_file_of_an_edited_number(
         report, tmp_path, monkeypatch):
     robustness.write(report, tmp_path)
     monkeypatch.setattr(robustness, "read", lambda directory: (synthetic_runs(), RANDOM))
-    assert robustness.check(tmp_path, robustness.Spec(reps=200)) == []
+    assert robustness.check(tmp_path, AFTER) == []
     path = tmp_path / "aggregates.csv"
     text = path.read_text().splitlines()
     text[1] = text[1].replace(",4,", ",5,", 1)
     path.write_text("\n".join(text) + "\n")
-    assert robustness.check(tmp_path, robustness.Spec(reps=200)) == [
+    assert robustness.check(tmp_path, AFTER) == [
         f"{path}: differs from its recomputation"]
 
 
@@ -161,10 +194,16 @@ def test_vaco_bench_table_writes_a_v2_leaderboard_that_its_check_recomputes(tmp_
         (tmp_path / method / "bench.json").write_text(json.dumps(
             {"method": method, "protocol": "cpu", "protocol_version": 2}))
     monkeypatch.setattr(robustness, "read", lambda directory: (synthetic_runs(), RANDOM))
+    # The synthetic commit descends from protocol cpu v2's pre-registration and from nothing else.
+    monkeypatch.setattr(preregistration, "descends_from", lambda commit, ancestor: (
+        commit == COMMIT and ancestor == robustness.PREREGISTRATIONS["cpu", 2]))
     assert robustness.protocol_version(tmp_path) == 2
+    assert robustness.registration(tmp_path) == "a5f50b2db9b939aa52f6a8b53bf0e140b03a16dd"
     assert lag_bench.main(["--table", str(tmp_path)]) == 0
     assert {"aggregates.csv", "comparisons.csv", "reliability.csv", "leaderboard.md",
             "leaderboard.png"} <= {p.name for p in tmp_path.iterdir()}
+    assert set(pd.read_csv(tmp_path / "comparisons.csv")["verdict"]) == {"higher"}
+    assert "after the pre-registration (a5f50b2)" in (tmp_path / "leaderboard.md").read_text()
     assert lag_bench.main(["--table", str(tmp_path), "--check"]) == 0
     assert lag_bench.main(["--table", str(tmp_path), "--agree-with", "x.csv"]) == 2
 

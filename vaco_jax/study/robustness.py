@@ -11,6 +11,10 @@ Per task, every run's final score and AUC are normalised, random = 0 and synchro
 * **reliability**: the ranking and verdicts on the first half of the seeds against the second,
   Spearman's ρ with the Spearman–Brown correction 2ρ/(1 + ρ), and every verdict that differs.
 
+Verdict words ("higher", "lower", "no difference shown") only when every run was made at a commit
+that descends from the protocol's pre-registration (`PREREGISTRATIONS`); otherwise each test says
+what its adjusted p shows ("Holm p < 0.05, estimate > 0"), and the report says why.
+
 A section that cannot be computed (no reference runs, a method without synchronous runs) is
 left out of the tables and named, with the reason, in the report's notes: a report never stops
 with a traceback after a long run. There is no break rule."""
@@ -32,6 +36,9 @@ from vaco_jax.study import bench, stats
 
 REFERENCE = "ppo_clip"
 SETTING = ("k", "sampling", "K")
+PREREGISTRATIONS = {("cpu", 2): "a5f50b2db9b939aa52f6a8b53bf0e140b03a16dd"}
+"""(protocol, version) → the commit that pre-registered its tests (docs/preregistrations.md): data
+beside the protocols, so naming it changes no protocol's definition or comparability key."""
 TABLES = ("scores.csv", "aggregates.csv", "improvement.csv", "retention.csv", "comparisons.csv",
           "reliability.csv")
 """The files `write` makes that `check` recomputes (leaderboard.md is written from them)."""
@@ -40,7 +47,10 @@ TABLES = ("scores.csv", "aggregates.csv", "improvement.csv", "retention.csv", "c
 @dataclasses.dataclass(frozen=True)
 class Spec:
     """What the report compares: the reference method, its base (synchronous) setting and the
-    largest constant lag (column → value each)."""
+    largest constant lag (column → value each); the pre-registration commit of its tests
+    (`registration`; empty: none, every test exploratory) and the ancestry check that says
+    whether a run's commit descends from it (`descends(commit, ancestor)`; None: git's,
+    `preregistration.descends_from`)."""
 
     reference: str = REFERENCE
     base: Mapping = dataclasses.field(default_factory=lambda: {"k": 0, "sampling": "oldest", "K": 4})
@@ -48,6 +58,8 @@ class Spec:
                                                                   "K": 4})
     reps: int = 2000
     seed: int = 0
+    registration: str = ""
+    descends: Callable | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @classmethod
     def of(cls, runs: pd.DataFrame, reference: str = REFERENCE, **kwargs) -> "Spec":
@@ -74,6 +86,14 @@ class Report:
     comparisons: pd.DataFrame = None
     reliability: pd.DataFrame = None
     notes: list = dataclasses.field(default_factory=list)
+    status: str = "none"
+    """Whether the runs were made after the pre-registration: "after" (verdict words), "before",
+    "unknown" or "none" (no pre-registration named); `status_words` says it in words."""
+    status_words: str = ""
+
+    @property
+    def pre_registered(self) -> bool:
+        return self.status == "after"
 
     def table(self, name: str) -> pd.DataFrame | None:
         return getattr(self, name.removesuffix(".csv"))
@@ -147,9 +167,20 @@ def retention(scored: pd.DataFrame, spec: Spec) -> pd.DataFrame:
     return frame[["method", *SETTING, "metric", "task", "retention", "low", "high", "seeds"]]
 
 
-def comparisons(scored: pd.DataFrame, spec: Spec) -> pd.DataFrame:
+def status(runs: pd.DataFrame, spec: Spec) -> tuple[str, str]:
+    """(status, in words) of `runs` (their `commit`) against `spec.registration`
+    (`preregistration.status`; "none" when the spec names no pre-registration)."""
+    if not spec.registration:
+        return "none", ("no pre-registration named for these runs' protocol "
+                        "(`robustness.PREREGISTRATIONS`)")
+    return preregistration.status(runs["commit"] if "commit" in runs else [], spec.registration,
+                                  spec.descends)
+
+
+def comparisons(scored: pd.DataFrame, spec: Spec, pre_registered: bool = False) -> pd.DataFrame:
     """Each method − the reference at the largest lag: the per-seed mean over tasks of
-    normalised AUC, exact sign-flip test, Holm over the methods."""
+    normalised AUC, exact sign-flip test, Holm over the methods; verdict words only when
+    `pre_registered` (the runs were made after the pre-registration)."""
     tests = []
     for method in sorted(set(scored["method"]) - {spec.reference}):
         pair = scored[scored["method"].isin([method, spec.reference])]
@@ -161,27 +192,29 @@ def comparisons(scored: pd.DataFrame, spec: Spec) -> pd.DataFrame:
         tests.append({"method": method, "baseline": spec.reference, "differences": pooled})
     if not tests:
         raise ValueError(f"no method shares seeds with {spec.reference} at {dict(spec.largest)}")
-    table = preregistration.family(tests, test="sign-flip")
+    table = preregistration.family(tests, test="sign-flip", pre_registered=pre_registered)
     return table.drop(columns=["family"])
 
 
-def _board(scored: pd.DataFrame, spec: Spec) -> tuple[pd.Series, pd.Series]:
+def _board(scored: pd.DataFrame, spec: Spec, pre_registered: bool) -> tuple[pd.Series, pd.Series]:
     """(IQM of normalised AUC at the largest lag, verdict vs the reference) per method."""
     iqm = pd.Series({m: float(stats.aggregate(x)[1]) for m, g in scored.groupby("method")
                      if (x := _matrix(g, "auc_score", spec.largest)).size})
-    verdicts = comparisons(scored, spec).set_index("method")["verdict"]
+    verdicts = comparisons(scored, spec, pre_registered).set_index("method")["verdict"]
     return iqm, verdicts
 
 
-def reliability(runs: pd.DataFrame, random: Mapping, spec: Spec) -> pd.DataFrame:
+def reliability(runs: pd.DataFrame, random: Mapping, spec: Spec,
+                pre_registered: bool = False) -> pd.DataFrame:
     """The ranking and verdicts of the first half of the seeds against the second, each half
-    normalised by its own reference runs. One row per method; ρ and 2ρ/(1 + ρ) in every row."""
+    normalised by its own reference runs (verdict words only when `pre_registered`). One row per
+    method; ρ and 2ρ/(1 + ρ) in every row."""
     seeds = sorted(runs["seed"].unique())
     halves = [seeds[:len(seeds) // 2], seeds[len(seeds) // 2:]]
     boards = []
     for half in halves:
         part = runs[runs["seed"].isin(half)]
-        boards.append(_board(normalise(part, random, spec), spec))
+        boards.append(_board(normalise(part, random, spec), spec, pre_registered))
     (iqm_a, verdict_a), (iqm_b, verdict_b) = boards
     methods = sorted(set(iqm_a.index) & set(iqm_b.index))
     rho = float(scipy_stats.spearmanr(iqm_a[methods], iqm_b[methods]).statistic)
@@ -205,17 +238,23 @@ def normalise(runs: pd.DataFrame, random: Mapping, spec: Spec) -> pd.DataFrame:
 
 def report(runs: pd.DataFrame, random: Mapping, spec: Spec | None = None) -> Report:
     """Every section of the report that can be computed from `runs` (`pipeline.runs` columns)
-    and `random` (task → the random policy's return)."""
+    and `random` (task → the random policy's return). Verdict words only when every run was made
+    after `spec.registration` (`status`)."""
     spec = spec or Spec.of(runs)
     out = Report(spec)
+    out.status, out.status_words = status(runs, spec)
+    words = out.pre_registered
     scored = _section(out.notes, "normalised scores", lambda: normalise(runs, random, spec))
     if scored is None:
         return out
     out.scores = scored.drop(columns=["steps", "returns"])
     for name, make in (("aggregates", aggregates), ("improvement", improvement),
-                       ("retention", retention), ("comparisons", comparisons)):
+                       ("retention", retention)):
         setattr(out, name, _section(out.notes, name, lambda make=make: make(scored, spec)))
-    out.reliability = _section(out.notes, "reliability", lambda: reliability(runs, random, spec))
+    out.comparisons = _section(out.notes, "comparisons",
+                               lambda: comparisons(scored, spec, words))
+    out.reliability = _section(out.notes, "reliability",
+                               lambda: reliability(runs, random, spec, words))
     return out
 
 
@@ -244,18 +283,36 @@ def protocol_version(directory: str | Path) -> int | None:
     return max(versions) if versions else None
 
 
+def registration(directory: str | Path) -> str:
+    """The pre-registration commit of a leaderboard directory's protocol (`PREREGISTRATIONS`,
+    from each method's bench.json); empty when none is named or its methods differ in it."""
+    found = {PREREGISTRATIONS.get((info.get("protocol"), info.get("protocol_version", 1)), "")
+             for info in (json.loads(path.read_text())
+                          for path in Path(directory).glob(f"*/{bench.BENCH_FILE}"))}
+    return found.pop() if len(found) == 1 else ""
+
+
+def _recompute(directory: str | Path, spec: Spec | None) -> Report:
+    """The report of `directory`'s per-run files; without a `spec`, the runs' own with the
+    pre-registration of the directory's protocol."""
+    runs, random = read(directory)
+    return report(runs, random, spec or Spec.of(runs, registration=registration(directory)))
+
+
 def write_leaderboard(directory: str | Path, spec: Spec | None = None) -> list[Path]:
     """The leaderboard of `directory` (`read`), recomputed from its per-run files and written
     into it: what `check` compares with."""
-    runs, random = read(directory)
-    return write(report(runs, random, spec), directory)
+    return write(_recompute(directory, spec), directory)
 
 
 def markdown(r: Report) -> str:
     s = r.spec
     lines = ["# Lag-robustness leaderboard", "",
              f"Normalised per task: random = 0, {s.reference} at {dict(s.base)} = 1. Ranked by "
-             f"the IQM of normalised AUC at {dict(s.largest)} (95% stratified bootstrap CI).", ""]
+             f"the IQM of normalised AUC at {dict(s.largest)} (95% stratified bootstrap CI).", "",
+             f"Pre-registration: {r.status_words}; "
+             + ("the verdicts are the pre-registered ones." if r.pre_registered else
+                "exploratory, without verdict words."), ""]
     if r.aggregates is not None:
         at = estimates._select(r.aggregates, s.largest)
         auc, final = (at[at.metric == m].set_index("method") for m in ("auc", "final"))
@@ -321,8 +378,7 @@ def check(directory: str | Path, spec: Spec | None = None) -> list[str]:
     """Recompute the leaderboard from `directory`'s per-run files and compare every committed
     table with it: one line per file that differs, is missing, or could not be recomputed."""
     directory = Path(directory)
-    runs, random = read(directory)
-    fresh = report(runs, random, spec)
+    fresh = _recompute(directory, spec)
     problems = [f"{directory}: {note}" for note in fresh.notes]
     with tempfile.TemporaryDirectory() as tmp:
         write(fresh, tmp)
