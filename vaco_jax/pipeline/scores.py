@@ -17,11 +17,35 @@ from vaco_jax.study import references, stats
 METRICS = ("final", "auc")
 
 
+def run_score(returns, steps, random: float, reference: float | None = None,
+              last_evals: int = runs_.LAST_EVALS, *, diverged=None,
+              whole_run_fails: bool = False) -> tuple[float, float]:
+    """(final, auc) of one run, every study's rule: its evaluations from its divergence on (those
+    `diverged` marks, and a non-finite return) count as the random policy's; normalised by
+    `random` and `reference` (None: returns as they are); final the mean of the last `last_evals`
+    evaluations, auc the normalised area under the curve (`stats.area_under_curve`).
+
+    `whole_run_fails`: a run that diverged at all, however late, has the random policy's final
+    (a score of 0), not the mean of its last evaluations (the controlled-lag and settings
+    studies' rule)."""
+    returns = np.asarray(returns, np.float64)
+    failed = ~np.isfinite(returns)
+    if diverged is not None:
+        failed |= np.asarray(diverged, bool)
+    failed = np.maximum.accumulate(failed)
+    curve = np.where(failed, random, returns)
+    if reference is not None:
+        curve = stats.normalize(curve, random, reference)
+    if whole_run_fails and failed.any():
+        final = 0.0 if reference is not None else random
+    else:
+        final = curve[-last_evals:].mean()
+    return float(final), float(stats.area_under_curve(curve, steps))
+
+
 def _raw(run, random: float, last_evals: int) -> tuple[float, float]:
     """(final, auc) of one run's returns, diverged evaluations at the random return."""
-    returns = np.where(np.isnan(run.returns), random, run.returns)
-    return (float(returns[-last_evals:].mean()),
-            float(stats.area_under_curve(returns, run.steps)))
+    return run_score(run.returns, run.steps, random, None, last_evals)
 
 
 def raw(runs: pd.DataFrame, random: Mapping[str, float],

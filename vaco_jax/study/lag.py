@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from vaco_jax.errors import SweepError
-from vaco_jax.pipeline import estimates, preregistration, runs, tables
+from vaco_jax.pipeline import estimates, preregistration, runs, scores, tables
 from vaco_jax.pipeline.estimates import BREAK_LEVEL
 from vaco_jax.study import analysis, plotting, presets, references, stats, sweep
 
@@ -227,16 +227,17 @@ def evaluation_scores(results: pd.DataFrame, table: dict,
 
 def run_scores(evaluations: pd.DataFrame, table: dict,
                last_evals: int = FINAL_EVALS) -> pd.DataFrame:
-    """One row per run of `evaluation_scores`' rows: its final raw return and normalised `score` (mean of the last `last_evals` evaluations; a diverged run: NaN
-    and 0), its normalised `auc`, when it diverged, its realised lag and behaviour TV, and its
-    task's references."""
+    """One row per run of `evaluation_scores`' rows: its final raw return (the mean of the last
+    `last_evals` evaluations; NaN if it diverged), its normalised `score` and `auc`
+    (`scores.run_score`: a diverged run scores 0), when it diverged, its realised lag and
+    behaviour TV, and its task's references."""
     frame = evaluations.sort_values(RUN + ["eval_index"]).reset_index(drop=True)
     codes = frame.groupby(RUN, sort=False).ngroup().to_numpy()   # contiguous: one block per run
     starts = np.flatnonzero(np.diff(codes, prepend=-1))
     ends = np.append(starts[1:], len(frame))
     column = {name: frame[name].to_numpy(np.float64) if name in frame else
               np.full(len(frame), np.nan)
-              for name in ("eval_return", "score", "step", "snapshot_age", "behavior_tv",
+              for name in ("eval_return", "step", "snapshot_age", "behavior_tv",
                            "sgd_steps_per_iteration")}
     diverged = frame["diverged"].to_numpy(bool)
     keys = frame.iloc[starts]
@@ -251,12 +252,14 @@ def run_scores(evaluations: pd.DataFrame, table: dict,
         last, failed = slice(end - last_evals, end), bool(diverged[run].any())
         age, tv = (_mean_of_finite(column[name][run]) for name in ("snapshot_age", "behavior_tv"))
         entry = entries[(key["env"], int(key["budget"]))]
+        score, auc = scores.run_score(column["eval_return"][run], column["step"][run],
+                                      entry["random_return"], entry["ppo_sync_return"],
+                                      last_evals, diverged=diverged[run], whole_run_fails=True)
         rows.append({
             **{k: key[k] for k in RUN}, "lag": key["lag"], "budget": int(key["budget"]),
             "evaluations": end - start,
             "final_return": np.nan if failed else float(column["eval_return"][last].mean()),
-            "score": 0.0 if failed else float(column["score"][last].mean()),
-            "auc": float(stats.area_under_curve(column["score"][run], column["step"][run])),
+            "score": score, "auc": auc,
             "diverged": failed,
             "diverged_at_step": int(column["step"][run][diverged[run]].min()) if failed else None,
             "snapshot_age": age,

@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from vaco_jax import io
-from vaco_jax.pipeline import estimates, tables
+from vaco_jax.pipeline import estimates, scores, tables
 from vaco_jax.pipeline.estimates import BREAK_LEVEL
 from vaco_jax.study import bench, stats, sweep
 
@@ -92,20 +92,22 @@ def load(directory: str | Path) -> BenchResult:
 
 
 def run_scores(results: pd.DataFrame, random: dict, last_evals: int) -> pd.DataFrame:
-    """Per run (task, setting, lag, seed): `final_z` and `auc_z` (returns above random; a
-    diverged run counts as random from its divergence on)."""
+    """Per run (task, setting, lag, seed): `final_z` and `auc_z`, returns above random
+    (`scores.run_score` of `return − random`: a diverged run counts as random from its divergence
+    on)."""
     columns = ["task", "setting", "lag", "seed", "final_z", "auc_z"]
     if not len(results):
         return pd.DataFrame(columns=columns)
     frame = results.assign(task=results["env"], setting=results["variant"],
                            lag=results["capacity"] - 1)
     z = frame["eval_return"].astype(np.float64) - frame["task"].map(random).astype(np.float64)
-    failed = frame["diverged"].astype(bool) if "diverged" in frame else False
-    frame = frame.assign(z=z.mask(failed, 0.0).fillna(0.0))
+    failed = (frame["diverged"].astype(bool) if "diverged" in frame
+              else pd.Series(False, index=frame.index))
+    frame = frame.assign(z=z, failed=failed)
     rows = []
     for key, run in frame.sort_values("eval_index").groupby(["task", "setting", "lag", "seed"]):
-        values = run["z"].to_numpy()
-        rows.append((*key, float(values[-last_evals:].mean()), float(values.mean())))
+        rows.append((*key, *scores.run_score(run["z"], run["step"], 0.0, None, last_evals,
+                                             diverged=run["failed"])))
     return pd.DataFrame(rows, columns=columns)
 
 

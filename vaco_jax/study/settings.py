@@ -40,6 +40,7 @@ from matplotlib.ticker import NullFormatter
 import numpy as np
 import pandas as pd
 
+from vaco_jax.pipeline import scores
 from vaco_jax.pipeline.estimates import BREAK_LEVEL
 from vaco_jax.study import analysis, lag, presets, references, stats, sweep
 
@@ -220,17 +221,15 @@ def sync_references(runs: pd.DataFrame, random: dict[str, float]) -> pd.DataFram
     return pd.DataFrame(rows)
 
 
-def scored_runs(runs: pd.DataFrame, tasks: pd.DataFrame) -> pd.DataFrame:
+def scored_runs(runs: pd.DataFrame, tasks: pd.DataFrame,
+                last_evals: int = FINAL_EVALS) -> pd.DataFrame:
     """`runs` with `score` (normalised final; 0 for a diverged run) and `auc` (the normalised
-    area under the curve, 0 from a divergence on)."""
+    area under the curve, 0 from a divergence on): `scores.run_score`."""
     ref = tasks.set_index("task")
-    scores, aucs = [], []
-    for r in runs.itertuples():
-        random, sync = ref.loc[r.env, "random_return"], ref.loc[r.env, "sync_return"]
-        curve = np.nan_to_num(stats.normalize(r.returns, random, sync), nan=0.0)
-        aucs.append(float(stats.area_under_curve(curve, r.steps)))
-        scores.append(0.0 if r.diverged else float(stats.normalize(r.final_return, random, sync)))
-    return runs.assign(score=scores, auc=aucs)
+    values = [scores.run_score(r.returns, r.steps, ref.loc[r.env, "random_return"],
+                               ref.loc[r.env, "sync_return"], last_evals, whole_run_fails=True)
+              for r in runs.itertuples()]
+    return runs.assign(score=[v[0] for v in values], auc=[v[1] for v in values])
 
 
 def random_returns(table: dict, runs: pd.DataFrame, last_evals: int) -> dict[str, float]:
@@ -546,7 +545,7 @@ def analyse(sweeps: Sweeps, table: dict, *, reps: int = 10_000, seed: int = 0,
             last_evals: int = FINAL_EVALS) -> Report:
     raw = raw_runs(sweeps.results, last_evals)
     tasks = sync_references(raw, random_returns(table, raw, last_evals))
-    runs = scored_runs(raw, tasks)
+    runs = scored_runs(raw, tasks, last_evals)
     status, detail = lag.pre_registration(sweeps.cells)
     pre_registered = status == "after"
     options = dict(reps=reps, seed=seed)
