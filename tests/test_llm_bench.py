@@ -379,6 +379,30 @@ def test_verdict_words_only_for_results_made_after_the_pre_registration(tmp_path
         assert "exploratory, without verdict words" in families.markdown(tests)
 
 
+def test_a_pre_registered_family_is_its_named_objectives_and_judged_only_when_complete(
+        tmp_path, monkeypatch):
+    from vaco_jax.pipeline import preregistration
+
+    registered = dataclasses.replace(bench.protocol("llm-tiny"), preregistration="f" * 40)
+    monkeypatch.setitem(bench.PROTOCOLS, "llm-tiny", registered)
+    monkeypatch.setattr(preregistration, "descends_from", lambda commit, ancestor: True)
+    entries = [scorecard.load(p) for p in scorecard.entries(_three_board(tmp_path / "board"))]
+    # The registration names PPO-Clip, VACO and GSPO: SPO is left out, GSPO's tests are missing.
+    monkeypatch.setitem(families.REGISTERED, ("llm-tiny", 1), ("ppo_clip", "vaco", "gspo"))
+    tests = families.compute(entries)
+    assert set(tests.table.objective) == {"ppo_clip", "vaco"}
+    assert set(tests.table.verdict) == {"exploratory (4 of the 8 tests present)",
+                                        "exploratory (8 of the 12 tests present)"}
+    assert "`spo`: not among the objectives the pre-registration names" in " ".join(tests.notes)
+    assert ("F1: 4 of the 8 tests the pre-registration names are present; Holm's correction is "
+            "over these 4, and no verdict is given until all are") in tests.notes
+    # Every named objective present: the verdicts are the pre-registered ones.
+    monkeypatch.setitem(families.REGISTERED, ("llm-tiny", 1), ("ppo_clip", "vaco", "spo"))
+    verdict = families.compute(entries).table.set_index(["family", "objective", "N",
+                                                         "metric"]).verdict
+    assert verdict["F1", "vaco", 2, "final_accuracy"] == "higher than PPO-Clip under lag"
+
+
 def test_check_names_primary_csv_when_it_differs_or_is_missing(tmp_path, capsys):
     board = _three_board(tmp_path / "board")
     assert lag_bench.main(["--table", str(board)]) == 0
