@@ -12,7 +12,7 @@ resamples seeds paired: one row per seed holds every condition it compares."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -54,10 +54,14 @@ def paired(runs: pd.DataFrame, value: str, conditions: list[Mapping]) -> dict[st
 
 
 def retention(runs: pd.DataFrame, value: str, base: Mapping, at: Mapping, *, reps: int = REPS,
-              seed: int = 0, confidence: float = 0.95) -> pd.DataFrame:
+              seed: int = 0, confidence: float = 0.95,
+              tasks: Sequence[str] | None = None) -> pd.DataFrame:
     """Per task and pooled (when several tasks): mean `value` at `at` ÷ mean at `base`, with its
-    stratified BCa interval over seeds. Columns task, retention, low, high, seeds."""
+    stratified BCa interval over seeds. `tasks`: the tasks, in the order they are stratified
+    (default: every task of `runs`, sorted). Columns task, retention, low, high, seeds."""
     matrices = {t: m.to_numpy() for t, m in paired(runs, value, [base, at]).items()}
+    if tasks is not None:
+        matrices = {t: matrices[t] for t in tasks if t in matrices}
     groups = [(t, [m]) for t, m in matrices.items()]
     if len(matrices) > 1:
         groups.append((POOLED, list(matrices.values())))

@@ -127,25 +127,14 @@ def retention(result: BenchResult, proto: bench.Protocol, *, reps: int = REPS) -
         columns += [("forward", k) for k in proto.forward_lags]
     if result.info.get("lag_profile"):   # the user's lag profile: its oldest age as the lag
         columns.append((bench.PROFILE, len(result.info["lag_profile"]) - 1))
-    rows = []
+    tables = []
     tasks = [t.env for t in proto.tasks]
     for value in ("final_z", "auc_z"):
         for setting, lag in columns:
-            per_task = []
-            for task in tasks:
-                base, other = _matrix(runs, task, "lag", 0, value), _matrix(runs, task, setting, lag, value)
-                seeds = sorted(set(base.index) & set(other.index))
-                if len(seeds) < 2:
-                    continue
-                per_task.append((task, np.stack([base[seeds], other[seeds]], axis=1)))
-            for name, strata in [(t, [m]) for t, m in per_task] + (
-                    [("pooled", [m for _, m in per_task])] if len(per_task) > 1 else []):
-                point, low, high = stats.stratified_bca(
-                    strata, lambda s: np.mean([x[:, 1].mean() / x[:, 0].mean() for x in s]),
-                    reps=reps)
-                rows.append({"task": name, "metric": value[:-2], "setting": setting, "lag": lag,
-                             "retention": float(point), "low": float(low), "high": float(high),
-                             "seeds": int(min(len(m) for m in strata))})
+            table = estimates.retention(runs, value, {"setting": "lag", "lag": 0},
+                                        {"setting": setting, "lag": lag}, reps=reps, tasks=tasks)
+            tables.append(table.assign(metric=value[:-2], setting=setting, lag=lag))
+    rows = pd.concat(tables, ignore_index=True).to_dict("records") if tables else []
     return pd.DataFrame(rows, columns=["task", "metric", "setting", "lag", "retention", "low",
                                        "high", "seeds"])   # no rows while no cell pair finished
 
