@@ -665,3 +665,18 @@ def test_a_leaderboard_of_another_protocol_version_is_said_not_comparable(board)
     # Version 1's results are still what this checkout computes for version 1.
     info = json.loads((board / "vaco" / bench.BENCH_FILE).read_text())
     assert bench.computed_here(info)[0]
+
+
+def test_program_digests_compare_two_checkouts_and_name_each_program_that_differs(
+        tmp_path, monkeypatch, capsys):
+    from experiments import program_digests
+
+    monkeypatch.setattr(program_digests, "digests",
+                        lambda protocol, env: {"vaco/lag": "a", "ppo_clip/lag": "b"})
+    (tmp_path / "same.json").write_text(json.dumps({"vaco/lag": "a", "ppo_clip/lag": "b"}))
+    (tmp_path / "other.json").write_text(json.dumps({"vaco/lag": "a", "ppo_clip/lag": "c"}))
+    out = str(tmp_path / "here.json")
+    assert program_digests.main([out, "--compare", str(tmp_path / "same.json")]) == 0
+    assert program_digests.main([out, "--compare", str(tmp_path / "other.json")]) == 1
+    assert "differs: ppo_clip/lag: c there, b here" in capsys.readouterr().out
+    assert json.loads(Path(out).read_text()) == {"vaco/lag": "a", "ppo_clip/lag": "b"}
