@@ -11,7 +11,7 @@ import pytest
 from scipy import stats as scipy_stats
 
 from vaco_jax import io
-from vaco_jax.commands import lag_bench
+from vaco_jax.commands import bench as bench_command
 from vaco_jax.errors import ConfigError, SweepError
 from vaco_jax.study import bench, scorecard, stats, sweep
 
@@ -100,7 +100,7 @@ def test_methods_and_protocols_are_checked_before_compiling():
 def test_result_code_leaves_out_analysis_only_modules():
     sources = bench.result_sources()
     assert "trainer.py" in sources and "objectives.py" in sources and "study/sweep.py" in sources
-    assert not any(name.startswith(("study/scorecard", "study/stats", "study/settings",
+    assert not any(name.startswith(("study/scorecard", "study/stats", "study/lag_by_setting",
                                     "study/leaderboard", "commands/plot", "llm/")) for name in sources)
     other = dict(sources, **{"trainer.py": "0" * 12})
     assert bench.code_difference(sources, other) == ["trainer.py"]
@@ -111,7 +111,7 @@ def test_result_code_leaves_out_analysis_only_modules():
 def board(tmp_path_factory):
     root = tmp_path_factory.mktemp("lag-bench")
     for algo in ("ppo_clip", "vaco"):
-        assert lag_bench.main(["--algo", algo, *TINY_V1, "--out", str(root / algo),
+        assert bench_command.main(["--algo", algo, *TINY_V1, "--out", str(root / algo),
                                "--leaderboard", str(root), "--no-progress"]) == 0
     return root
 
@@ -253,7 +253,7 @@ def test_a_leaderboard_entry_without_runs_is_named_in_the_report_never_a_traceba
     shutil.copytree(board / "vaco", mine)
     for name in ("scorecard.json", "scorecard.md", "scorecard.png"):
         (mine / name).unlink()
-    assert lag_bench.main(["--algo", "vaco", *TINY_V1, "--out", str(mine),
+    assert bench_command.main(["--algo", "vaco", *TINY_V1, "--out", str(mine),
                            "--leaderboard", str(other), "--report-only"]) == 0
     for name in ("scorecard.json", "scorecard.md", "scorecard.png"):
         assert (mine / name).stat().st_size > 0
@@ -276,7 +276,7 @@ def test_a_figure_that_cannot_be_drawn_is_said_and_the_rest_written(board, tmp_p
     mine = tmp_path / "vaco"
     shutil.copytree(board / "vaco", mine)
     (mine / "scorecard.png").unlink()
-    assert lag_bench.main(["--algo", "vaco", *TINY_V1, "--out", str(mine),
+    assert bench_command.main(["--algo", "vaco", *TINY_V1, "--out", str(mine),
                            "--leaderboard", str(board), "--report-only"]) == 0
     assert (mine / "scorecard.md").exists() and not (mine / "scorecard.png").exists()
     assert f"{mine / 'scorecard.png'} was not written (AttributeError: 'DataFrame' object has no " \
@@ -290,7 +290,7 @@ def test_the_report_says_which_cells_are_missing(board, tmp_path):
     records = [json.loads(line) for line in cells.read_text().splitlines()]
     cells.write_text(json.dumps(records[0]) + "\n")   # the forward cell never finished
     (tmp_path / "none").mkdir()
-    assert lag_bench.main(["--algo", "vaco", *TINY_V1, "--out", str(partial),
+    assert bench_command.main(["--algo", "vaco", *TINY_V1, "--out", str(partial),
                            "--leaderboard", str(tmp_path / "none"), "--report-only"]) == 0
     card = json.loads((partial / "scorecard.json").read_text())
     assert card["missing_cells"] == ["bench/toy_reach/vaco/forward"]
@@ -304,7 +304,7 @@ def test_the_default_leaderboard_is_the_checkout_s_from_any_directory(board, tmp
     shutil.copytree(board / "vaco", mine)
     monkeypatch.chdir(tmp_path)
     args = ["--algo", "vaco", *TINY_V1, "--out", str(mine), "--report-only"]
-    assert lag_bench.main(args) == 0
+    assert bench_command.main(args) == 0
     committed = Path(__file__).resolve().parent.parent / "results" / "lag-bench" / "tiny"
     assert bench.committed_leaderboard("tiny") == committed
     # No tiny leaderboard is committed: the scorecard says it compared with none, and where it looked.
@@ -312,12 +312,12 @@ def test_the_default_leaderboard_is_the_checkout_s_from_any_directory(board, tmp
         " ".join(capsys.readouterr().err.split())
     assert json.loads((mine / "scorecard.json").read_text())["comparisons"] == []
     # A leaderboard named but absent is refused, not taken for an empty one.
-    assert lag_bench.main([*args, "--leaderboard", str(tmp_path / "absent")]) == 2
+    assert bench_command.main([*args, "--leaderboard", str(tmp_path / "absent")]) == 2
     assert "option `leaderboard` = " in capsys.readouterr().err
 
 
 def test_the_leaderboard_table_ranks_every_method(board):
-    assert lag_bench.main(["--table", str(board)]) == 0
+    assert bench_command.main(["--table", str(board)]) == 0
     text = (board / "leaderboard.md").read_text()
     assert "| vaco | toy_reach |" in text and "| ppo_clip | toy_reach |" in text
     assert (board / "leaderboard.png").stat().st_size > 0
@@ -327,7 +327,7 @@ def test_a_method_with_no_finished_cell_is_named_in_the_table_not_a_crash(board,
     other = tmp_path / "board"
     shutil.copytree(board, other)
     (other / "vaco" / bench.RUNS / sweep.CELLS).write_text("")   # started, nothing finished yet
-    assert lag_bench.main(["--table", str(other)]) == 0
+    assert bench_command.main(["--table", str(other)]) == 0
     text = (other / "leaderboard.md").read_text()
     assert "| ppo_clip | toy_reach |" in text and "| vaco | toy_reach |" not in text
     assert "`vaco`: 2 cells not finished" in text
@@ -340,7 +340,7 @@ def test_a_table_of_methods_without_runs_is_refused_naming_them_not_a_traceback(
     for method in ("ppo_clip", "vaco"):   # as committed: bench.json and scorecard, no runs
         shutil.rmtree(other / method / bench.RUNS)
     written = {p.name: p.read_bytes() for p in other.iterdir() if p.is_file()}
-    assert lag_bench.main(["--table", str(other)]) == 2
+    assert bench_command.main(["--table", str(other)]) == 2
     assert "`vaco` left out: its directory holds no per-seed runs" in capsys.readouterr().err
     assert {p.name: p.read_bytes() for p in other.iterdir() if p.is_file()} == written
 
@@ -387,7 +387,7 @@ def test_the_table_command_writes_the_agreement_with_a_study(board, tmp_path):
     pd.DataFrame({"task": ["toy_reach"] * 2, "sampling": ["oldest"] * 2, "lag": ["k=3"] * 2,
                   "method": ["vaco", "ppo_clip"], "degradation": [0.9, 0.5]}).to_csv(
         tmp_path / "degradation.csv", index=False)
-    assert lag_bench.main(["--table", str(board), "--agree-with",
+    assert bench_command.main(["--table", str(board), "--agree-with",
                            str(tmp_path / "degradation.csv")]) == 0
     text = (board / "agreement.md").read_text()
     assert "over the 2 methods both ran" in text and "too few methods" in text
@@ -419,7 +419,7 @@ def test_a_users_objective_gets_a_scorecard_beside_the_leaderboard(board, tmp_pa
     path.write_text(USER_OBJECTIVE)
     monkeypatch.syspath_prepend(str(tmp_path))
     out = tmp_path / "mine"
-    assert lag_bench.main(["--algo", "gae+bench_objectives:penalised_pg", *TINY_V1,
+    assert bench_command.main(["--algo", "gae+bench_objectives:penalised_pg", *TINY_V1,
                            "--set", "objective_hparams=tau=0.1", "--out", str(out),
                            "--leaderboard", str(board), "--no-progress"]) == 0
     info = json.loads((out / "bench.json").read_text())
@@ -447,7 +447,7 @@ def test_a_users_objective_gets_a_scorecard_beside_the_leaderboard(board, tmp_pa
     args = ["--algo", algo, *TINY_V1, "--set", "objective_hparams=tau=0.1", "--out",
             str(out), "--leaderboard", str(board), "--no-progress"]
     capsys.readouterr()
-    assert lag_bench.main(args) == 2
+    assert bench_command.main(args) == 2
     assert "made by another version of its objective 'bench_objectives:penalised_pg'" in \
         " ".join(capsys.readouterr().err.split())
     cells = bench.bench_cells(bench.Method(algo, (("objective_hparams", ("tau=0.1",)),)),
@@ -456,7 +456,7 @@ def test_a_users_objective_gets_a_scorecard_beside_the_leaderboard(board, tmp_pa
         sweep.run_sweep(cells, out / bench.RUNS, max_cells=0, log=lambda _: None)
     # A comment computes the same: the finished cells are its own, nothing runs again.
     edit("# tuned on ten seeds\n" + USER_OBJECTIVE)
-    assert lag_bench.main(args) == 0 and "running 0" in capsys.readouterr().out
+    assert bench_command.main(args) == 0 and "running 0" in capsys.readouterr().out
 
 
 EXAMPLE_PROFILE = Path(__file__).resolve().parent.parent / "docs" / "lag_profiles" / "example.json"
@@ -470,12 +470,12 @@ def test_a_lag_profile_adds_one_cell_per_task_checked_before_compiling(tmp_path,
         "profile", (0.5, 0.25, 0.25), 3)
     assert profile.num_epochs == cells[0].config.num_epochs   # the lag axis's shapes
     assert [(r.capacity, r.seed) for r in cells[2].runs] == [(3, s) for s in range(200, 210)]
-    assert lag_bench.main(["--algo", "vaco", *TINY_V1, "--plan",
+    assert bench_command.main(["--algo", "vaco", *TINY_V1, "--plan",
                            "--lag-profile", str(EXAMPLE_PROFILE)]) == 0
     assert "bench/toy_reach/vaco/profile: 3 runs" in capsys.readouterr().out
     bad = tmp_path / "bad.json"
     bad.write_text('{"probabilities": [-0.5, 1.5]}')
-    assert lag_bench.main(["--algo", "vaco", *TINY_V1, "--plan",
+    assert bench_command.main(["--algo", "vaco", *TINY_V1, "--plan",
                            "--lag-profile", str(bad)]) == 2
     assert ">= 0" in capsys.readouterr().err
 
@@ -488,7 +488,7 @@ def test_a_scorecard_reports_retention_under_the_methods_lag_profile(board, tmp_
     profile.write_text(json.dumps({"probabilities": [0.5, 0.5]}))
     args = ["--algo", "vaco", *TINY_V1, "--out", str(out), "--leaderboard", str(board),
             "--no-progress", "--lag-profile", str(profile)]
-    assert lag_bench.main(args) == 0
+    assert bench_command.main(args) == 0
     assert json.loads((out / bench.BENCH_FILE).read_text())["lag_profile"] == [0.5, 0.5]
     card = json.loads((out / "scorecard.json").read_text())
     assert not card["missing_cells"]
@@ -500,7 +500,7 @@ def test_a_scorecard_reports_retention_under_the_methods_lag_profile(board, tmp_
     # Another profile needs another directory.
     profile.write_text(json.dumps({"probabilities": [0.25, 0.75]}))
     capsys.readouterr()
-    assert lag_bench.main(args) == 2
+    assert bench_command.main(args) == 2
     assert "another --out directory for another profile" in capsys.readouterr().err
 
 
@@ -560,12 +560,12 @@ def test_a_protocol_whose_extras_are_missing_fails_with_the_install_command(monk
     from vaco_jax import envs
 
     monkeypatch.setattr(envs, "gymnax_available", lambda: False)
-    assert lag_bench.main(["--algo", "vaco", "--protocol", "cpu", "--plan"]) == 2
+    assert bench_command.main(["--algo", "vaco", "--protocol", "cpu", "--plan"]) == 2
     assert 'pip install -e ".[gymnax]"' in capsys.readouterr().err
 
 
 def test_the_plan_prints_the_size_and_a_time_only_where_throughput_was_measured(capsys, tmp_path):
-    assert lag_bench.main(["--algo", "vaco", "--protocol", "cpu", "--plan", "--out",
+    assert bench_command.main(["--algo", "vaco", "--protocol", "cpu", "--plan", "--out",
                            str(tmp_path / "none"), "--leaderboard", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "10 cells (10 compiled programs), 300 runs, 108,134,400 env steps, 96,000 " \
@@ -621,14 +621,14 @@ def test_the_tuned_learning_rate_is_chosen_recorded_and_required(tmp_path, capsy
     out = tmp_path / "ppo_clip"
     base = ["--algo", "ppo_clip", "--protocol", "tiny", "--out", str(out), "--no-progress"]
     # No choice yet, no --learning-rate: refused before anything compiles.
-    assert lag_bench.main(base) == 2
+    assert bench_command.main(base) == 2
     assert "--tune" in capsys.readouterr().err and not (out / bench.RUNS).exists()
-    assert lag_bench.main(base + ["--tune"]) == 0
+    assert bench_command.main(base + ["--tune"]) == 0
     tuning = json.loads((out / bench.TUNING_FILE).read_text())
     assert tuning["chosen"] in (1e-4, 3e-4, 1e-3) and tuning["design_seeds"] == [900, 901]
     assert set(tuning["tasks"]["toy_reach"]["learning_rates"]) == {"0.0001", "0.0003", "0.001"}
     assert tuning["cost"]["wall_seconds"] > 0 and tuning["cost"]["env_steps"] == 6 * 8_192
-    assert lag_bench.main(base) == 0
+    assert bench_command.main(base) == 0
     info = json.loads((out / bench.BENCH_FILE).read_text())
     assert (info["learning_rate"], info["tuned"], info["protocol_version"]) == \
         (tuning["chosen"], True, 2)
@@ -653,7 +653,7 @@ def test_the_tuned_learning_rate_is_chosen_recorded_and_required(tmp_path, capsy
         (0, "oldest", 2), (1, "oldest", 2), (3, "oldest", 2), (3, "profile", 2),
         (0, "oldest", 4), (3, "oldest", 4)}
     # Another learning rate in the same directory is refused; elsewhere it is recorded as not tuned.
-    assert lag_bench.main(base + ["--learning-rate", "0.5"]) == 2
+    assert bench_command.main(base + ["--learning-rate", "0.5"]) == 2
     assert "learning rate" in capsys.readouterr().err
 
 

@@ -295,12 +295,12 @@ def test_cells_of_other_code_are_refused_unless_allowed(synthetic, tmp_path):
 
 
 def test_cli_writes_figures_tables_and_summary(synthetic, tmp_path, capsys):
-    from vaco_jax.commands import lag_report
+    from vaco_jax.commands import report as report_command
 
     sweeps, refs, _, _ = synthetic
     out = tmp_path / "report"
     args = ["--sweeps", *map(str, sweeps), "--out", str(out), "--reps", "300"]
-    assert lag_report.main([*args, "--references", str(refs)]) == 0
+    assert report_command.main([*args, "--references", str(refs)]) == 0
     for name in ("fig_a_score_vs_lag.png", "fig_b_sync_curves.png", "fig_c_degradation.png",
                  "fig_d_auc_retention.png"):
         assert (out / name).stat().st_size > 10_000
@@ -323,7 +323,7 @@ def test_cli_writes_figures_tables_and_summary(synthetic, tmp_path, capsys):
     assert "| task_a | impala †" in summary
     # References measured by the final evaluation only are refused, naming both rules.
     one = _references(tmp_path / "r1.json", last_evals=1)
-    assert lag_report.main([*args, "--references", str(one)]) == 2
+    assert report_command.main([*args, "--references", str(one)]) == 2
     assert "averages the last 1 evaluation(s)" in capsys.readouterr().err
 
 

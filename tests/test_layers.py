@@ -23,7 +23,7 @@ LAYERS = (
     {"vaco_jax.pipeline"},
     {"vaco_jax.pipeline.tables", "vaco_jax.pipeline.figures"},
     {"vaco_jax.study.plotting"},
-    {"vaco_jax.study.lag", "vaco_jax.study.settings", "vaco_jax.study.scorecard",
+    {"vaco_jax.study.lag", "vaco_jax.study.lag_by_setting", "vaco_jax.study.scorecard",
      "vaco_jax.study.leaderboard", "vaco_jax.study.robustness",
      "vaco_jax.study.specs"},
     {"vaco_jax.llm"},

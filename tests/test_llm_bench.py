@@ -12,7 +12,7 @@ import pytest
 from scipy import stats as scipy_stats
 
 from vaco_jax import io
-from vaco_jax.commands import lag_bench
+from vaco_jax.commands import bench as bench_command
 from vaco_jax.llm import bench, experiment, families, scorecard
 from vaco_jax.llm import config as llm_config
 
@@ -42,15 +42,15 @@ def test_llm_protocols_are_data_that_validate_and_plan_from_their_own_fields():
 
 def test_a_bad_objective_or_option_is_refused_before_anything_compiles(monkeypatch, capsys):
     monkeypatch.setattr(experiment, "train_one_n", lambda *a, **k: pytest.fail("it trained"))
-    assert lag_bench.main(["--protocol", "llm-tiny", "--algo", "appo"]) == 2
+    assert bench_command.main(["--protocol", "llm-tiny", "--algo", "appo"]) == 2
     err = capsys.readouterr().err
     assert "`algo` = 'appo' is invalid" in err and "ppo_clip" in err and "llm-tiny" in err
-    assert lag_bench.main(["--protocol", "llm-tiny", "--algo", "vaco", "--tune"]) == 2
+    assert bench_command.main(["--protocol", "llm-tiny", "--algo", "vaco", "--tune"]) == 2
     assert "option `tune` is invalid for protocol llm-tiny" in capsys.readouterr().err
-    assert lag_bench.main(["--protocol", "llm-tiny", "--algo", "vaco",
+    assert bench_command.main(["--protocol", "llm-tiny", "--algo", "vaco",
                            "--protocol-version", "2"]) == 2
     assert "--protocol-version" in capsys.readouterr().err
-    assert lag_bench.main(["--protocol", "llm-cpu", "--algo", "vaco", "--plan"]) == 0
+    assert bench_command.main(["--protocol", "llm-cpu", "--algo", "vaco", "--plan"]) == 0
     plan = capsys.readouterr().out
     assert f"{bench.plan(bench.protocol('llm-cpu'))['runs']} runs" in plan
 
@@ -62,7 +62,7 @@ def test_llm_tiny_runs_resumes_and_writes_its_scorecard(tmp_path, capsys):
     argv = ["--protocol", "llm-tiny", "--algo", "ppo_clip", "--out", str(out),
             "--leaderboard", str(board)]
     start = time.perf_counter()
-    assert lag_bench.main(argv) == 0
+    assert bench_command.main(argv) == 0
     print(f"llm-tiny ppo_clip: {time.perf_counter() - start:.0f} s")
     proto = bench.protocol("llm-tiny")
     assert io.compact_path(out / bench.RESULTS).exists() and not (out / bench.RESULTS).exists()
@@ -84,7 +84,7 @@ def test_llm_tiny_runs_resumes_and_writes_its_scorecard(tmp_path, capsys):
     assert "ppo_clip: final accuracy" in (out / "log.txt").read_text()
     # Resumed: every run is in, nothing trains again, and the cost adds up.
     capsys.readouterr()
-    assert lag_bench.main(argv) == 0
+    assert bench_command.main(argv) == 0
     assert "skipped" in capsys.readouterr().out
     assert len(io.read_rows(out / bench.RESULTS)) == len(rows)
     again = json.loads((out / bench.BENCH_FILE).read_text())
@@ -193,7 +193,7 @@ def test_without_ppo_clip_the_report_names_what_it_could_not_compute(hand_board,
     alone = tmp_path / "alone"
     alone.mkdir()
     (hand_board / "vaco").rename(alone / "vaco")
-    assert lag_bench.main(["--protocol", "llm-tiny", "--algo", "vaco", "--out",
+    assert bench_command.main(["--protocol", "llm-tiny", "--algo", "vaco", "--out",
                            str(alone / "vaco"), "--leaderboard", str(alone), "--report-only"]) == 0
     assert "holds no ppo_clip entry" in capsys.readouterr().err
     card = json.loads((alone / "vaco" / "scorecard.json").read_text())
@@ -212,19 +212,19 @@ def test_without_ppo_clip_the_report_names_what_it_could_not_compute(hand_board,
 
 
 def test_the_leaderboard_is_checked_against_its_per_run_files(hand_board, capsys):
-    assert lag_bench.main(["--table", str(hand_board)]) == 0
+    assert bench_command.main(["--table", str(hand_board)]) == 0
     table = (hand_board / "leaderboard.csv").read_text()
     assert table.splitlines()[0].startswith("method,greedy_N1_k0,greedy_N1_k3,")
     assert (hand_board / "leaderboard.md").exists() and (hand_board / "leaderboard.png").exists()
     assert "| `vaco` |" in (hand_board / "leaderboard.md").read_text()
-    assert lag_bench.main(["--table", str(hand_board), "--check"]) == 0
+    assert bench_command.main(["--table", str(hand_board), "--check"]) == 0
     lines = table.splitlines()
     fields = lines[2].split(",")
     fields[1] = f"{float(fields[1]) + 0.01!r}"
     (hand_board / "leaderboard.csv").write_text("\n".join([*lines[:2], ",".join(fields),
                                                            *lines[3:]]) + "\n")
     capsys.readouterr()
-    assert lag_bench.main(["--table", str(hand_board), "--check"]) == 1
+    assert bench_command.main(["--table", str(hand_board), "--check"]) == 1
     assert f"{hand_board / 'leaderboard.csv'}: differs from its recomputation" in \
         capsys.readouterr().out
     card = json.loads((hand_board / "vaco" / "scorecard.json").read_text())
@@ -320,7 +320,7 @@ def _holm(p):
 
 def test_the_families_are_paired_t_tests_with_holm_over_each_family(tmp_path):
     board = _three_board(tmp_path / "board")
-    assert lag_bench.main(["--table", str(board)]) == 0
+    assert bench_command.main(["--table", str(board)]) == 0
     table = pd.read_csv(board / "primary.csv")
     assert list(table.columns) == ["family", "objective", "N", "metric", "mean", "ci_low",
                                    "ci_high", "p", "p_holm", "verdict", "n_seeds"]
@@ -405,13 +405,13 @@ def test_a_pre_registered_family_is_its_named_objectives_and_judged_only_when_co
 
 def test_check_names_primary_csv_when_it_differs_or_is_missing(tmp_path, capsys):
     board = _three_board(tmp_path / "board")
-    assert lag_bench.main(["--table", str(board)]) == 0
-    assert lag_bench.main(["--table", str(board), "--check"]) == 0
+    assert bench_command.main(["--table", str(board)]) == 0
+    assert bench_command.main(["--table", str(board), "--check"]) == 0
     table = pd.read_csv(board / "primary.csv")
     table.loc[0, "p_holm"] = 0.5 * table.loc[0, "p_holm"]
     table.to_csv(board / "primary.csv", index=False)
     capsys.readouterr()
-    assert lag_bench.main(["--table", str(board), "--check"]) == 1
+    assert bench_command.main(["--table", str(board), "--check"]) == 1
     assert capsys.readouterr().out.strip() == (
         f"{board / 'primary.csv'}: differs from its recomputation")
     (board / "primary.csv").unlink()
@@ -428,7 +428,7 @@ def test_an_objective_without_the_largest_lag_is_left_out_and_named(tmp_path):
         return made
 
     board = _three_board(tmp_path / "board", rows)
-    assert lag_bench.main(["--table", str(board)]) == 0
+    assert bench_command.main(["--table", str(board)]) == 0
     table = pd.read_csv(board / "primary.csv")
     f1, f2 = table[table.family == "F1"], table[table.family == "F2"]
     assert set(f1.objective) == {"vaco"} and len(f1) == 4

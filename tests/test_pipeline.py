@@ -188,7 +188,7 @@ def test_check_passes_on_its_own_tables_and_names_the_file_of_an_edited_number(
 
 
 def test_vaco_bench_table_writes_a_v2_leaderboard_that_its_check_recomputes(tmp_path, monkeypatch):
-    from vaco_jax.commands import lag_bench
+    from vaco_jax.commands import bench as bench_command
     for method in ("ppo_clip", "vaco"):
         (tmp_path / method).mkdir()
         (tmp_path / method / "bench.json").write_text(json.dumps(
@@ -199,13 +199,13 @@ def test_vaco_bench_table_writes_a_v2_leaderboard_that_its_check_recomputes(tmp_
         commit == COMMIT and ancestor == robustness.PREREGISTRATIONS["cpu", 2]))
     assert robustness.protocol_version(tmp_path) == 2
     assert robustness.registration(tmp_path) == "a5f50b2db9b939aa52f6a8b53bf0e140b03a16dd"
-    assert lag_bench.main(["--table", str(tmp_path)]) == 0
+    assert bench_command.main(["--table", str(tmp_path)]) == 0
     assert {"aggregates.csv", "comparisons.csv", "reliability.csv", "leaderboard.md",
             "leaderboard.png"} <= {p.name for p in tmp_path.iterdir()}
     assert set(pd.read_csv(tmp_path / "comparisons.csv")["verdict"]) == {"higher"}
     assert "after the pre-registration (a5f50b2)" in (tmp_path / "leaderboard.md").read_text()
-    assert lag_bench.main(["--table", str(tmp_path), "--check"]) == 0
-    assert lag_bench.main(["--table", str(tmp_path), "--agree-with", "x.csv"]) == 2
+    assert bench_command.main(["--table", str(tmp_path), "--check"]) == 0
+    assert bench_command.main(["--table", str(tmp_path), "--agree-with", "x.csv"]) == 2
 
 
 def test_the_minatar_studies_run_from_their_specs_with_the_committed_numbers():

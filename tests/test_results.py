@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from vaco_jax.commands import lag_report
+from vaco_jax.commands import report as report_command
 from vaco_jax.pipeline import compare
 from vaco_jax.study import specs
 
@@ -35,7 +35,7 @@ def test_text_numbers_compare_at_the_precision_they_are_printed():
 
 # --- the specs ----------------------------------------------------------------------------------
 def test_every_committed_study_is_a_spec_with_its_report_files_committed():
-    studies = lag_report._studies()
+    studies = report_command._studies()
     assert {"controlled-lag", "forward", "stepsize", "delta-lag", "leaderboard-v1",
             "llm-forward-lag", "minatar-long", "minatar-space-invaders"} <= set(studies)
     for spec in studies.values():
@@ -104,10 +104,10 @@ def test_the_v1_leaderboard_row_counts_its_pre_registered_break_rule():
 
 
 def test_an_unknown_study_is_refused_naming_the_committed_ones(capsys):
-    assert lag_report.main(["--study", "nope"]) == 2
+    assert report_command.main(["--study", "nope"]) == 2
     assert "minatar-long" in capsys.readouterr().err
 
 
 def test_every_committed_report_and_results_table_is_current():
     # The one test that regenerates every study (about 30 s on a 2-core CPU).
-    assert lag_report.main(["--all", "--check"]) == 0
+    assert report_command.main(["--all", "--check"]) == 0

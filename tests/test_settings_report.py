@@ -1,4 +1,4 @@
-"""The settings studies' report (vaco_jax.study.settings, `vaco-report --study settings`) on
+"""The settings studies' report (vaco_jax.study.lag_by_setting, `vaco-report --study settings`) on
 synthetic sweeps written by hand, whose answers are known: the same-seed normalisation, retention
 against the base setting with the break rule, the pre-registered family, the step-size and δ
 tables; and the LLM study's pre-registered tests."""
@@ -13,7 +13,7 @@ from scipy import stats as scipy_stats
 
 from vaco_jax import io
 from vaco_jax.llm import experiment
-from vaco_jax.study import lag, references, settings, stats, sweep
+from vaco_jax.study import lag, lag_by_setting, references, stats, sweep
 
 TASKS = {"task_a": (0.0, 100.0), "task_b": (-50.0, 200.0)}   # random return, scale
 BUDGET, EVALS, SEEDS = 4095, 5, tuple(range(100, 110))
@@ -101,7 +101,7 @@ def forward(tmp_path_factory):
     patch = pytest.MonkeyPatch()
     patch.setattr(lag, "git_descends_from", lambda commit, ancestor: True)
     try:
-        report = settings.analyse(settings.load_study(dirs), references.load(refs), reps=1000)
+        report = lag_by_setting.analyse(lag_by_setting.load_study(dirs), references.load(refs), reps=1000)
     finally:
         patch.undo()
     return dirs, refs, report
@@ -150,8 +150,8 @@ def test_retention_against_the_base_setting_with_the_break_rule(forward):
     assert vaco.retention == pytest.approx(1.0, abs=0.03) and vaco.retention_verdict == "holds"
     assert vaco.retention_low <= vaco.retention <= vaco.retention_high
     # the base setting itself has no retention row; its lag column does
-    assert r[(r["setting"] == settings.BASE_FORWARD) & (r["capacity"] == 1)].empty
-    assert _one(r, task="task_a", method="ppo_clip", setting=settings.BASE_FORWARD,
+    assert r[(r["setting"] == lag_by_setting.BASE_FORWARD) & (r["capacity"] == 1)].empty
+    assert _one(r, task="task_a", method="ppo_clip", setting=lag_by_setting.BASE_FORWARD,
                 capacity=16).retention == pytest.approx(0.95, abs=0.03)
     assert "PPO-Clip breaks in" in report.answer
     assert "K=32, lr=0.0003, k = 0: PPO-Clip 0.30" in report.answer
@@ -185,12 +185,12 @@ def test_a_family_not_yet_whole_gets_no_verdict(forward):
     # the 12 comparisons with PPO-Clip are computed but judged by none.
     _, _, report = forward
     runs = report.runs[report.runs["method"] != "appo"]
-    p = settings.primary_table(runs, report.forward_retention, pre_registered=True)
+    p = lag_by_setting.primary_table(runs, report.forward_retention, pre_registered=True)
     family = p[p["family"].astype(bool)]
     assert len(family) == 12
     assert set(family["verdict"]) == {"no verdict: 12 of the family's 24 comparisons are in "
                                       "(Holm needs them all)"}
-    whole = settings.primary_table(report.runs, report.forward_retention, pre_registered=True)
+    whole = lag_by_setting.primary_table(report.runs, report.forward_retention, pre_registered=True)
     assert "higher" in set(whole["verdict"])
 
 
@@ -202,13 +202,13 @@ def test_a_planned_task_with_no_runs_yet_counts_as_missing_from_the_family(tmp_p
     plan = json.loads((only_a / sweep.PLAN).read_text())
     plan["preset"] = {"name": "synthetic", "envs": ["task_a"]}
     io.write_json_atomic(only_a / sweep.PLAN, plan)
-    monkeypatch.setattr(settings.presets, "PRESETS", {
+    monkeypatch.setattr(lag_by_setting.presets, "PRESETS", {
         "synthetic": dataclasses.replace(
-            settings.presets.PRESETS["forward-cpu"], name="synthetic", envs=("task_a", "task_b"))})
+            lag_by_setting.presets.PRESETS["forward-cpu"], name="synthetic", envs=("task_a", "task_b"))})
     monkeypatch.setattr(lag, "git_descends_from", lambda commit, ancestor: True)
-    sweeps = settings.load_study([only_a])
+    sweeps = lag_by_setting.load_study([only_a])
     assert sweeps.forward_tasks == ("task_a", "task_b")
-    report = settings.analyse(sweeps, references.load(_references(tmp_path / "r.json")),
+    report = lag_by_setting.analyse(sweeps, references.load(_references(tmp_path / "r.json")),
                               reps=200)
     family = report.primary[report.primary["family"].astype(bool)]
     assert len(family) == 8 and set(family["task"]) == {"task_a"}
@@ -220,7 +220,7 @@ def test_a_planned_task_with_no_runs_yet_counts_as_missing_from_the_family(tmp_p
 def test_results_made_before_the_pre_registration_call_no_verdict(forward, monkeypatch):
     dirs, refs, _ = forward
     monkeypatch.setattr(lag, "git_descends_from", lambda commit, ancestor: False)
-    report = settings.analyse(settings.load_study(dirs), references.load(refs), reps=200)
+    report = lag_by_setting.analyse(lag_by_setting.load_study(dirs), references.load(refs), reps=200)
     words = set(report.primary["verdict"]) | set(report.forward_retention["retention_verdict"])
     assert not words & {"holds", "breaks", "undetermined", "higher", "lower"}
     assert set(report.primary["analysis"]) == {"exploratory"}
@@ -232,7 +232,7 @@ def test_without_synchronous_ppo_clip_the_scores_are_refused(tmp_path):
         ("vaco", 4, (3e-4,), (1, 16), (0.1, 0.2), lambda lr, c, d: 0.9)], "task_a")
     with pytest.raises(ValueError, match="no synchronous PPO-Clip runs .* on task_a: .* add the "
                                          "sweep directory"):
-        settings.analyse(settings.load_study([only_vaco]), references.load(_references(
+        lag_by_setting.analyse(lag_by_setting.load_study([only_vaco]), references.load(_references(
             tmp_path / "r.json")), reps=100)
 
 
@@ -246,7 +246,7 @@ def test_step_size_best_rate_matched_kl_ablations_and_delta(tmp_path):
     delta = _write(tmp_path / "d", "delta-lag", [
         ("vaco", 4, (3e-4,), (1, 16), (0.1, 0.4),
          lambda lr, c, d: 0.9 if c == 1 or d == 0.1 else 0.45)], "task_a")
-    report = settings.analyse(settings.load_study([step, delta]),
+    report = lag_by_setting.analyse(lag_by_setting.load_study([step, delta]),
                               references.load(_references(tmp_path / "r.json")), reps=500)
     chosen = report.best_lr.set_index("method")["best"]
     assert chosen["ppo_clip"] == "lr=0.001" and chosen["vaco"] == "lr=0.0001"
@@ -266,15 +266,15 @@ def test_step_size_best_rate_matched_kl_ablations_and_delta(tmp_path):
     assert report.primary.empty and report.forward_retention.empty
     # summary.md gives δ's AUC (and its retention) beside the final score: a capped final score
     # cannot show a slowdown.
-    text = settings.summary(report, sweeps=["s", "d"], references_path="r.json", figures={})
+    text = lag_by_setting.summary(report, sweeps=["s", "d"], references_path="r.json", figures={})
     section = text.split("## VACO's δ at a constant lag")[1]
     auc = _one(report.delta_scores, task="task_a", setting="δ=0.4", capacity=16)
     assert "| task_a | δ=0.4 | " in section and "AUC retention against the same δ" in section
     assert lag._ci(auc.auc, auc.auc_low, auc.auc_high) in section.split("Normalised AUC")[1]
     # Its KL spans k = 0 and k = 15: the table says it is KL to β, which holds the lag.
-    assert settings.KL_NOTE in section.split("Mean in-update approx_kl")[1].split("\n|")[0]
+    assert lag_by_setting.KL_NOTE in section.split("Mean in-update approx_kl")[1].split("\n|")[0]
     # ... and so does its figure: score, AUC, and the two retentions, one row each.
-    fig = settings.delta_lag_figure(report.delta_scores, report.delta_retention)
+    fig = lag_by_setting.delta_lag_figure(report.delta_scores, report.delta_retention)
     assert [ax.get_ylabel().split("\n")[0] for ax in fig.axes] == [
         "normalised final score", "normalised AUC", "final-score retention", "AUC retention"]
     k15 = [c.lines[0].get_ydata() for c in fig.axes[1].containers][-1]
@@ -288,8 +288,8 @@ def test_the_forward_figure_joins_points_along_one_arm_of_settings_never_across(
 
     _, _, report = forward
     retention = report.forward_retention
-    fig = settings.forward_figure(retention, ["vaco", "ppo_clip", "appo"], "task_a")
-    order = settings._setting_order(retention["setting"])
+    fig = lag_by_setting.forward_figure(retention, ["vaco", "ppo_clip", "appo"], "task_a")
+    order = lag_by_setting._setting_order(retention["setting"])
     joined = []
     for ax in fig.axes:
         for container in ax.containers:
@@ -315,7 +315,7 @@ def test_a_pooled_row_over_fewer_tasks_says_so_in_the_tables_and_the_figure(forw
         return pd.concat([frame, extra.assign(method="dppo_tv")], ignore_index=True)
     partial = dataclasses.replace(report, forward_retention=one_task(report.forward_retention),
                                   forward_scores=one_task(report.forward_scores))
-    text = settings.summary(partial, sweeps=["a", "b"], references_path="refs.json", figures={})
+    text = lag_by_setting.summary(partial, sweeps=["a", "b"], references_path="refs.json", figures={})
     pooled = [line for line in text.splitlines() if line.startswith("| pooled")]
     marked = [line for line in pooled if "(1 of 2 tasks)" in line]
     assert marked and all("| dppo_tv |" in line for line in marked)
@@ -323,14 +323,14 @@ def test_a_pooled_row_over_fewer_tasks_says_so_in_the_tables_and_the_figure(forw
     cells = [c for line in marked for c in line.strip("| ").split(" | ")[3:] if c != "—"]
     assert cells and all(c.endswith("(1 of 2 tasks)") or "(1 of 2 tasks) (" in c for c in cells)
     assert not any("| dppo_tv |" in line for line in pooled if line not in marked)
-    fig = settings.forward_figure(partial.forward_retention, ["vaco", "dppo_tv"], lag.POOLED)
+    fig = lag_by_setting.forward_figure(partial.forward_retention, ["vaco", "dppo_tv"], lag.POOLED)
     hollow = {line.get_gid() for ax in fig.axes for line in ax.lines
               if line.get_gid() and line.get_markerfacecolor() == "none"}
     assert hollow == {"dppo_tv"}
     labels = {t.get_text() for t in fig.axes[len(fig.axes) // 2 - 1].get_legend().get_texts()}
     assert labels == {"vaco", "dppo_tv (1 of 2 tasks)"}
     plt.close(fig)
-    fig = settings.forward_figure(partial.forward_retention, ["vaco", "dppo_tv"], "task_a")
+    fig = lag_by_setting.forward_figure(partial.forward_retention, ["vaco", "dppo_tv"], "task_a")
     assert not any(line.get_markerfacecolor() == "none" for ax in fig.axes for line in ax.lines)
     plt.close(fig)
 
@@ -339,19 +339,19 @@ def test_the_forward_kl_table_says_it_is_kl_to_the_behaviour_policy(forward):
     # approx_kl is KL(β ‖ π_θ): under lag it holds the lag itself, so the table spanning k = 0 to
     # k = 15 must say so before a reader compares it as a step size.
     _, _, report = forward
-    text = settings.summary(report, sweeps=["a"], references_path="r.json", figures={})
+    text = lag_by_setting.summary(report, sweeps=["a"], references_path="r.json", figures={})
     above = text.split("## Forward × backward: mean in-update approx_kl")[1].split("\n|")[0]
-    assert settings.KL_NOTE in above
-    assert "KL(β ‖ π_θ)" in settings.KL_NOTE and "not a step size" in settings.KL_NOTE
+    assert lag_by_setting.KL_NOTE in above
+    assert "KL(β ‖ π_θ)" in lag_by_setting.KL_NOTE and "not a step size" in lag_by_setting.KL_NOTE
 
 
 def test_cli_writes_primary_csv_summary_and_figures(forward, tmp_path, capsys, monkeypatch):
-    from vaco_jax.commands import lag_report
+    from vaco_jax.commands import report as report_command
 
     dirs, refs, _ = forward
     monkeypatch.setattr(lag, "git_descends_from", lambda commit, ancestor: True)
     out = tmp_path / "report"
-    code = lag_report.main(["--study", "settings", "--sweeps", *map(str, dirs), "--references",
+    code = report_command.main(["--study", "settings", "--sweeps", *map(str, dirs), "--references",
                             str(refs), "--out", str(out), "--reps", "200"])
     assert code == 0
     primary = pd.read_csv(out / "primary.csv")
@@ -362,7 +362,7 @@ def test_cli_writes_primary_csv_summary_and_figures(forward, tmp_path, capsys, m
     figures = sorted(p.name for p in out.glob("fig_forward_*.png"))
     assert figures == ["fig_forward_1_pooled.png", "fig_forward_1_task_a.png",
                        "fig_forward_1_task_b.png"]
-    assert lag_report.main(["--study", "settings", "--sweeps", *map(str, dirs), "--references",
+    assert report_command.main(["--study", "settings", "--sweeps", *map(str, dirs), "--references",
                             str(tmp_path / "none.json")]) == 2
     assert "no reference returns at" in capsys.readouterr().err
 

@@ -1,4 +1,4 @@
-"""vaco_jax.study.stats and vaco_jax.study.analysis: rliable agreement, hand formulas, normalisation maths."""
+"""vaco_jax.study.stats and vaco_jax.study.capacity: rliable agreement, hand formulas, normalisation maths."""
 
 import numpy as np
 import pandas as pd
@@ -7,7 +7,7 @@ import scipy.stats
 from rliable import library as rly
 from rliable import metrics as rly_metrics
 
-from vaco_jax.study import analysis, references, stats
+from vaco_jax.study import capacity as capacity_sweeps, references, stats
 
 
 def _scores(seed=0, runs=10, tasks=3):
@@ -175,45 +175,45 @@ def _tidy(seeds=3, envs=("e1", "e2"), capacities=(1, 4), evals=3):
 
 
 def test_score_and_auc_matrices_from_a_tidy_table():
-    table = analysis.with_methods(_tidy())
-    matrices = analysis.score_matrices(table)
+    table = capacity_sweeps.with_methods(_tidy())
+    matrices = capacity_sweeps.score_matrices(table)
     assert sorted(matrices) == [(1, "ppo_clip"), (1, "vaco"), (4, "ppo_clip"), (4, "vaco")]
     # [seeds, envs] at the final evaluation (e = 2): env_index + algo_index + 10 C + seed + 0.2.
     expected = np.array([[0, 1], [1, 2], [2, 3]]) + 1 + 40 + 0.2
     np.testing.assert_allclose(matrices[(4, "ppo_clip")], expected)
-    auc = analysis.auc_matrices(table)
+    auc = capacity_sweeps.auc_matrices(table)
     np.testing.assert_allclose(auc[(4, "ppo_clip")], expected - 0.1)   # mean over e = 0, 1, 2
     with pytest.raises(ValueError, match="missing seeds on env"):
-        analysis.score_matrices(table.drop(table.index[(table["env"] == "e2") & (table["seed"] == 1)]))
+        capacity_sweeps.score_matrices(table.drop(table.index[(table["env"] == "e2") & (table["seed"] == 1)]))
 
 
 def test_a_diverged_run_counts_as_a_failure_in_score_and_auc_matrices():
-    table = analysis.with_methods(_tidy())
+    table = capacity_sweeps.with_methods(_tidy())
     # vaco, C = 4, seed 1 on e2 diverged at its second evaluation (e = 1): NaN from there on.
     run = (table["algo"] == "vaco") & (table["capacity"] == 4) & (table["seed"] == 1) & (
         table["env"] == "e2")
     table["diverged"] = run & (table["eval_index"] >= 1)
     table.loc[table["diverged"], "score"] = np.nan
-    matrices = analysis.score_matrices(table)
+    matrices = capacity_sweeps.score_matrices(table)
     assert matrices[(4, "vaco")].shape == (3, 2)            # kept, not dropped
     assert matrices[(4, "vaco")][1, 1] == 0.0               # scored as a random policy
     assert matrices[(4, "vaco")][1, 0] == 0 + 0 + 40 + 1 + 0.2   # its other env is untouched
-    auc = analysis.auc_matrices(table)
+    auc = capacity_sweeps.auc_matrices(table)
     # Mean of (score at e = 0, then 0, 0): (1 + 0 + 40 + 1 + 0.0) / 3.
     assert auc[(4, "vaco")][1, 1] == pytest.approx(42 / 3)
 
 
 def test_aggregate_and_improvement_tables():
-    table = analysis.with_methods(_tidy(seeds=4))
-    aggregates = analysis.aggregate_table(table, reps=100)
+    table = capacity_sweeps.with_methods(_tidy(seeds=4))
+    aggregates = capacity_sweeps.aggregate_table(table, reps=100)
     assert len(aggregates) == 2 * 2 * 4 and set(aggregates["seeds"]) == {4}
     iqm = aggregates[(aggregates["metric"] == "mean") & (aggregates["capacity"] == 1)]
     assert iqm.set_index("method")["point"].to_dict() == pytest.approx(
         {"vaco": 10 + 0.5 + 1.5 + 0.2, "ppo_clip": 11 + 0.5 + 1.5 + 0.2})
-    improvement = analysis.improvement_table(table, "vaco", reps=100)
+    improvement = capacity_sweeps.improvement_table(table, "vaco", reps=100)
     assert improvement["baseline"].tolist() == ["ppo_clip", "ppo_clip"]
     assert np.all(improvement["point"] < 0.5)   # ppo_clip scores one more on every env and seed
-    assert "| 1 | vaco | " in analysis.markdown(aggregates)
+    assert "| 1 | vaco | " in capacity_sweeps.markdown(aggregates)
 
 
 def test_bca_interval_does_not_move_with_rounding_noise_in_the_data():

@@ -332,7 +332,7 @@ def test_dry_run_plans_memory_and_splits_a_cell_that_does_not_fit(full_sweep, ce
 def test_a_diverged_run_is_marked_scored_as_a_failure_and_plots_still_render(
         full_sweep, cells, tmp_path, monkeypatch):
     from vaco_jax.commands import plot_sweep
-    from vaco_jax.study import analysis
+    from vaco_jax.study import capacity as capacity_sweeps
 
     def seed_one_at_c1_unstable(hparams_list):   # run index 1 is (C = 1, seed 1) in each cell
         hparams = stack_hparams(hparams_list)
@@ -355,15 +355,15 @@ def test_a_diverged_run_is_marked_scored_as_a_failure_and_plots_still_render(
         assert record["diverged_runs"] == [{"capacity": 1, "delta": cell.runs[1].delta, "seed": 1,
                                             "iteration": 1, "nonfinite": ["loss", "gradient", "parameters"]}]
 
-    scored = analysis.with_methods(table.assign(score=table["eval_return"]))
-    matrices = analysis.score_matrices(scored)
+    scored = capacity_sweeps.with_methods(table.assign(score=table["eval_return"]))
+    matrices = capacity_sweeps.score_matrices(scored)
     # Never dropped: the diverged run scores 0 (a failure), the others keep their returns.
     assert matrices[(1, "vaco")].shape == (3, 1) and matrices[(4, "vaco")].shape == (3, 1)
     assert all(np.isfinite(m).all() for m in matrices.values())
     seeds = sorted(table["seed"].unique())
     assert matrices[(1, "vaco")][seeds.index(1), 0] == 0.0
     assert np.all(matrices[(1, "vaco")][[i for i, s in enumerate(seeds) if s != 1], 0] != 0.0)
-    assert analysis.diverged_runs(table)[["algo", "capacity", "seed"]].to_dict("records") == [
+    assert capacity_sweeps.diverged_runs(table)[["algo", "capacity", "seed"]].to_dict("records") == [
         {"algo": "vaco", "capacity": 1, "seed": 1}, {"algo": "ppo_clip", "capacity": 1, "seed": 1}]
 
     written = plot_sweep.report(table.assign(score=table["eval_return"]), tmp_path, reps=50)

@@ -8,8 +8,8 @@ library once the arguments are parsed, so `--help` imports no JAX.
     vaco-sweep             sweep                       the MuJoCo lag sweeps (every preset, study)
     vaco-references        references                  a sweep's normalisation references
     vaco-plot-sweep        plot_sweep                  a capacity sweep's statistics and figures
-    vaco-report            lag_report                  the controlled-lag study's report
-    vaco-bench             lag_bench                   the lag-robustness benchmark and leaderboard
+    vaco-report            report                      the controlled-lag study's report
+    vaco-bench             bench                       the lag-robustness benchmark and leaderboard
     vaco-llm               llm                         GRPO under forward lag (the LLM testbed)
     vaco-plot-runs         plot_runs                   training curves of vaco-train runs
     vaco-plot-diagnostics  plot_diagnostics            the lag diagnostics of vaco-train runs

@@ -56,7 +56,7 @@ def report(results, out: Path, *, reps: int = 2000, seed: int = 0, note: str = "
     matplotlib.use("Agg")
     import numpy as np
 
-    from vaco_jax.study import analysis, plotting
+    from vaco_jax.study import capacity as capacity_sweeps, plotting
 
     written = []
 
@@ -68,10 +68,10 @@ def report(results, out: Path, *, reps: int = 2000, seed: int = 0, note: str = "
         frame.to_csv(out / name, index=False)
         written.append(out / name)
 
-    main_rows = analysis.main_study(results)
-    label = analysis.describe(main_rows) + (f" — {note}" if note else "")
-    final = analysis.aggregate_table(main_rows, reps=reps, seed=seed)
-    auc = analysis.aggregate_table(main_rows, auc=True, reps=reps, seed=seed)
+    main_rows = capacity_sweeps.main_study(results)
+    label = capacity_sweeps.describe(main_rows) + (f" — {note}" if note else "")
+    final = capacity_sweeps.aggregate_table(main_rows, reps=reps, seed=seed)
+    auc = capacity_sweeps.aggregate_table(main_rows, auc=True, reps=reps, seed=seed)
     table(final, "aggregate_final.csv")
     table(auc, "aggregate_auc.csv")
     save(plotting.aggregate_intervals(final, title=f"Final normalised score\n({label})"),
@@ -84,10 +84,10 @@ def report(results, out: Path, *, reps: int = 2000, seed: int = 0, note: str = "
          "fig_d_lag_diagnostics.png")
     lines = [f"# Lag sweep: {label}", "", "Scores normalised per env: (R − R_random) / "
              "(R_ppo_sync − R_random); stratified bootstrap 95% CIs "
-             f"({reps} replications).", "", "## Final score", "", analysis.markdown(final), "",
-             "## Sample efficiency (normalised area under the curve)", "", analysis.markdown(auc)]
+             f"({reps} replications).", "", "## Final score", "", capacity_sweeps.markdown(final), "",
+             "## Sample efficiency (normalised area under the curve)", "", capacity_sweeps.markdown(auc)]
     if "vaco" in set(main_rows["method"]):
-        improvement = analysis.improvement_table(main_rows, "vaco", reps=reps, seed=seed)
+        improvement = capacity_sweeps.improvement_table(main_rows, "vaco", reps=reps, seed=seed)
         table(improvement, "improvement.csv")
         save(plotting.improvement(improvement, title=f"P(VACO > baseline), 95% CIs\n({label})"),
              "fig_improvement.png")
@@ -97,29 +97,29 @@ def report(results, out: Path, *, reps: int = 2000, seed: int = 0, note: str = "
                   for r in improvement.itertuples()]
     taus = np.linspace(-0.5, 2.0, 51)
     capacity = int(main_rows["capacity"].max())
-    save(plotting.performance_profiles(analysis.profiles(main_rows, capacity, taus, reps=reps // 2,
+    save(plotting.performance_profiles(capacity_sweeps.profiles(main_rows, capacity, taus, reps=reps // 2,
                                                          seed=seed), taus,
                                        title=f"Performance profiles, C = {capacity}\n({label})"),
          "fig_profiles.png")
 
-    delta_rows, ablation_rows = analysis.delta_study(results), analysis.ablation_study(results)
+    delta_rows, ablation_rows = capacity_sweeps.delta_study(results), capacity_sweeps.ablation_study(results)
     has_delta = delta_rows["delta"].nunique() > 1
     has_ablations = (ablation_rows["study"] == "ablations").any()
     if has_delta or has_ablations:
-        delta_table = analysis.aggregate_table(delta_rows, reps=reps, seed=seed) if has_delta else None
-        ablation_table = (analysis.aggregate_table(ablation_rows, reps=reps, seed=seed)
+        delta_table = capacity_sweeps.aggregate_table(delta_rows, reps=reps, seed=seed) if has_delta else None
+        ablation_table = (capacity_sweeps.aggregate_table(ablation_rows, reps=reps, seed=seed)
                           if has_ablations else None)
         for name, frame in (("aggregate_delta.csv", delta_table),
                             ("aggregate_ablations.csv", ablation_table)):
             if frame is not None:
                 table(frame, name)
-                lines += ["", f"## {name[10:-4].capitalize()}", "", analysis.markdown(frame)]
+                lines += ["", f"## {name[10:-4].capitalize()}", "", capacity_sweeps.markdown(frame)]
         save(plotting.sensitivity(delta_table, ablation_table, title=f"δ sensitivity and ablations (normalised IQM)\n({label})"),
              "fig_e_sensitivity.png")
-    diverged = analysis.diverged_runs(results)
+    diverged = capacity_sweeps.diverged_runs(results)
     if len(diverged):
         lines += ["", "## Diverged runs (scored 0, as failures, in every statistic; left out of "
-                  "the return curves)", "", analysis.markdown_rows(diverged)]
+                  "the return curves)", "", capacity_sweeps.markdown_rows(diverged)]
     (out / "summary.md").write_text("\n".join(lines) + "\n")
     written.append(out / "summary.md")
     return written

@@ -37,7 +37,8 @@ import pandas as pd
 from vaco_jax.errors import SweepError
 from vaco_jax.pipeline import estimates, preregistration, runs, scores, tables
 from vaco_jax.pipeline.estimates import BREAK_LEVEL
-from vaco_jax.study import analysis, plotting, presets, references, stats, sweep
+from vaco_jax.study import plotting, presets, references, stats, sweep
+from vaco_jax.study.capacity import diverged_as_failures, markdown_rows
 
 FINAL_EVALS = presets.FINAL_EVALS
 """A run's final score averages its last this many evaluations (each of `eval_envs` episodes)."""
@@ -221,7 +222,7 @@ def evaluation_scores(results: pd.DataFrame, table: dict,
         raise ValueError(f"{int(twice.sum())} evaluations appear twice (e.g. {first}); a run may "
                          f"be in two sweeps or at two δ: select one")
     scored = references.add_scores(results, table, last_evals=last_evals)
-    scored = analysis.diverged_as_failures(scored)
+    scored = diverged_as_failures(scored)
     return scored.sort_values(RUN + ["eval_index"]).reset_index(drop=True)
 
 
@@ -870,14 +871,14 @@ def _wide(frame: pd.DataFrame, texts: Sequence[str], index: Sequence[str] = ("ta
                            for row in wide[index].itertuples(index=False)]
     wide["task"] = wide["task"].replace({POOLED: "pooled (mean over tasks)"})
     wide.columns.name = None
-    return analysis.markdown_rows(wide)
+    return markdown_rows(wide)
 
 
 def _sanity_markdown(sanity: pd.DataFrame) -> str:
     if sanity.empty:
         return "No synchronous runs."
     yes_no = {True: "yes", False: "no"}
-    return analysis.markdown_rows(pd.DataFrame({
+    return markdown_rows(pd.DataFrame({
         "task": sanity["task"], "method": sanity["method"],
         "final return": sanity["final_return"].map("{:,.1f}".format),
         "random": sanity["random_return"].map("{:,.1f}".format),
@@ -948,13 +949,13 @@ def summary(report: Report, *, sweeps: Sequence[str], references_path: str,
         f"and in every method), {r.reps:,} resamples; pooled figures are the mean over tasks of "
         f"the per-task figures, seeds resampled within each task.", "",
         *_primary_section(r),
-        "## Provenance", "", analysis.markdown_rows(r.provenance), "",
-        analysis.markdown_rows(tasks_table), "",
+        "## Provenance", "", markdown_rows(r.provenance), "",
+        markdown_rows(tasks_table), "",
         "## Missing cells", "",
-        analysis.markdown_rows(r.missing) if len(r.missing) else
+        markdown_rows(r.missing) if len(r.missing) else
         "None: every cell of the study's design has finished runs.", "",
         "## Diverged runs (scored 0: they fail like a random policy)", "",
-        analysis.markdown_rows(r.diverged) if len(r.diverged) else "None.", "",
+        markdown_rows(r.diverged) if len(r.diverged) else "None.", "",
         "## Sanity check: synchronous runs (k = 0)", "",
         f"Mean final return (a diverged run counted at the random policy's return), the "
         f"references, and the normalised score [95% CI]; a method should clear random (CI low "
@@ -970,7 +971,7 @@ def summary(report: Report, *, sweeps: Sequence[str], references_path: str,
         f"## Break lag: the smallest k with degradation < {BREAK_LEVEL:g}", "",
         f"`break_lag`: the point estimate is below {BREAK_LEVEL:g}; `confidently_broken`: the 95% "
         f"CI's upper end is; none: at no lag tested.", "",
-        analysis.markdown_rows(r.break_lag.replace({"task": {POOLED: "pooled (mean over tasks)"}}))
+        markdown_rows(r.break_lag.replace({"task": {POOLED: "pooled (mean over tasks)"}}))
         if len(r.break_lag) else "—", "",
         "## VACO's degradation minus each baseline's", "",
         f"Positive: VACO keeps more of its synchronous score. Cells: difference [95% CI] "

@@ -1,4 +1,4 @@
-"""The sweep's figures (SPEC §7), drawn from `vaco_jax.study.analysis` tables with matplotlib.
+"""The sweep's figures (SPEC §7), drawn from `vaco_jax.study.capacity` tables with matplotlib.
 
 (a) `aggregate_intervals`: the paper's Figure-3 style interval plot (median, IQM, mean,
     optimality gap with 95% CIs), one row per capacity;
@@ -22,9 +22,9 @@ import numpy as np
 import pandas as pd
 
 from vaco_jax import algorithms
-from vaco_jax.study import analysis, stats
+from vaco_jax.study import stats
+from vaco_jax.study.capacity import METRIC_NAMES, without_diverged
 
-METRIC_NAMES = analysis.METRIC_NAMES
 
 
 PREFERRED = ["vaco", "ppo_clip", "ppo_kl", "spo", "impala"]
@@ -125,7 +125,7 @@ def training_curves(results: pd.DataFrame, value: str = "eval_return", *, reps: 
             sub = results[(results["env"] == env) & (results["capacity"] == capacity)]
             curves = {}
             for method, group in sub.groupby("method"):
-                group = analysis.without_diverged(group)   # no result after its divergence
+                group = without_diverged(group)   # no result after its divergence
                 wide = group.pivot(index="seed", columns="step", values=value)
                 curves[method] = wide.to_numpy(np.float64)[:, None, :]   # [seeds, 1 task, evals]
                 steps = wide.columns.to_numpy()

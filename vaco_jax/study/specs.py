@@ -25,7 +25,7 @@ import pandas as pd
 
 from vaco_jax import io
 from vaco_jax.pipeline import compare, estimates, tables
-from vaco_jax.study import lag, leaderboard, references, settings
+from vaco_jax.study import lag, lag_by_setting, leaderboard, references
 
 ROOT = Path(io.__file__).resolve().parent.parent
 RESULTS = "results/RESULTS.md"
@@ -143,9 +143,9 @@ def _lag_make(spec: Spec, out: Path) -> list[Path]:
 
 
 def _settings_make(spec: Spec, out: Path) -> list[Path]:
-    study = settings.load_study(spec.directories)
-    report = settings.analyse(study, references.load(spec.references))
-    return settings.write(report, out, sweeps=list(spec.directories),
+    study = lag_by_setting.load_study(spec.directories)
+    report = lag_by_setting.analyse(study, references.load(spec.references))
+    return lag_by_setting.write(report, out, sweeps=list(spec.directories),
                           references_path=spec.references)
 
 

@@ -42,7 +42,8 @@ import pandas as pd
 
 from vaco_jax.pipeline import scores
 from vaco_jax.pipeline.estimates import BREAK_LEVEL
-from vaco_jax.study import analysis, lag, presets, references, stats, sweep
+from vaco_jax.study import lag, presets, references, stats, sweep
+from vaco_jax.study.capacity import markdown_rows
 
 STUDIES = ("forward", "stepsize", "delta-lag")
 FINAL_EVALS = presets.FINAL_EVALS
@@ -605,7 +606,7 @@ def _wide(frame: pd.DataFrame, texts: Sequence[str], index: Sequence[str], colum
                                                  how="left")
     wide["task"] = wide["task"].replace({POOLED: "pooled (mean over tasks)"})
     wide.columns = [str(c) for c in wide.columns]
-    return analysis.markdown_rows(wide)
+    return markdown_rows(wide)
 
 
 def _k_label(frame: pd.DataFrame) -> pd.DataFrame:
@@ -648,10 +649,10 @@ def summary(r: Report, *, sweeps: Sequence[str], references_path: str,
                   "## The forward × backward question", "",
                   "Is there a setting, reachable on a CPU, where PPO-Clip breaks — and does VACO "
                   "hold there? " + r.answer, ""]
-    lines += ["## Tasks and references", "", analysis.markdown_rows(_rounded(r.tasks)), "",
-              "## Provenance", "", analysis.markdown_rows(r.provenance), "",
+    lines += ["## Tasks and references", "", markdown_rows(_rounded(r.tasks)), "",
+              "## Provenance", "", markdown_rows(r.provenance), "",
               "## Diverged runs (scored 0)", "",
-              analysis.markdown_rows(r.diverged) if len(r.diverged) else "None.", ""]
+              markdown_rows(r.diverged) if len(r.diverged) else "None.", ""]
     if len(r.forward_retention):
         fr = _k_label(r.forward_retention)
         fs = _k_label(r.forward_scores)
@@ -716,7 +717,7 @@ def _best_markdown(best: pd.DataFrame) -> str:
         "method": best["method"], "best learning rate": best["best"],
         "final score": _ci_text(best, "score"), "AUC": _ci_text(best, "auc"),
         "approx_kl": best["approx_kl"].map("{:.4f}".format)})
-    lines = [analysis.markdown_rows(table)]
+    lines = [markdown_rows(table)]
     if "vaco_minus_ppo_clip" in best:
         for task, row in best.drop_duplicates("task").set_index("task").iterrows():
             if np.isfinite(row["vaco_minus_ppo_clip"]):
@@ -728,7 +729,7 @@ def _best_markdown(best: pd.DataFrame) -> str:
 def _matched_markdown(matched: pd.DataFrame) -> str:
     if matched.empty:
         return "—"
-    return analysis.markdown_rows(pd.DataFrame({
+    return markdown_rows(pd.DataFrame({
         "task": matched["task"], "VACO lr (approx_kl)": [
             f"{s} ({k:.4f})" for s, k in zip(matched["vaco_lr"], matched["vaco_approx_kl"])],
         "PPO-Clip lr (approx_kl)": [
@@ -746,7 +747,7 @@ def _signed(frame: pd.DataFrame, value: str, prefix: str) -> list[str]:
 def _ablation_markdown(ablations: pd.DataFrame) -> str:
     if ablations.empty:
         return "—"
-    return analysis.markdown_rows(pd.DataFrame({
+    return markdown_rows(pd.DataFrame({
         "task": ablations["task"].replace({POOLED: "pooled (mean over tasks)"}),
         "method": ablations["method"],
         "final score − VACO": _signed(ablations, "score_minus_vaco", "score"),

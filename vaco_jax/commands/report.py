@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None, prog: str = "vaco-report") -> int:
     import matplotlib
 
     matplotlib.use("Agg")
-    from vaco_jax.study import lag, references, settings, specs
+    from vaco_jax.study import lag, lag_by_setting, references, specs
 
     studies = _studies()
     if args.check and not args.all:
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None, prog: str = "vaco-report") -> int:
     first = Path(args.sweeps[0])
     references_path = args.references or str(first / references.FILE_NAME)
     out = Path(args.out or first / f"{args.study}_report")
-    module = lag if args.study == "lag" else settings
+    module = lag if args.study == "lag" else lag_by_setting
     try:
         if not Path(references_path).exists():
             raise FileNotFoundError(f"no reference returns at {references_path}: pass "
