@@ -1,8 +1,8 @@
 """One normalisation: `(R − R_random) / (R_reference − R_random)`, random = 0, a reference = 1.
 
 A diverged run's evaluations count as the random policy's from its divergence on (score 0). The
-reference is per task and per metric (final, auc): a references file's synchronous return for
-both, or the mean over a reference method's runs at one setting (the same seeds)."""
+reference is per task and per metric (final, auc): the mean over a reference method's runs at one
+setting (the same seeds)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from vaco_jax.pipeline import runs as runs_
-from vaco_jax.study import references, stats
+from vaco_jax.study import stats
 
 METRICS = ("final", "auc")
 
@@ -67,17 +67,6 @@ def reference_of_method(runs: pd.DataFrame, random: Mapping[str, float], method:
     return (chosen.groupby("task", sort=False)
             .agg(final=("raw_final", "mean"), auc=("raw_auc", "mean"), seeds=("seed", "nunique"))
             .reset_index())
-
-
-def reference_of_file(table: dict, runs: pd.DataFrame, last_evals: int) -> pd.DataFrame:
-    """Per task of `runs`, a references file's synchronous return (`references.lookup`), for
-    final and AUC alike. Columns task, final, auc, random."""
-    rows = []
-    for task, budget in sorted(set(zip(runs["task"], runs["budget"]))):
-        entry = references.lookup(table, task, int(budget), last_evals)
-        rows.append({"task": task, "final": entry["ppo_sync_return"],
-                     "auc": entry["ppo_sync_return"], "random": entry["random_return"]})
-    return pd.DataFrame(rows)
 
 
 def normalised(runs: pd.DataFrame, random: Mapping[str, float], reference: pd.DataFrame,
