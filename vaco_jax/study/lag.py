@@ -593,17 +593,11 @@ code that descends from it are judged by them; results made before it are explor
 git_descends_from = preregistration.descends_from
 
 
-PRE_REGISTRATION_STATUS = {
-    "after": "made after the pre-registration",
-    "before": "analysed before the pre-registration",
-    "unknown": "not known to follow the pre-registration"}
-
-
 def pre_registration(cells: pd.DataFrame) -> tuple[str, str]:
     """(status, in words) of results against the pre-registered tests: "after" when every cell's
     git commit descends from `PRE_REGISTRATION` (the tests judge them); else "before" (a commit
     made before it) or "unknown" (no commit recorded, or one not in this checkout's git history):
-    exploratory. Statuses: `PRE_REGISTRATION_STATUS`."""
+    exploratory. Statuses: `preregistration.STATUS`."""
     recorded = cells["git_commit"] if "git_commit" in cells else pd.Series(dtype=object)
     # `git_descends_from` looked up at call time: the module's name for the ancestry check.
     return preregistration.status(recorded.dropna(), PRE_REGISTRATION,
@@ -913,7 +907,7 @@ def _primary_section(r: Report) -> list[str]:
                 f"\"Pre-registered tests\"{made}): {tests} of the claims; \"holds\": the "
                 f"interval above {BREAK_LEVEL:g}. Everything after this table is exploratory.", "",
                 _primary_markdown(r.primary), ""]
-    why = PRE_REGISTRATION_STATUS[r.pre_registration]
+    why = preregistration.STATUS[r.pre_registration]
     return [f"## The pre-registered tests, computed on these results (exploratory: {why})", "",
             f"The tests of docs/experiments.md, \"Pre-registered tests\"{made}: {tests}. They "
             f"were not shown to be fixed before these results were seen, so they are exploratory "

@@ -40,7 +40,7 @@ from matplotlib.ticker import NullFormatter
 import numpy as np
 import pandas as pd
 
-from vaco_jax.pipeline import scores
+from vaco_jax.pipeline import preregistration, scores
 from vaco_jax.pipeline.estimates import BREAK_LEVEL
 from vaco_jax.study import lag, presets, references, stats, sweep
 from vaco_jax.study.capacity import markdown_rows
@@ -643,7 +643,7 @@ def summary(r: Report, *, sweeps: Sequence[str], references_path: str,
                       f"after the answer below is exploratory unless it says otherwise.", ""]
         else:
             lines += [f"## The pre-registered tests, computed on these results (exploratory: "
-                      f"{lag.PRE_REGISTRATION_STATUS[r.pre_registration]})", "",
+                      f"{preregistration.STATUS[r.pre_registration]})", "",
                       f"These results were {made}; the tests call no verdict here.", ""]
         lines += [lag._primary_markdown(r.primary), "",
                   "## The forward × backward question", "",
