@@ -13,6 +13,7 @@ from scipy import stats as scipy_stats
 
 from vaco_jax import io
 from vaco_jax.llm import experiment
+from vaco_jax.pipeline import tables
 from vaco_jax.study import lag, lag_by_setting, references, stats, sweep
 
 TASKS = {"task_a": (0.0, 100.0), "task_b": (-50.0, 200.0)}   # random return, scale
@@ -270,7 +271,7 @@ def test_step_size_best_rate_matched_kl_ablations_and_delta(tmp_path):
     section = text.split("## VACO's δ at a constant lag")[1]
     auc = _one(report.delta_scores, task="task_a", setting="δ=0.4", capacity=16)
     assert "| task_a | δ=0.4 | " in section and "AUC retention against the same δ" in section
-    assert lag._ci(auc.auc, auc.auc_low, auc.auc_high) in section.split("Normalised AUC")[1]
+    assert tables.interval(auc.auc, auc.auc_low, auc.auc_high) in section.split("Normalised AUC")[1]
     # Its KL spans k = 0 and k = 15: the table says it is KL to β, which holds the lag.
     assert lag_by_setting.KL_NOTE in section.split("Mean in-update approx_kl")[1].split("\n|")[0]
     # ... and so does its figure: score, AUC, and the two retentions, one row each.

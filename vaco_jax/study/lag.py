@@ -143,11 +143,9 @@ def with_columns(results: pd.DataFrame) -> pd.DataFrame:
         results["sampling"] = [v.rpartition(",")[2] for v in results["variant"]]
     results["capacity"] = results["capacity"].astype(int)
     results["lag"] = [lag_label(s, c) for s, c in zip(results["sampling"], results["capacity"])]
-    results["diverged"] = diverged_from_then_on(results, RUN)
+    results["diverged"] = runs.diverged_from_then_on(results, RUN)
     return results
 
-
-diverged_from_then_on = runs.diverged_from_then_on
 
 
 # --- the study's design and what is missing -------------------------------------------------------
@@ -302,8 +300,6 @@ def _several_tasks(values: dict) -> bool:
     return len({key[0] for key in values}) > 1
 
 
-_ratio = estimates.ratio
-
 
 def mean_of(means: np.ndarray) -> np.ndarray:
     """One column: its mean score."""
@@ -312,7 +308,7 @@ def mean_of(means: np.ndarray) -> np.ndarray:
 
 def degradation_of(means: np.ndarray) -> np.ndarray:
     """Columns (score at k, score at 0): mean score(k) / mean score(0)."""
-    return _ratio(means[..., 0], means[..., 1])
+    return estimates.ratio(means[..., 0], means[..., 1])
 
 
 def interaction_of(means: np.ndarray) -> np.ndarray:
@@ -717,7 +713,8 @@ def _primary_markdown(primary: pd.DataFrame) -> str:
     fmt = lambda x: "–" if not np.isfinite(x) else f"{x:.3g}"  # noqa: E731
     for r in primary.itertuples():
         lines.append(f"| {r.comparison} | {r.task} | {r.setting} | {r.metric} | "
-                     f"{_ci(r.estimate, r.low, r.high, sign=r.margin == 0.0)} | {r.seeds} | "
+                     f"{tables.interval(r.estimate, r.low, r.high, sign=r.margin == 0.0)} | "
+                     f"{r.seeds} | "
                      f"{r.test} | {fmt(r.p)} | {fmt(r.p_holm)} | {fmt(r.p_sign_flip)} | {r.verdict} |")
     return "\n".join(lines)
 
@@ -821,7 +818,6 @@ def _ranges(values) -> str:
 
 
 # --- the written report ---------------------------------------------------------------------------
-_ci = tables.interval
 
 
 def fewer_tasks(frame: pd.DataFrame, total: int | None = None) -> list[str]:
@@ -840,7 +836,7 @@ def _interval_texts(frame: pd.DataFrame, value: str, tasks: int, sign: bool = Fa
     """Each row's `value [low, high]`; a pooled cell over fewer than all `tasks` says how many."""
     texts = []
     for row, fewer in zip(frame.to_dict("records"), fewer_tasks(frame, tasks)):
-        text = _ci(row[value], row["low"], row["high"], sign=sign)
+        text = tables.interval(row[value], row["low"], row["high"], sign=sign)
         if "simultaneous_low" in row and np.isfinite(row["simultaneous_low"]):
             text += f" {{{row['simultaneous_low']:.2f}, {row['simultaneous_high']:.2f}}}"
         texts.append(f"{text} ({fewer})" if fewer else text)
@@ -877,7 +873,7 @@ def _sanity_markdown(sanity: pd.DataFrame) -> str:
         "final return": sanity["final_return"].map("{:,.1f}".format),
         "random": sanity["random_return"].map("{:,.1f}".format),
         "sync PPO-Clip": sanity["sync_return"].map("{:,.1f}".format),
-        "score": [_ci(*v) for v in zip(sanity["score"], sanity["low"], sanity["high"])],
+        "score": [tables.interval(*v) for v in zip(sanity["score"], sanity["low"], sanity["high"])],
         "seeds": sanity["seeds"], "clears random": sanity["clears_random"].map(yes_no),
         f"≥ {SYNC_FRACTION:g} sync": sanity["reaches_fraction"].map(yes_no),
         "fails": sanity["fails"].replace("", "—")}))

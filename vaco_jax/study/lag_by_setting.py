@@ -40,8 +40,9 @@ from matplotlib.ticker import NullFormatter
 import numpy as np
 import pandas as pd
 
-from vaco_jax.pipeline import preregistration, scores
+from vaco_jax.pipeline import preregistration, scores, tables
 from vaco_jax.pipeline.estimates import BREAK_LEVEL
+from vaco_jax.pipeline.runs import diverged_from_then_on
 from vaco_jax.study import lag, presets, references, stats, sweep
 from vaco_jax.study.capacity import markdown_rows
 
@@ -153,7 +154,7 @@ def tidy(results: pd.DataFrame, plan_cells: dict) -> pd.DataFrame:
         else delta_setting(d)
         for s, e, lr, d in zip(results["study"], results["epochs"], results["learning_rate"],
                                results["delta"])]
-    results["diverged"] = lag.diverged_from_then_on(results, RUN)
+    results["diverged"] = diverged_from_then_on(results, RUN)
     return results
 
 
@@ -412,16 +413,16 @@ def _forward_answer(retention: pd.DataFrame, pre_registered: bool) -> str:
         worst = ppo.loc[ppo["retention_high"].idxmin()]
         return (f"PPO-Clip {word} in no setting tested ({settings}; k up to "
                 f"{int(ppo['k'].max())}): its lowest retention interval is "
-                f"{lag._ci(worst.retention, worst.retention_low, worst.retention_high)} "
+                f"{tables.interval(worst.retention, worst.retention_low, worst.retention_high)} "
                 f"({worst.task}, {worst.setting}, k = {int(worst.k)}).")
     parts = []
     for r in broken.itertuples():
         key = (r.task, r.setting, r.capacity)
         there = (f"VACO {vaco.loc[key, 'retention_verdict']} "
-                 f"({lag._ci(*vaco.loc[key, ['retention', 'retention_low', 'retention_high']])})"
+                 f"({tables.interval(*vaco.loc[key, ['retention', 'retention_low', 'retention_high']])})"
                  if key in vaco.index else "VACO not run there")
         parts.append(f"{r.task}, {r.setting}, k = {int(r.k)}: PPO-Clip "
-                     f"{lag._ci(r.retention, r.retention_low, r.retention_high)}; {there}")
+                     f"{tables.interval(r.retention, r.retention_low, r.retention_high)}; {there}")
     return f"PPO-Clip {word} in {len(broken)} setting(s): " + "; ".join(parts) + "."
 
 
@@ -582,7 +583,7 @@ def analyse(sweeps: Sweeps, table: dict, *, reps: int = 10_000, seed: int = 0,
 
 def _ci_text(frame: pd.DataFrame, value: str, sign: bool = False) -> list[str]:
     """Each row's `value [low, high]`, marked as `_fewer_tasks` marks it."""
-    return _fewer_tasks(frame, [lag._ci(p, lo, hi, sign=sign) for p, lo, hi in
+    return _fewer_tasks(frame, [tables.interval(p, lo, hi, sign=sign) for p, lo, hi in
                                 zip(frame[value], frame[f"{value}_low"], frame[f"{value}_high"])])
 
 
@@ -722,7 +723,7 @@ def _best_markdown(best: pd.DataFrame) -> str:
         for task, row in best.drop_duplicates("task").set_index("task").iterrows():
             if np.isfinite(row["vaco_minus_ppo_clip"]):
                 lines.append(f"* {task}: VACO − PPO-Clip at their best learning rates "
-                             f"{lag._ci(row['vaco_minus_ppo_clip'], row['difference_low'], row['difference_high'], sign=True)}")
+                             f"{tables.interval(row['vaco_minus_ppo_clip'], row['difference_low'], row['difference_high'], sign=True)}")
     return "\n\n".join(lines[:1]) + ("\n\n" + "\n".join(lines[1:]) if len(lines) > 1 else "")
 
 
@@ -740,7 +741,7 @@ def _matched_markdown(matched: pd.DataFrame) -> str:
 
 
 def _signed(frame: pd.DataFrame, value: str, prefix: str) -> list[str]:
-    return [lag._ci(p, lo, hi, sign=True) for p, lo, hi in
+    return [tables.interval(p, lo, hi, sign=True) for p, lo, hi in
             zip(frame[value], frame[f"{prefix}_low"], frame[f"{prefix}_high"])]
 
 
