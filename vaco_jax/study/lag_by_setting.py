@@ -159,11 +159,6 @@ def tidy(results: pd.DataFrame, plan_cells: dict) -> pd.DataFrame:
 
 
 # --- scores ---------------------------------------------------------------------------------------
-def _finite_mean(values: np.ndarray) -> float:
-    finite = values[np.isfinite(values)]
-    return float(finite.mean()) if finite.size else np.nan
-
-
 def raw_runs(results: pd.DataFrame, last_evals: int = FINAL_EVALS) -> pd.DataFrame:
     """One row per run: its final return (the mean of its last `last_evals` evaluations; NaN if it
     diverged), whether and when it diverged, its mean in-update `approx_kl` and behaviour TV, and
@@ -193,7 +188,7 @@ def raw_runs(results: pd.DataFrame, last_evals: int = FINAL_EVALS) -> pd.DataFra
             "final_return": np.nan if failed else float(returns[-last_evals:].mean()),
             "diverged": failed,
             "diverged_at_step": int(run["step"].to_numpy()[diverged].min()) if failed else None,
-            "approx_kl": _finite_mean(kl), "behavior_tv": _finite_mean(tv),
+            "approx_kl": lag._mean_of_finite(kl), "behavior_tv": lag._mean_of_finite(tv),
             "steps": run["step"].to_numpy(np.float64), "returns": returns,
             "sweep": first.get("sweep", "")})
     return pd.DataFrame(rows)
