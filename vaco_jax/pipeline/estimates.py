@@ -75,15 +75,12 @@ def retention(runs: pd.DataFrame, value: str, base: Mapping, at: Mapping, *, rep
     return pd.DataFrame(rows, columns=["task", "retention", "low", "high", "seeds"])
 
 
-def paired_differences(runs: pd.DataFrame, value: str, a: Mapping, b: Mapping,
-                       min_seeds: int = 2) -> dict[str, pd.Series]:
-    """task → the seed-indexed differences `a` − `b` of `value` (tasks with at least `min_seeds`
-    common seeds), and, when several tasks, POOLED → the per-seed mean over them on the seeds
+def paired_differences(runs: pd.DataFrame, value: str, a: Mapping,
+                       b: Mapping) -> dict[str, pd.Series]:
+    """task → the seed-indexed differences `a` − `b` of `value` (tasks with at least 2 common
+    seeds: `paired`), and, when several tasks, POOLED → the per-seed mean over them on the seeds
     they all have."""
-    per_task = {}
-    for task, m in paired(runs, value, [a, b]).items():
-        if len(m) >= min_seeds:
-            per_task[task] = m[0] - m[1]
+    per_task = {task: m[0] - m[1] for task, m in paired(runs, value, [a, b]).items()}
     if len(per_task) > 1:
         common = sorted(set.intersection(*(set(d.index) for d in per_task.values())))
         per_task[POOLED] = sum(d[common] for d in per_task.values()) / len(per_task)

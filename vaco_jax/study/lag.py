@@ -502,26 +502,25 @@ def break_lag_table(degradation: pd.DataFrame, level: float = BREAK_LEVEL) -> pd
     return pd.DataFrame(rows, columns=["task", "method", "break_lag", "confidently_broken", "lags"])
 
 
-def sanity_table(runs: pd.DataFrame, *, fraction: float = SYNC_FRACTION, reps: int = 10_000,
-                 seed: int = 0, confidence: float = 0.95) -> pd.DataFrame:
+def sanity_table(runs: pd.DataFrame, *, reps: int = 10_000, seed: int = 0) -> pd.DataFrame:
     """Synchronous (k = 0) runs per (task, method): mean final return (a diverged run counted at
     the random policy's return, as its score of 0 says), the references, the normalised score with
-    its BCa CI, whether it clears random (CI low > 0) and reaches `fraction` of synchronous
-    PPO-Clip (point estimate), and `fails`: the reasons it does not, or diverged runs."""
+    its 95% BCa CI, whether it clears random (CI low > 0) and reaches `SYNC_FRACTION` of
+    synchronous PPO-Clip (point estimate), and `fails`: the reasons it does not, or diverged runs."""
     sync = runs[(runs["sampling"] == SYNC[0]) & (runs["capacity"] == SYNC[1])]
     values = _values(sync)
     results = lag_estimates(values, {(env, method): [(env, [(method, *SYNC)])]
                                      for env, method, _, _ in values},
-                            mean_of, reps=reps, seed=seed, levels={"": confidence})
+                            mean_of, reps=reps, seed=seed, levels={"": 0.95})
     rows = []
     for (env, method), group in sync.groupby(["env", "method"], sort=False):
         e = results[(env, method)]
         returns = group["final_return"].where(~group["diverged"], group["random_return"])
-        clears, reaches = e["low"] > 0, e["point"] >= fraction
+        clears, reaches = e["low"] > 0, e["point"] >= SYNC_FRACTION
         unclear = ("no CI (fewer than 2 seeds)" if np.isnan(e["low"])
                    else "does not clear random (CI low ≤ 0)")
         reasons = ([] if clears else [unclear]) + \
-                  ([] if reaches else [f"below {fraction:g} of sync PPO-Clip"]) + \
+                  ([] if reaches else [f"below {SYNC_FRACTION:g} of sync PPO-Clip"]) + \
                   ([f"{int(group['diverged'].sum())} diverged"] if group["diverged"].any() else [])
         rows.append({"task": env, "method": method, "final_return": float(returns.mean()),
                      "random_return": float(group["random_return"].iloc[0]),
