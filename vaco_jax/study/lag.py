@@ -485,8 +485,8 @@ def interaction_table(runs: pd.DataFrame, target: str, *, reps: int = 10_000, se
     return _ordered(pd.DataFrame(rows, columns=columns), method="baseline")
 
 
-def break_lag_table(degradation: pd.DataFrame, level: float = BREAK_LEVEL) -> pd.DataFrame:
-    """Per (task, method): the smallest constant lag k whose degradation is below `level`
+def break_lag_table(degradation: pd.DataFrame) -> pd.DataFrame:
+    """Per (task, method): the smallest constant lag k whose degradation is below `BREAK_LEVEL`
     (`break_lag`), and the smallest whose CI's upper end is (`confidently_broken`); "none" if
     no lag tested is, "undefined" if no lag's degradation is (the synchronous score is not above
     random). `lags` lists the lags tested."""
@@ -495,7 +495,7 @@ def break_lag_table(degradation: pd.DataFrame, level: float = BREAK_LEVEL) -> pd
     for (task, method), group in constant.groupby(["task", "method"], sort=False):
         ks = (group.sort_values("capacity")["capacity"] - 1).to_numpy()
         broken, confidently = estimates.break_lag(group["capacity"] - 1, group["degradation"],
-                                                  group["high"], level)
+                                                  group["high"])
         rows.append({"task": task, "method": method, "break_lag": broken,
                      "confidently_broken": confidently,
                      "lags": ", ".join(str(int(k)) for k in ks)})
@@ -1023,23 +1023,23 @@ def _largest_lag_retention(retention: pd.DataFrame) -> tuple[int | None, dict[st
     return largest - 1, dict(zip(at["method"], at["degradation"].astype(float)))
 
 
-def lag_method_groups(methods: Sequence[str], retention: pd.DataFrame,
-                      level: float = BREAK_LEVEL) -> list[tuple[str, list[str]]]:
+def lag_method_groups(methods: Sequence[str],
+                      retention: pd.DataFrame) -> list[tuple[str, list[str]]]:
     """The figures' rows, `(description, methods)`: VACO, PPO-Clip and APPO (`LAG_REFERENCES`);
     then the other methods whose final-score retention at the largest constant lag (pooled over
-    tasks, point estimate) is below `level`; then the rest (retention ≥ `level`, or undefined).
+    tasks, point estimate) is below `BREAK_LEVEL`; then the rest (retention ≥ it, or undefined).
     Each group in the report's method order, cut into rows of at most `LAG_PER_PANEL`; empty
     groups left out. A display rule, not a test: the report's tables give the intervals."""
     ordered = _method_order(methods)
     k, kept = _largest_lag_retention(retention)
     references = [m for m in ordered if m in LAG_REFERENCES]
     others = [m for m in ordered if m not in LAG_REFERENCES]
-    below = [m for m in others if np.isfinite(kept.get(m, np.nan)) and kept[m] < level]
+    below = [m for m in others if np.isfinite(kept.get(m, np.nan)) and kept[m] < BREAK_LEVEL]
     where = "pooled " if (retention["task"] == POOLED).any() else ""
     groups = [("the references (VACO, PPO-Clip, APPO)", references),
-              (f"{where}final-score retention at k = {k} below {level:g}", below),
+              (f"{where}final-score retention at k = {k} below {BREAK_LEVEL:g}", below),
               ("the others" if not below else f"the others ({where}final-score retention at "
-               f"k = {k} ≥ {level:g} or undefined)", [m for m in others if m not in below])]
+               f"k = {k} ≥ {BREAK_LEVEL:g} or undefined)", [m for m in others if m not in below])]
     rows = []
     for description, members in groups:
         chunks = [members[i:i + LAG_PER_PANEL] for i in range(0, len(members), LAG_PER_PANEL)]
@@ -1206,15 +1206,15 @@ def _lag_lines(table: pd.DataFrame, value: str, ylabel: str, title: str,
     return fig
 
 
-def lag_score_figure(scores: pd.DataFrame, groups, title: str = "", notes=()):
+def lag_score_figure(scores: pd.DataFrame, groups, notes=()):
     """(a) Normalised final score vs constant lag k."""
-    return _lag_lines(scores, "mean", "normalised final score", title or
+    return _lag_lines(scores, "mean", "normalised final score",
                       "Normalised final score vs constant lag (mean over seeds, 95% BCa CIs)",
                       (0.0, 1.0), groups, notes)
 
 
 def lag_retention_figure(retention: pd.DataFrame, scores: pd.DataFrame, groups, *,
-                         auc: bool = False, title: str = "", notes=()):
+                         auc: bool = False, notes=()):
     """(c) Final-score retention score(k)/score(0), or (d) with `auc` AUC retention
     AUC(k)/AUC(0), vs k, a line per method with its 95% CI band (paired seeds); k = 0 is 1 by
     definition; the break rule's level dotted."""
@@ -1227,13 +1227,13 @@ def lag_retention_figure(retention: pd.DataFrame, scores: pd.DataFrame, groups, 
         defined.set_index(["task", "method"]).index)]
     table = table.merge(scores[cell + ["snapshot_age"]], on=cell, how="left")
     name = "AUC" if auc else "score"
-    return _lag_lines(table, "degradation", f"{name}(k) / {name}(0)", title or
+    return _lag_lines(table, "degradation", f"{name}(k) / {name}(0)",
                       f"{'AUC' if auc else 'Final-score'} retention vs constant lag "
                       f"(95% BCa CIs, paired seeds)", (BREAK_LEVEL, 1.0), groups, notes,
                       ran=set(zip(scores["task"], scores["method"])))
 
 
-def lag_curves_figure(curves: pd.DataFrame, groups, title: str = "", notes=()):
+def lag_curves_figure(curves: pd.DataFrame, groups, notes=()):
     """(b) Normalised score vs env steps at k = 0, one panel per (group, task), the mean over
     seeds with its 95% CI band per method: whether synchronous PPO-Clip (1 = its final level)
     has flattened."""
@@ -1268,7 +1268,7 @@ def lag_curves_figure(curves: pd.DataFrame, groups, title: str = "", notes=()):
                 ax.set_ylabel("normalised score", fontsize=9)
             ax.grid(alpha=0.3)
         _lag_legend(legends[r], methods, palette, description, {}, uniform=False, marker="")
-    _lag_finish(fig, title or "Learning curves at k = 0 (mean over seeds, 95% BCa CIs)", notes,
+    _lag_finish(fig, "Learning curves at k = 0 (mean over seeds, 95% BCa CIs)", notes,
                 footer, len(tasks))
     return fig
 

@@ -453,13 +453,13 @@ def best_learning_rates(scores: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFram
 
 
 def _difference(runs: pd.DataFrame, task: str, a: tuple[str, str], b: tuple[str, str],
-                value: str = "score", capacity: int = 1) -> np.ndarray:
-    """Per seed: `value` of (method, setting) a minus b, on `task` (pooled: the mean over tasks of
-    the per-task differences, on the seeds every task has)."""
+                value: str = "score") -> np.ndarray:
+    """Per seed: `value` of (method, setting) a minus b at k = 0, on `task` (pooled: the mean
+    over tasks of the per-task differences, on the seeds every task has)."""
     tasks = sorted(runs["env"].unique()) if task == POOLED else [task]
     per_task = []
     for env in tasks:
-        here = runs[(runs["env"] == env) & (runs["capacity"] == capacity)]
+        here = runs[(runs["env"] == env) & (runs["capacity"] == 1)]
         x = here[(here["method"] == a[0]) & (here["setting"] == a[1])].set_index("seed")[value]
         y = here[(here["method"] == b[0]) & (here["setting"] == b[1])].set_index("seed")[value]
         per_task.append(x - y)
@@ -576,9 +576,9 @@ def analyse(sweeps: Sweeps, table: dict, *, reps: int = 10_000, seed: int = 0,
         last_evals=last_evals)
 
 
-def _ci_text(frame: pd.DataFrame, value: str, sign: bool = False) -> list[str]:
+def _ci_text(frame: pd.DataFrame, value: str) -> list[str]:
     """Each row's `value [low, high]`, marked as `_fewer_tasks` marks it."""
-    return _fewer_tasks(frame, [tables.interval(p, lo, hi, sign=sign) for p, lo, hi in
+    return _fewer_tasks(frame, [tables.interval(p, lo, hi) for p, lo, hi in
                                 zip(frame[value], frame[f"{value}_low"], frame[f"{value}_high"])])
 
 
@@ -766,7 +766,7 @@ def _settings_groups(methods: Sequence[str]) -> list[list[str]]:
     return [first] + [anchors + others[i:i + step] for i in range(0, len(others), step)]
 
 
-def forward_figure(retention: pd.DataFrame, methods: Sequence[str], task: str, title: str = ""):
+def forward_figure(retention: pd.DataFrame, methods: Sequence[str], task: str):
     """One task (or the pooled rows) of the forward × backward study: final-score retention (top)
     and AUC retention (bottom) against the update-frequency setting, one column per constant lag k,
     one colour per method (95% BCa CIs); the break level dashed. The settings vary along two arms
@@ -822,14 +822,14 @@ def forward_figure(retention: pd.DataFrame, methods: Sequence[str], task: str, t
     where = "pooled over tasks" if task == lag.POOLED else task
     if fewer:
         where += " (hollow markers: pooled over fewer tasks)"
-    fig.suptitle(title or f"Update frequency × constant lag: {where} (against K = 4, lr 3e-4, "
+    fig.suptitle(f"Update frequency × constant lag: {where} (against K = 4, lr 3e-4, "
                           f"k = 0; dashed: {BREAK_LEVEL:g})\nleft of the rule: the learning rate "
                           f"at K = 4; right of it: more epochs K at lr 3e-4", fontsize=10)
     fig.tight_layout()
     return fig
 
 
-def stepsize_figure(scores: pd.DataFrame, title: str = ""):
+def stepsize_figure(scores: pd.DataFrame):
     """Synchronous learning-rate sweep: normalised final score (top) and mean in-update approx_kl
     (bottom, log scale) against the learning rate, per task and pooled, PPO-Clip and VACO."""
     swept = scores[scores["method"].isin(("ppo_clip", lag.TARGET))]
@@ -859,12 +859,12 @@ def stepsize_figure(scores: pd.DataFrame, title: str = ""):
     axes[0][0].set_ylabel("normalised final score")
     axes[1][0].set_ylabel("mean in-update approx KL")
     axes[0][-1].legend(fontsize=8)
-    fig.suptitle(title or "Synchronous step size (k = 0, K = 4; 95% BCa CIs)", fontsize=10)
+    fig.suptitle("Synchronous step size (k = 0, K = 4; 95% BCa CIs)", fontsize=10)
     fig.tight_layout()
     return fig
 
 
-def delta_lag_figure(scores: pd.DataFrame, retention: pd.DataFrame, title: str = ""):
+def delta_lag_figure(scores: pd.DataFrame, retention: pd.DataFrame):
     """VACO's δ: normalised final score and AUC at each constant lag (top rows) and their retention
     at the lags above 0 (bottom rows) against δ, per task and pooled (95% BCa CIs)."""
     tasks = sorted(t for t in scores["task"].unique() if t != lag.POOLED)
@@ -902,7 +902,7 @@ def delta_lag_figure(scores: pd.DataFrame, retention: pd.DataFrame, title: str =
     for i, (_, _, label) in enumerate(rows):
         axes[i][0].set_ylabel(label)
     axes[0][-1].legend(fontsize=8)
-    fig.suptitle(title or "VACO's δ at a constant lag (95% BCa CIs)", fontsize=10)
+    fig.suptitle("VACO's δ at a constant lag (95% BCa CIs)", fontsize=10)
     fig.tight_layout()
     return fig
 
