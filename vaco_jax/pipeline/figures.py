@@ -7,11 +7,11 @@ import numpy as np
 import pandas as pd
 
 
-def intervals_figure(frame: pd.DataFrame, label: str, point: str = "point", low: str = "low",
-                     high: str = "high", *, panel: str | None = None, reference: float | None = 1.0,
-                     xlabel: str = "", title: str = ""):
-    """Each row of `frame` as a point with its interval, labelled by `label`, one panel per value
-    of `panel`; a dotted line at `reference`. Rows with undefined values are drawn as absent."""
+def intervals_figure(frame: pd.DataFrame, label: str, point: str = "point", *,
+                     panel: str | None = None, xlabel: str = ""):
+    """Each row of `frame` as a point with its interval (columns `low`, `high`), labelled by
+    `label`, one panel per value of `panel`; a dotted line at 1. Rows with undefined values are
+    drawn as absent."""
     panels = list(dict.fromkeys(frame[panel])) if panel else [None]
     labels = list(dict.fromkeys(frame[label]))
     fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels) + 1.2,
@@ -20,15 +20,12 @@ def intervals_figure(frame: pd.DataFrame, label: str, point: str = "point", low:
     for ax, name in zip(axes[0], panels):
         part = frame if name is None else frame[frame[panel] == name]
         y = part[label].map({m: i for i, m in enumerate(labels)}).to_numpy()
-        p, lo, hi = (part[c].to_numpy(np.float64) for c in (point, low, high))
+        p, lo, hi = (part[c].to_numpy(np.float64) for c in (point, "low", "high"))
         ax.errorbar(p, y, xerr=np.abs(np.stack([p - lo, hi - p])), fmt="o", capsize=3)
-        if reference is not None:
-            ax.axvline(reference, color="grey", linestyle=":")
+        ax.axvline(1.0, color="grey", linestyle=":")
         ax.set_title("" if name is None else str(name), fontsize=9)
         ax.set_xlabel(xlabel)
         ax.set_yticks(range(len(labels)), labels)
     axes[0][0].invert_yaxis()
-    if title:
-        fig.suptitle(title)
     fig.tight_layout()
     return fig
