@@ -872,4 +872,4 @@ SPEC = specs.Spec(
                     (("setting", "N=32"), ("metric", "held-out greedy accuracy"))),
      specs.Estimate("sampled", PRIMARY,
                     (("setting", "N=32"), ("metric", "held-out sampled accuracy")))),
-    specs.family_verdicts(), specs.seeds_of(PRIMARY))
+    specs.family_verdicts, specs.seeds_of(PRIMARY))

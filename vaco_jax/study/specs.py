@@ -153,17 +153,15 @@ def _leaderboard_make(spec: Spec, out: Path) -> list[Path]:
     return leaderboard.write(spec.directories[0], spec.references, out=out, scorecards=True)
 
 
-def family_verdicts(file: str = "primary.csv") -> Callable[[Path], str]:
-    """The pre-registered family's verdicts, counted; "none" when the report labels it
-    exploratory (results made before the pre-registration)."""
-    def read(directory: Path) -> str:
-        table = pd.read_csv(directory / file)
-        family = table[table["family"].astype(bool) & table["comparison"].str.contains("−")]
-        if (table["analysis"] == "exploratory").all():
-            return "none: exploratory (made before the pre-registration)"
-        counts = family["verdict"].value_counts()
-        return f"family of {len(family)}: " + ", ".join(f"{n} {v}" for v, n in counts.items())
-    return read
+def family_verdicts(directory: Path) -> str:
+    """The pre-registered family's verdicts in a report's `primary.csv`, counted; "none" when the
+    report labels it exploratory (results made before the pre-registration)."""
+    table = pd.read_csv(directory / "primary.csv")
+    family = table[table["family"].astype(bool) & table["comparison"].str.contains("−")]
+    if (table["analysis"] == "exploratory").all():
+        return "none: exploratory (made before the pre-registration)"
+    counts = family["verdict"].value_counts()
+    return f"family of {len(family)}: " + ", ".join(f"{n} {v}" for v, n in counts.items())
 
 
 def seeds_of(file: str, column: str = "seeds", **where) -> Callable[[Path], str]:
@@ -242,7 +240,7 @@ for _spec in (
           Cell("AUC", "summary.md", "estimate [95% CI]",
                _row(comparison="vaco − ppo_clip", task="pooled", metric="AUC"),
                "The pre-registered tests")),
-         family_verdicts(), seeds_of("runs.csv", "seed"),
+         family_verdicts, seeds_of("runs.csv", "seed"),
          references="results/lag-cpu/reference_returns.json"),
     _settings("forward", "Does update frequency × lag break PPO-Clip where VACO holds?",
               "K = 4, lr 3e-4, k = 0", "VACO − PPO-Clip and − APPO at k = 15 and at K = 32 (Holm)",
@@ -253,7 +251,7 @@ for _spec in (
                Cell("K = 32, k = 0", "summary.md", "estimate [95% CI]",
                     _row(comparison="vaco − ppo_clip", task="pooled",
                          setting="k=0, K=32, lr=0.0003", metric="final score"), PRIMARY)),
-              family_verdicts(), "forward"),
+              family_verdicts, "forward"),
     _settings("stepsize", "Does VACO match PPO-Clip when each has its best step size?",
               "k = 0, K = 4, each method at its best learning rate",
               "VACO − PPO-Clip at their best learning rates; the Align/Filter ablations",
