@@ -579,7 +579,6 @@ HOLDS_METHODS = ("vaco", "ppo_clip", "appo")
 MIN_SEEDS = 10
 """Tasks with fewer seeds than this are reported but left out of the claims (the sign-flip test
 cannot go below p = 2/2^n, 0.0625 at 5 seeds)."""
-ALPHA = 0.05
 PRE_REGISTRATION = "eaf6cd5250f21642a01e57fdc615bf0e983f66ae"
 """The commit that wrote the pre-registered tests (docs/preregistrations.md): results made by
 code that descends from it are judged by them; results made before it are exploratory."""
@@ -647,7 +646,7 @@ def paired_family(tests: list[dict], pre_registered: bool) -> pd.DataFrame:
     entry of `tests` has `comparison`, `task`, `setting`, `metric`, `differences` (one per seed)
     and `family` (whether it counts: at least `MIN_SEEDS` seeds). Columns: the entry's, the mean
     and its 95% Student-t interval, the t-test's p, the sign-flip test's, Holm's, the verdict."""
-    table = preregistration.family(tests, test="t", pre_registered=pre_registered, alpha=ALPHA)
+    table = preregistration.family(tests, test="t", pre_registered=pre_registered)
     if table.empty:
         return table
     labels = [k for k in tests[0] if k != "differences"]

@@ -42,12 +42,11 @@ import pandas as pd
 
 from vaco_jax import io
 from vaco_jax.pipeline import estimates, scores, tables
-from vaco_jax.pipeline.estimates import BREAK_LEVEL
+from vaco_jax.pipeline.estimates import BREAK_LEVEL, REPS
+from vaco_jax.pipeline.preregistration import ALPHA
 from vaco_jax.study import bench, stats, sweep
 
 SYNC_FRACTION = 0.5
-REPS = 10_000
-ALPHA = 0.05
 
 
 @dataclasses.dataclass
