@@ -36,7 +36,7 @@ import pandas as pd
 
 from vaco_jax.errors import SweepError
 from vaco_jax.pipeline import estimates, preregistration, runs, scores, tables
-from vaco_jax.pipeline.estimates import BREAK_LEVEL
+from vaco_jax.pipeline.estimates import BREAK_LEVEL, POOLED
 from vaco_jax.study import plotting, presets, references, stats, sweep
 from vaco_jax.study.capacity import diverged_as_failures, markdown_rows
 
@@ -51,7 +51,6 @@ MIN_TAIL = 25
 TARGET = "vaco"
 """The method this study is about: the statistics take it as a parameter (`target`), and the study
 passes this, its declared value, to them (`analyse`)."""
-POOLED = "pooled"
 METHODS = tuple(presets.method_label(algo, variant.name) for algo, variant in presets.LAG_METHODS)
 BASELINES = tuple(m for m in METHODS if m != TARGET)
 SYNC = ("oldest", 1)              # (sampling, capacity) of k = 0
