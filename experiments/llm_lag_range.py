@@ -9,6 +9,7 @@ directory's README)."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -45,5 +46,13 @@ def table(directory: str | Path) -> str:
             + "\n".join(lines) + "\n")
 
 
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m experiments.llm_lag_range",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("directory", help="the vaco-llm output directory (results.jsonl)")
+    sys.stdout.write(table(parser.parse_args(argv).directory))
+    return 0
+
+
 if __name__ == "__main__":
-    sys.stdout.write(table(sys.argv[1]))
+    sys.exit(main())

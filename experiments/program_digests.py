@@ -35,7 +35,8 @@ def digests(protocol: str, env: str) -> dict[str, str]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m experiments.program_digests",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("out", help="where to write the digests (JSON)")
     parser.add_argument("--compare", default="", help="another checkout's digests (JSON)")
     parser.add_argument("--protocol", default="cpu")
