@@ -191,16 +191,9 @@ def main(argv: list[str] | None = None, prog: str = "vaco-bench") -> int:
     if proto.version >= 2:   # its report is written from the runs by `--table` (docs/benchmark.md)
         print(f"the runs are in {out / bench.RUNS}")
         return 0
-    try:
-        card = scorecard.scorecard(out, leaderboard_dir)
-    except FileNotFoundError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except Exception as error:  # noqa: BLE001 -- a report never ends a long run with a traceback
-        print(f"error: the scorecard of {out} could not be computed ({type(error).__name__}: "
-              f"{error}); its runs are kept in {out / bench.RUNS}: rerun with --report-only",
-              file=sys.stderr)
-        return 1
+    card = _scorecard(lambda: scorecard.scorecard(out, leaderboard_dir), out, out / bench.RUNS)
+    if isinstance(card, int):
+        return card
     written = scorecard.write(card, out)
     if not leaderboard_dir.is_dir():
         print(f"note: compared with no other method: there is no leaderboard at {leaderboard_dir} "
@@ -210,6 +203,20 @@ def main(argv: list[str] | None = None, prog: str = "vaco-bench") -> int:
     print("\n".join(str(p) for p in written))
     return 0
 
+
+
+def _scorecard(make, out: Path, runs: Path):
+    """`make()`'s scorecard, or the exit status after saying why it could not be made: a report
+    never ends a long run with a traceback (2: nothing to score; 1: the runs are kept)."""
+    try:
+        return make()
+    except FileNotFoundError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except Exception as error:  # noqa: BLE001 -- a report never ends a long run with a traceback
+        print(f"error: the scorecard of {out} could not be computed ({type(error).__name__}: "
+              f"{error}); its runs are kept in {runs}: rerun with --report-only", file=sys.stderr)
+        return 1
 
 
 def _plan(cells, method, proto, out: Path, leaderboard: Path, *, tune: bool) -> str:
@@ -315,15 +322,9 @@ def _llm(args: Args) -> int:
         except (ConfigError, SweepError) as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
-    try:
-        card = scorecard.scorecard(out, leaderboard)
-    except FileNotFoundError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except Exception as error:  # noqa: BLE001 -- a report never ends a long run with a traceback
-        print(f"error: the scorecard of {out} could not be computed ({type(error).__name__}: "
-              f"{error}); its runs are kept in {out}: rerun with --report-only", file=sys.stderr)
-        return 1
+    card = _scorecard(lambda: scorecard.scorecard(out, leaderboard), out, out)
+    if isinstance(card, int):
+        return card
     for note in card.notes:
         print(f"note: {note}", file=sys.stderr)
     print("\n".join(str(p) for p in scorecard.write(card, out)))
