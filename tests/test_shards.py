@@ -61,6 +61,25 @@ def test_a_slurm_array_task_takes_its_shard_only_with_shard_slurm_and_says_which
     assert "option `shard` = 'slurm' is invalid" in capsys.readouterr().err
 
 
+def test_vaco_bench_reads_and_says_its_shard_as_vaco_sweep_does(tmp_path, monkeypatch, capsys):
+    from vaco_jax.commands import bench as bench_command
+
+    argv = ["--algo", "vaco", "--protocol", "tiny", "--protocol-version", "1", "--out",
+            str(tmp_path), "--plan"]
+    for name, value in SLURM_ARRAY_TASK.items():
+        monkeypatch.setenv(name, value)
+    assert bench_command.main(argv) == 0
+    assert "a SLURM job array task without --shard: this process takes every cell" in \
+        capsys.readouterr().out
+    assert bench_command.main(argv + ["--shard", "slurm"]) == 0
+    assert "shard 1/3: this SLURM job array task's (--shard slurm)" in capsys.readouterr().out
+    assert bench_command.main(argv + ["--shard", "3/3"]) == 2
+    assert "option `shard` = 3/3 is invalid: must be i/n" in capsys.readouterr().err
+    monkeypatch.delenv("SLURM_ARRAY_TASK_ID")
+    assert bench_command.main(argv + ["--shard", "slurm"]) == 2
+    assert "option `shard` = 'slurm' is invalid" in capsys.readouterr().err
+
+
 def test_two_concurrent_processes_fill_one_directory_without_losing_or_doubling_rows(tmp_path):
     """Two shards and a third process that takes every cell, all at once on one directory."""
     out = tmp_path / "sweep"

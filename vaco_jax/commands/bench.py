@@ -143,10 +143,7 @@ def main(argv: list[str] | None = None, prog: str = "vaco-bench") -> int:
             cells = bench.tuning_cells(method, proto)
         else:
             cells = bench.bench_cells(method, proto, lag_profile, learning_rate=args.learning_rate)
-        shard = sweep.parse_shard(args.shard)
-        note = sweep.shard_note(args.shard, shard)
-        if note:
-            print(note)
+        shard = sweep.shard_option(args.shard)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

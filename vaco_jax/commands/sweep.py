@@ -183,10 +183,7 @@ def main(argv: list[str] | None = None, prog: str = "vaco-sweep") -> int:
             raise ConfigError("option `capacities` is invalid with --lag-profile: the profile's "
                               "length is the capacity; leave --capacities out")
         cells = sweep.plan(preset, args.studies, args.algos, lag_profile)
-        shard = sweep.parse_shard(args.shard)
-        note = sweep.shard_note(args.shard, shard)
-        if note:
-            print(note)
+        shard = sweep.shard_option(args.shard)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -570,7 +570,19 @@ def parse_shard(text: str, environ=None) -> tuple[int, int] | None:
     return check_shard(shard)
 
 
-def shard_note(text: str, shard: tuple[int, int] | None, environ=None) -> str:
+def shard_option(text: str, environ=None, log: Callable[[str], None] = print
+                 ) -> tuple[int, int] | None:
+    """Option `shard` of a command (`vaco-sweep`, `vaco-bench`) = `text`, parsed and checked
+    (`parse_shard`: `ConfigError` naming the option), with what the command says about it
+    (`_shard_note`) logged when there is something to say."""
+    shard = parse_shard(text, environ)
+    note = _shard_note(text, shard, environ)
+    if note:
+        log(note)
+    return shard
+
+
+def _shard_note(text: str, shard: tuple[int, int] | None, environ=None) -> str:
     """What a command says about the shard it took from option `shard` = `text`: the one SLURM
     gave, or, in a job array without the option, that this task takes every cell."""
     if text == "slurm":
