@@ -283,6 +283,38 @@ def test_a_figure_that_cannot_be_drawn_is_said_and_the_rest_written(board, tmp_p
         f"attribute 'task')" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("protocol", ["tiny", "llm-tiny"])
+def test_a_scorecard_that_cannot_be_computed_ends_the_run_with_a_message_and_its_runs_kept(
+        protocol, tmp_path, monkeypatch, capsys):
+    """The run (monkeypatched: it writes a row) finishes, then its scorecard raises: exit 1, the
+    reason and where the runs are, never a traceback; the rows are as the run left them."""
+    from vaco_jax.llm import bench as llm_bench, scorecard as llm_scorecard
+
+    out = tmp_path / "vaco"
+    runs = out / bench.RUNS if protocol == "tiny" else out
+    row = '{"cell": "bench/toy_reach/vaco/lag", "eval_return": 1.5}\n'
+
+    def long_run(*args, **options):
+        runs.mkdir(parents=True, exist_ok=True)
+        (runs / sweep.RESULTS).write_text(row)
+
+    def broken(directory, leaderboard=None, **options):
+        raise KeyError("task")
+
+    monkeypatch.setattr(bench, "run_bench", long_run)
+    monkeypatch.setattr(llm_bench, "run", long_run)
+    monkeypatch.setattr(scorecard, "scorecard", broken)
+    monkeypatch.setattr(llm_scorecard, "scorecard", broken)
+    (tmp_path / "board").mkdir()
+    argv = ["--algo", "vaco", "--protocol", protocol, "--out", str(out),
+            "--leaderboard", str(tmp_path / "board")]
+    assert bench_command.main(argv + (["--protocol-version", "1"] if protocol == "tiny" else [])) == 1
+    assert (f"error: the scorecard of {out} could not be computed (KeyError: 'task'); its runs "
+            f"are kept in {runs}: rerun with --report-only") in capsys.readouterr().err
+    assert (runs / sweep.RESULTS).read_text() == row
+    assert not list(out.glob("scorecard.*"))
+
+
 def test_the_report_says_which_cells_are_missing(board, tmp_path):
     partial = tmp_path / "vaco"
     shutil.copytree(board / "vaco", partial)
