@@ -214,3 +214,26 @@ def test_the_minatar_studies_run_from_their_specs_with_the_committed_numbers():
     assert long[1] == ("primary: cnn - mlp = -6.62, 95% Welch interval [-13.02, -0.22] "
                        "(p = 0.044): the MLP learns more at this budget")
     assert long[2] == "exploratory: mean return over the curve (area / steps): mlp 9.67, cnn 6.84"
+
+
+def test_the_leaderboard_states_each_methods_cost_summed_over_its_cells_records(tmp_path):
+    from vaco_jax import io
+    cell = {"runs": 20, "env_steps_per_run": 1000, "compile_seconds": 10.0, "host": "h"}
+    for method, walls in (("ppo_clip", (60.0, 120.0)), ("vaco", (30.0,))):
+        (tmp_path / method).mkdir()
+        (tmp_path / method / "bench.json").write_text(json.dumps(
+            {"method": method, "learning_rate": 0.003}))
+        # Two records: a call that was stopped and the one that resumed it.
+        io.append_jsonl(tmp_path / method / "runs" / "cells.jsonl", [
+            {**cell, "cell": f"c{i}", "wall_seconds": w, "train_seconds": w - 10}
+            for i, w in enumerate(walls)])
+    io.append_jsonl(tmp_path / "vaco" / "tuning" / "cells.jsonl", [
+        {**cell, "cell": "t", "wall_seconds": 600.0, "train_seconds": 590.0}])
+    cost = robustness.costs(tmp_path).set_index("method")
+    assert cost.loc["ppo_clip", "runs_wall_seconds"] == 180.0
+    assert cost.loc["ppo_clip", "runs_env_steps"] == 40_000
+    assert np.isnan(cost.loc["ppo_clip", "tuning_wall_seconds"])
+    assert cost.loc["vaco", "tuning_wall_seconds"] == 600.0
+    r = robustness.Report(robustness.Spec(), cost=robustness.costs(tmp_path))
+    assert "| vaco | 0.003 | 10.0 | 0.5 | h |" in robustness.markdown(r)
+    assert "| ppo_clip | 0.003 | undefined | 3.0 | h |" in robustness.markdown(r)

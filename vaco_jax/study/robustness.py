@@ -31,8 +31,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
 
+from vaco_jax import io
 from vaco_jax.pipeline import estimates, figures, preregistration, runs as runs_, scores, tables
-from vaco_jax.study import bench, stats
+from vaco_jax.study import bench, stats, sweep
 
 REFERENCE = "ppo_clip"
 SETTING = ("k", "sampling", "K")
@@ -40,7 +41,7 @@ PREREGISTRATIONS = {("cpu", 2): "a5f50b2db9b939aa52f6a8b53bf0e140b03a16dd"}
 """(protocol, version) → the commit that pre-registered its tests (docs/preregistrations.md): data
 beside the protocols, so naming it changes no protocol's definition or comparability key."""
 TABLES = ("scores.csv", "aggregates.csv", "improvement.csv", "retention.csv", "comparisons.csv",
-          "reliability.csv")
+          "reliability.csv", "cost.csv")
 """The files `write` makes that `check` recomputes (leaderboard.md is written from them)."""
 
 
@@ -85,6 +86,8 @@ class Report:
     retention: pd.DataFrame = None
     comparisons: pd.DataFrame = None
     reliability: pd.DataFrame = None
+    cost: pd.DataFrame = None
+    """Per method: its learning rate and what its runs cost (`costs`); only from a directory."""
     notes: list = dataclasses.field(default_factory=list)
     status: str = "none"
     """Whether the runs were made after the pre-registration: "after" (verdict words), "before",
@@ -292,11 +295,44 @@ def registration(directory: str | Path) -> str:
     return found.pop() if len(found) == 1 else ""
 
 
+def costs(directory: str | Path) -> pd.DataFrame | None:
+    """Per method of a leaderboard `directory`: the learning rate it ran at, and the wall,
+    compile and training seconds of its learning-rate choice and of its scored runs, each the
+    sum over the finished cells' records (`cells.jsonl`, kept across resumed calls); the hosts
+    they ran on. None when no method has a cell record."""
+    rows = []
+    for path in sorted(Path(directory).glob(f"*/{bench.BENCH_FILE}")):
+        info, row = json.loads(path.read_text()), {}
+        for phase, name in (("tuning", bench.TUNING_RUNS), ("runs", bench.RUNS)):
+            if not io.has_rows(path.parent / name / sweep.CELLS):
+                continue
+            cells = sweep.load_cells(path.parent / name)
+            row |= {f"{phase}_cells": len(cells),
+                    **{f"{phase}_{k}": float(cells[k].sum())
+                       for k in ("wall_seconds", "compile_seconds", "train_seconds")},
+                    f"{phase}_env_steps": int((cells["runs"] * cells["env_steps_per_run"]).sum())}
+            row["hosts"] = ", ".join(sorted({*filter(None, row.get("hosts", "").split(", ")),
+                                             *map(_host, cells["host"])}))
+        if row:
+            rows.append({"method": info["method"], "learning_rate": info.get("learning_rate"),
+                         **row})
+    return pd.DataFrame(rows) if rows else None
+
+
+def _host(host) -> str:
+    """A cell record's host in words: its CPU and CPU count (as recorded when not a mapping)."""
+    if isinstance(host, Mapping):
+        return f"{host.get('cpu', '?')} ×{host.get('cpus', '?')}"
+    return str(host)
+
+
 def _recompute(directory: str | Path, spec: Spec | None) -> Report:
-    """The report of `directory`'s per-run files; without a `spec`, the runs' own with the
-    pre-registration of the directory's protocol."""
+    """The report of `directory`'s per-run files, with what each method cost; without a `spec`,
+    the runs' own with the pre-registration of the directory's protocol."""
     runs, random = read(directory)
-    return report(runs, random, spec or Spec.of(runs, registration=registration(directory)))
+    out = report(runs, random, spec or Spec.of(runs, registration=registration(directory)))
+    out.cost = costs(directory)
+    return out
 
 
 def write_leaderboard(directory: str | Path) -> list[Path]:
@@ -305,11 +341,19 @@ def write_leaderboard(directory: str | Path) -> list[Path]:
     return write(_recompute(directory, None), directory)
 
 
+def _words(setting: Mapping) -> str:
+    """A setting in words: "k = 8, K = 4" (constant lag), "uniform 0..8, K = 4"."""
+    lag = (f"k = {setting['k']}" if setting["sampling"] == "oldest"
+           else f"{setting['sampling']} 0..{setting['k']}")
+    return f"{lag}, K = {setting['K']}"
+
+
 def markdown(r: Report) -> str:
     s = r.spec
     lines = ["# Lag-robustness leaderboard", "",
-             f"Normalised per task: random = 0, {s.reference} at {dict(s.base)} = 1. Ranked by "
-             f"the IQM of normalised AUC at {dict(s.largest)} (95% stratified bootstrap CI).", "",
+             f"Normalised per task: random = 0, {s.reference} at {_words(s.base)} = 1. Ranked by "
+             f"the IQM of normalised AUC at {_words(s.largest)} (95% stratified bootstrap CI).",
+             "",
              f"Pre-registration: {r.status_words}; "
              + ("the verdicts are the pre-registered ones." if r.pre_registered else
                 "exploratory, without verdict words."), ""]
@@ -341,6 +385,15 @@ def markdown(r: Report) -> str:
                   + (", ".join(f"{m} ({a} / {b})" for m, a, b in differ[
                       ["method", "verdict_a", "verdict_b"]].itertuples(index=False)) or "none")
                   + ".", ""]
+    if r.cost is not None:
+        c = r.cost
+        minutes = lambda column: ([f"{v / 60:.1f}" if np.isfinite(v) else tables.UNDEFINED
+                                   for v in c[column]] if column in c else tables.UNDEFINED)
+        lines += ["Cost per method (wall minutes, the sum over its cells; machine named by host):",
+                  "", tables.markdown(pd.DataFrame({
+                      "method": c["method"], "learning rate": c["learning_rate"],
+                      "choice of learning rate": minutes("tuning_wall_seconds"),
+                      "scored runs": minutes("runs_wall_seconds"), "hosts": c["hosts"]})), ""]
     if r.notes:
         lines += ["Not computed:", *[f"* {n}" for n in r.notes], ""]
     return "\n".join(lines)
@@ -384,6 +437,8 @@ def check(directory: str | Path, spec: Spec | None = None) -> list[str]:
         write(fresh, tmp)
         for name in TABLES:
             committed, made = directory / name, Path(tmp) / name
+            if not committed.exists() and not made.exists():
+                continue   # a section not computed is named by its note above
             if not committed.exists():
                 problems.append(f"{committed}: missing (the recomputation makes it)"
                                 if made.exists() else f"{committed}: neither committed nor made")
