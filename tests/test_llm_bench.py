@@ -217,6 +217,8 @@ def test_the_leaderboard_is_checked_against_its_per_run_files(hand_board, capsys
     assert table.splitlines()[0].startswith("method,greedy_N1_k0,greedy_N1_k3,")
     assert (hand_board / "leaderboard.md").exists() and (hand_board / "leaderboard.png").exists()
     assert "| `vaco` |" in (hand_board / "leaderboard.md").read_text()
+    # Cost: compiling + training of every program (4 + 5 s), not the wall of the last call.
+    assert "`vaco` 0.1" in (hand_board / "leaderboard.md").read_text().split("Cost per ")[1]
     assert bench_command.main(["--table", str(hand_board), "--check"]) == 0
     lines = table.splitlines()
     fields = lines[2].split(",")
