@@ -26,7 +26,7 @@ import dataclasses
 import json
 import math
 import textwrap
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -274,131 +274,27 @@ def _mean_of_finite(values: np.ndarray) -> float:
     return float(finite.mean()) if finite.size else np.nan
 
 
-# --- paired statistics ----------------------------------------------------------------------------
-# A comparison is a list of strata, one per task: (task, columns), a column being (method,
-# sampling, capacity). Within a task it uses the seeds present in every one of its columns, one row
-# per seed, so a resample draws the same seeds in every column (paired). Every statistic here is a
-# function of the columns' means over those seeds, `per_task(means [..., columns]) -> [...]`,
-# averaged over the comparison's tasks.
-def _values(runs: pd.DataFrame, value: str = "score") -> dict[tuple, pd.Series]:
-    """(env, method, sampling, capacity) → the seed-indexed `value` of its runs."""
-    return {key: group.set_index("seed")[value] for key, group in runs.groupby(CELL, sort=False)}
-
-
-def _common_seeds(values: dict, env: str, columns: Sequence[tuple]) -> tuple[int, ...]:
-    """The seeds of `env` present in every column (none if a column has no runs)."""
-    series = [values.get((env, *column)) for column in columns]
-    if any(s is None for s in series):
-        return ()
-    common = set(series[0].index).intersection(*(s.index for s in series[1:]))
-    return tuple(sorted(common))
-
-
-def _several_tasks(values: dict) -> bool:
-    """Pooled rows only where there is something to pool: one task's pool is the task itself."""
-    return len({key[0] for key in values}) > 1
-
-
-
-def mean_of(means: np.ndarray) -> np.ndarray:
-    """One column: its mean score."""
-    return means[..., 0]
-
-
-def degradation_of(means: np.ndarray) -> np.ndarray:
-    """Columns (score at k, score at 0): mean score(k) / mean score(0)."""
-    return estimates.ratio(means[..., 0], means[..., 1])
-
-
-def interaction_of(means: np.ndarray) -> np.ndarray:
-    """Columns (VACO at k, VACO at 0, baseline at k, baseline at 0): the difference of the two
-    degradations."""
-    return degradation_of(means[..., :2]) - degradation_of(means[..., 2:])
-
-
-def lag_estimates(values: dict, comparisons: dict, per_task: Callable, *, reps: int, seed: int,
-                  levels: dict[str, float]) -> dict[object, dict]:
-    """Each comparison's `point` (the mean over its tasks of `per_task`), `seeds`, `tasks` and,
-    per name → confidence of `levels`, `<name>low` and `<name>high` (stratified BCa; NaN with
-    fewer than 2 seeds in a task). Comparisons without common seeds on some task are left out.
-
-    Comparisons that draw the same seeds of the same tasks share one bootstrap (a vector
-    statistic): a table costs one resampling per set of tasks, not one per cell."""
-    groups: dict[tuple, list] = {}
-    for key, strata in comparisons.items():
-        signature = tuple((env, _common_seeds(values, env, columns)) for env, columns in strata)
-        if all(seeds for _, seeds in signature):
-            groups.setdefault(signature, []).append(key)
-    out = {}
-    for signature, keys in groups.items():
-        out.update(_estimate_group(values, signature, {k: comparisons[k] for k in keys},
-                                   per_task, reps=reps, seed=seed, levels=levels))
-    return out
-
-
-def _estimate_group(values, signature, comparisons, per_task, *, reps, seed, levels) -> dict:
-    """`lag_estimates` for comparisons sharing `signature`: ((task, seeds), ...)."""
-    unions = [list(dict.fromkeys(column for strata in comparisons.values()
-                                 for column in strata[i][1])) for i in range(len(signature))]
-    arrays = [np.stack([values[(env, *column)].loc[list(seeds)].to_numpy(np.float64)
-                        for column in union], axis=1)
-              for (env, seeds), union in zip(signature, unions)]
-    positions = [[[unions[i].index(column) for column in strata[i][1]]
-                  for i in range(len(signature))] for strata in comparisons.values()]
-
-    def statistic(strata):   # [batch, seeds_i, columns_i] per task → [batch, comparisons]
-        means = [x.mean(-2) for x in strata]
-        return np.stack([np.mean([per_task(means[i][..., index]) for i, index in enumerate(where)],
-                                 axis=0) for where in positions], axis=-1)
-
-    if min(len(seeds) for _, seeds in signature) < 2:
-        point = statistic([a[None] for a in arrays])[0]
-        intervals = {name: (np.full_like(point, np.nan),) * 2 for name in levels}
-    else:
-        row_size = sum(a.shape[0] * a.shape[1] for a in arrays)
-        boot = stats.stratified_bootstrap(arrays, statistic, reps=reps, seed=seed, vectorized=True,
-                                          batch=max(1, 25_000_000 // row_size))
-        point = boot.point
-        intervals = {name: boot.interval(level) for name, level in levels.items()}
-    out = {}
-    for j, key in enumerate(comparisons):
-        out[key] = {"point": float(point[j]), "seeds": sum(len(s) for _, s in signature),
-                    "tasks": len(signature)}
-        for name, (low, high) in intervals.items():
-            out[key][f"{name}low"], out[key][f"{name}high"] = float(low[j]), float(high[j])
-    return out
-
-
-def _with_pooled(values: dict, per_cell: dict) -> dict:
-    """The comparisons of `per_cell` ((env, *rest) → a one-task comparison) that have seeds in
-    common and, with several tasks, (POOLED, *rest) → the comparison over every task that has it."""
-    comparisons = {key: strata for key, strata in per_cell.items()
-                   if all(_common_seeds(values, env, columns) for env, columns in strata)}
-    if _several_tasks(values):
-        for (env, *rest), strata in list(comparisons.items()):
-            comparisons.setdefault((POOLED, *rest), []).extend(strata)
-    return comparisons
-
-
 # --- tables ---------------------------------------------------------------------------------------
 def score_table(runs: pd.DataFrame, value: str = "score", *, reps: int = 10_000, seed: int = 0,
                 confidence: float = 0.95) -> pd.DataFrame:
     """Mean `value` (score or auc) per (task, method, lag) with its BCa CI over seeds, then pooled
-    rows (task "pooled": the mean over the tasks that have the cell). Columns: task, method,
-    sampling, capacity, lag, mean, low, high, seeds, tasks, snapshot_age (mean over seeds)."""
-    values = _values(runs, value)
-    comparisons = _with_pooled(values, {key: [(key[0], [key[1:]])] for key in values})
-    results = lag_estimates(values, comparisons, mean_of, reps=reps, seed=seed,
-                            levels={"": confidence})
-    age = runs.groupby(CELL)["snapshot_age"].mean()
-    rows = []
-    for (task, method, sampling, capacity), e in results.items():
-        tasks = [env for env, _ in comparisons[(task, method, sampling, capacity)]]
-        rows.append({"task": task, "method": method, "sampling": sampling, "capacity": capacity,
-                     "mean": e["point"], "low": e["low"], "high": e["high"], "seeds": e["seeds"],
-                     "tasks": e["tasks"], "snapshot_age": float(np.mean(
-                         [age[(env, method, sampling, capacity)] for env in tasks]))})
-    return _ordered(pd.DataFrame(rows))
+    rows (task "pooled": the mean over the tasks that have the cell): `estimates.means`. Columns:
+    task, method, sampling, capacity, lag, mean, low, high, seeds, tasks, snapshot_age (mean over
+    seeds)."""
+    table = estimates.means(runs, value, CELL, reps=reps, seed=seed, confidence=confidence)
+    return _ordered(with_run_means(table.rename(columns={"point": "mean"}), runs,
+                                   ["snapshot_age"], CELL))
+
+
+def with_run_means(table: pd.DataFrame, runs: pd.DataFrame, names: Sequence[str],
+                   columns: Sequence[str]) -> pd.DataFrame:
+    """`table` (a row per task or POOLED and the other `columns`) with the mean over seeds of each
+    of the runs' columns `names` in its cell; a pooled row, the mean over tasks of those means."""
+    means = runs.groupby(list(columns))[list(names)].mean()
+    pooled = means.groupby(level=list(range(1, len(columns)))).mean()
+    keys = list(table[["task", *columns[1:]]].itertuples(index=False, name=None))
+    return table.assign(**{name: [pooled.loc[k[1:], name] if k[0] == POOLED else means.loc[k, name]
+                                  for k in keys] for name in names})
 
 
 def _ordered(frame: pd.DataFrame, method: str = "method") -> pd.DataFrame:
@@ -425,21 +321,11 @@ def degradation_table(runs: pd.DataFrame, value: str = "score", *, reps: int = 1
                       seed: int = 0, confidence: float = 0.95) -> pd.DataFrame:
     """score(k)/score(0) (the final-score retention; with `value="auc"`, AUC(k)/AUC(0), the AUC
     retention) per (task, method) at every lag other than k = 0 (the uniform column included)
-    with paired BCa CIs, then pooled rows: the mean over tasks of the per-task ratio, seeds
-    resampled within each task. Columns: task, method, sampling, capacity, lag, degradation,
-    low, high, seeds, tasks."""
-    values = _values(runs, value)
-    comparisons = _with_pooled(values, {
-        (env, method, sampling, capacity): [(env, [(method, sampling, capacity), (method, *SYNC)])]
-        for env, method, sampling, capacity in values if (sampling, capacity) != SYNC})
-    results = lag_estimates(values, comparisons, degradation_of, reps=reps, seed=seed,
-                            levels={"": confidence})
-    rows = [{"task": task, "method": method, "sampling": sampling, "capacity": capacity,
-             "degradation": e["point"], "low": e["low"], "high": e["high"], "seeds": e["seeds"],
-             "tasks": e["tasks"]}
-            for (task, method, sampling, capacity), e in results.items()]
-    return _ordered(pd.DataFrame(rows, columns=["task", "method", "sampling", "capacity",
-                                                "degradation", "low", "high", "seeds", "tasks"]))
+    with paired BCa CIs, then pooled rows: `estimates.ratios`. Columns: task, method, sampling,
+    capacity, lag, degradation, low, high, seeds, tasks."""
+    table = estimates.ratios(runs, value, CELL, lambda cell: (cell[0], *SYNC), reps=reps,
+                             seed=seed, confidence=confidence)
+    return _ordered(table.rename(columns={"point": "degradation"}))
 
 
 def family_reps(reps: int, family_size: int) -> int:
@@ -457,7 +343,7 @@ def interaction_table(runs: pd.DataFrame, target: str, *, reps: int = 10_000, se
     `family_reps` resamples. Columns: task, baseline, sampling, capacity, lag, interaction, low,
     high, simultaneous_low, simultaneous_high, seeds, tasks, family_size, simultaneous_confidence,
     reps."""
-    values = _values(runs)
+    values = estimates.cells(runs, "score", CELL)
     per_cell = {}
     for env, baseline, sampling, capacity in values:
         if baseline == target or sampling != "oldest" or capacity == SYNC[1]:
@@ -465,7 +351,7 @@ def interaction_table(runs: pd.DataFrame, target: str, *, reps: int = 10_000, se
         per_cell[(env, baseline, capacity)] = [(env, [
             (target, "oldest", capacity), (target, *SYNC), (baseline, "oldest", capacity),
             (baseline, *SYNC)])]
-    comparisons = _with_pooled(values, per_cell)
+    comparisons = estimates.with_pooled(values, per_cell)
     m = len(comparisons)
     columns = ["task", "baseline", "sampling", "capacity", "interaction", "low", "high",
                "simultaneous_low", "simultaneous_high", "seeds", "tasks", "family_size",
@@ -473,7 +359,7 @@ def interaction_table(runs: pd.DataFrame, target: str, *, reps: int = 10_000, se
     if m == 0:
         return pd.DataFrame(columns=columns)
     simultaneous, n = 1 - FAMILY_ALPHA / m, family_reps(reps, m)
-    results = lag_estimates(values, comparisons, interaction_of, reps=n, seed=seed,
+    results = estimates.estimate(values, comparisons, estimates.difference_of_ratios, reps=n, seed=seed,
                             levels={"": confidence, "simultaneous_": simultaneous})
     rows = [{"task": task, "baseline": baseline, "sampling": "oldest", "capacity": capacity,
              "interaction": e["point"], "low": e["low"], "high": e["high"],
@@ -507,10 +393,10 @@ def sanity_table(runs: pd.DataFrame, *, reps: int = 10_000, seed: int = 0) -> pd
     its 95% BCa CI, whether it clears random (CI low > 0) and reaches `SYNC_FRACTION` of
     synchronous PPO-Clip (point estimate), and `fails`: the reasons it does not, or diverged runs."""
     sync = runs[(runs["sampling"] == SYNC[0]) & (runs["capacity"] == SYNC[1])]
-    values = _values(sync)
-    results = lag_estimates(values, {(env, method): [(env, [(method, *SYNC)])]
+    values = estimates.cells(sync, "score", CELL)
+    results = estimates.estimate(values, {(env, method): [(env, [(method, *SYNC)])]
                                      for env, method, _, _ in values},
-                            mean_of, reps=reps, seed=seed, levels={"": 0.95})
+                            estimates.mean_of, reps=reps, seed=seed)
     rows = []
     for (env, method), group in sync.groupby(["env", "method"], sort=False):
         e = results[(env, method)]

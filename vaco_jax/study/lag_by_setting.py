@@ -40,7 +40,7 @@ from matplotlib.ticker import NullFormatter
 import numpy as np
 import pandas as pd
 
-from vaco_jax.pipeline import preregistration, scores, tables
+from vaco_jax.pipeline import estimates, preregistration, scores, tables
 from vaco_jax.pipeline.estimates import BREAK_LEVEL
 from vaco_jax.pipeline.runs import diverged_from_then_on
 from vaco_jax.study import lag, presets, references, stats, sweep
@@ -64,6 +64,7 @@ KL_NOTE = ("`approx_kl` estimates KL(β ‖ π_θ), behaviour policy to learner,
 """What the reports' approx_kl measures, said beside each of its tables that spans lags."""
 RUN = ["study", "env", "method", "setting", "capacity", "seed"]
 COLUMN = ["method", "setting", "capacity"]
+CELL = ["env", *COLUMN]
 
 
 def forward_setting(epochs: int, learning_rate: float) -> str:
@@ -242,34 +243,19 @@ def random_returns(table: dict, runs: pd.DataFrame, last_evals: int) -> dict[str
 
 
 # --- tables ---------------------------------------------------------------------------------------
-def _values(runs: pd.DataFrame, value: str) -> dict[tuple, pd.Series]:
-    """(env, method, setting, capacity) → the seed-indexed `value` of its runs."""
-    return {key: group.set_index("seed")[value]
-            for key, group in runs.groupby(["env", *COLUMN], sort=False)}
+def _estimates(table: pd.DataFrame, name: str) -> pd.DataFrame:
+    """An `estimates.means` or `estimates.ratios` table with its point named `name` and its
+    interval `<name>_low`, `<name>_high`."""
+    return table.rename(columns={"point": name, "low": f"{name}_low", "high": f"{name}_high"})
 
 
 def score_table(runs: pd.DataFrame, *, reps: int, seed: int) -> pd.DataFrame:
     """Mean final score and mean AUC per (task, method, setting, k) with 95% BCa intervals, then
     pooled over tasks; and the mean `approx_kl` and behaviour TV over seeds."""
-    out = None
-    for value in ("score", "auc"):
-        values = _values(runs, value)
-        comparisons = lag._with_pooled(values, {key: [(key[0], [key[1:]])] for key in values})
-        estimated = lag.lag_estimates(values, comparisons, lag.mean_of, reps=reps, seed=seed,
-                                      levels={"": 0.95})
-        frame = pd.DataFrame([{"task": t, "method": m, "setting": s, "capacity": c,
-                               value: e["point"], f"{value}_low": e["low"],
-                               f"{value}_high": e["high"], "seeds": e["seeds"], "tasks": e["tasks"]}
-                              for (t, m, s, c), e in estimated.items()])
-        out = frame if out is None else out.merge(frame, on=["task", *COLUMN, "seeds", "tasks"])
-    means = runs.groupby(["env", *COLUMN])[["approx_kl", "behavior_tv"]].mean()
-    pooled = means.groupby(level=[1, 2, 3]).mean()
-    out["approx_kl"] = [means.loc[(t, m, s, c), "approx_kl"] if t != POOLED
-                        else pooled.loc[(m, s, c), "approx_kl"] for t, m, s, c in
-                        out[["task", *COLUMN]].itertuples(index=False)]
-    out["behavior_tv"] = [means.loc[(t, m, s, c), "behavior_tv"] if t != POOLED
-                          else pooled.loc[(m, s, c), "behavior_tv"] for t, m, s, c in
-                          out[["task", *COLUMN]].itertuples(index=False)]
+    score, auc = (_estimates(estimates.means(runs, value, CELL, reps=reps, seed=seed), value)
+                  for value in ("score", "auc"))
+    out = score.merge(auc, on=["task", *COLUMN, "seeds", "tasks"])
+    out = lag.with_run_means(out, runs, ["approx_kl", "behavior_tv"], CELL)
     return _ordered(out.assign(k=out["capacity"] - 1))
 
 
@@ -298,31 +284,18 @@ def retention_table(runs: pd.DataFrame, base: dict[str, tuple[str, int]] | None 
     """Final-score and AUC retention per (task, method, setting, k) against the method's base
     column — `base(setting)` → (base setting, base capacity); default: the forward study's
     (K = 4, lr 3·10⁻⁴, k = 0) — with 95% BCa intervals and the break rule's verdicts; pooled over
-    tasks (seeds resampled within each task)."""
-    def base_of(setting: str) -> tuple[str, int]:
-        return base[setting] if base is not None else (BASE_FORWARD, 1)
+    tasks (seeds resampled within each task): `estimates.ratios`."""
+    def base_of(column: tuple) -> tuple:
+        method, setting, _ = column
+        return (method, *(base[setting] if base is not None else (BASE_FORWARD, 1)))
 
     out = None
     for value, name in (("score", "retention"), ("auc", "auc_retention")):
-        values = _values(runs, value)
-        per_cell = {}
-        for env, method, setting, capacity in values:
-            reference = (method, *base_of(setting))
-            if (method, setting, capacity) == reference:
-                continue
-            per_cell[(env, method, setting, capacity)] = [
-                (env, [(method, setting, capacity), reference])]
-        comparisons = lag._with_pooled(values, per_cell)
-        estimated = lag.lag_estimates(values, comparisons, lag.degradation_of, reps=reps,
-                                      seed=seed, levels={"": 0.95})
-        frame = pd.DataFrame(
-            [{"task": t, "method": m, "setting": s, "capacity": c, name: e["point"],
-              f"{name}_low": e["low"], f"{name}_high": e["high"],
-              f"{name}_verdict": lag.break_verdict(e["low"], e["high"], pre_registered),
-              "seeds": e["seeds"], "tasks": e["tasks"]}
-             for (t, m, s, c), e in estimated.items()],
-            columns=["task", *COLUMN, name, f"{name}_low", f"{name}_high", f"{name}_verdict",
-                     "seeds", "tasks"])
+        frame = _estimates(estimates.ratios(runs, value, CELL, base_of, reps=reps, seed=seed),
+                           name)
+        frame.insert(frame.columns.get_loc("seeds"), f"{name}_verdict", [
+            lag.break_verdict(low, high, pre_registered)
+            for low, high in zip(frame[f"{name}_low"], frame[f"{name}_high"])])
         out = frame if out is None else out.merge(frame, on=["task", *COLUMN, "seeds", "tasks"],
                                                   how="outer")
     return _ordered(out.assign(k=out["capacity"] - 1))
