@@ -67,34 +67,48 @@ def evaluations(results: pd.DataFrame, plan: dict | None = None,
     return frame
 
 
-def tidy(evaluation_rows: pd.DataFrame, last_evals: int = LAST_EVALS) -> pd.DataFrame:
-    """One row per run of `evaluations`' rows (COLUMNS)."""
+def mean_of_finite(values) -> float:
+    """The mean of the finite `values` (NaN where none is)."""
+    values = np.asarray(values, np.float64)
+    finite = values[np.isfinite(values)]
+    return float(finite.mean()) if finite.size else np.nan
+
+
+def tidy(evaluation_rows: pd.DataFrame, last_evals: int = LAST_EVALS, *,
+         run: Sequence[str] = RUN, means: Sequence[str] = ()) -> pd.DataFrame:
+    """One row per run of `evaluations`' rows (COLUMNS): `run` names the columns that tell runs
+    apart (default `RUN`); each column of `means` (a diagnostic such as `behavior_tv`) holds the
+    mean of the run's finite values (NaN where it has none, or the rows lack the column)."""
+    columns = [*run, *COLUMNS[len(RUN):], *means]
     if evaluation_rows.empty:
-        return pd.DataFrame(columns=COLUMNS)
-    twice = evaluation_rows.duplicated([*RUN, "eval_index"])
+        return pd.DataFrame(columns=columns)
+    twice = evaluation_rows.duplicated([*run, "eval_index"])
     if twice.any():
-        first = evaluation_rows.loc[twice, [*RUN, "eval_index"]].iloc[0].to_dict()
+        first = evaluation_rows.loc[twice, [*run, "eval_index"]].iloc[0].to_dict()
         raise ValueError(f"{int(twice.sum())} evaluations appear twice (e.g. {first}); a run may "
                          f"be in two sweep directories: read each once")
     rows = []
-    for key, run in evaluation_rows.sort_values([*RUN, "eval_index"]).groupby(
-            list(RUN), sort=False, dropna=False):
-        if len(run) < last_evals:
-            raise ValueError(f"run {dict(zip(RUN, key))} has {len(run)} evaluations; its final "
+    for key, group in evaluation_rows.sort_values([*run, "eval_index"]).groupby(
+            list(run), sort=False, dropna=False):
+        if len(group) < last_evals:
+            raise ValueError(f"run {dict(zip(run, key))} has {len(group)} evaluations; its final "
                              f"score averages the last {last_evals}")
-        diverged = run["diverged"].to_numpy(bool)
-        steps = run["step"].to_numpy(np.float64)
-        returns = np.where(diverged, np.nan, run["eval_return"].to_numpy(np.float64))
+        diverged = group["diverged"].to_numpy(bool)
+        steps = group["step"].to_numpy(np.float64)
+        returns = np.where(diverged, np.nan, group["eval_return"].to_numpy(np.float64))
         failed = bool(diverged.any())
-        rows.append({**dict(zip(RUN, key)),
-                     "budget": int(run["budget"].iloc[0]) if "budget" in run else None,
+        rows.append({**dict(zip(run, key)),
+                     "budget": int(group["budget"].iloc[0]) if "budget" in group else None,
                      "final": np.nan if failed else float(returns[-last_evals:].mean()),
                      "auc": np.nan if failed else float(stats.area_under_curve(returns, steps)),
                      "diverged": failed,
                      "diverged_at_step": int(steps[diverged].min()) if failed else None,
-                     "evaluations": len(run), "commit": run["commit"].iloc[0],
-                     "steps": steps, "returns": returns})
-    return pd.DataFrame(rows, columns=COLUMNS)
+                     "evaluations": len(group),
+                     "commit": group["commit"].iloc[0] if "commit" in group else "",
+                     "steps": steps, "returns": returns,
+                     **{name: mean_of_finite(group[name]) if name in group else np.nan
+                        for name in means}})
+    return pd.DataFrame(rows, columns=columns)
 
 
 def read(directories: Sequence[str | Path], last_evals: int = LAST_EVALS) -> pd.DataFrame:

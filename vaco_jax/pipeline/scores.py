@@ -43,6 +43,17 @@ def run_score(returns, steps, random: float, reference: float | None = None,
     return float(final), float(stats.area_under_curve(curve, steps))
 
 
+def whole_run_scores(runs: pd.DataFrame, random: Mapping[str, float],
+                     reference: Mapping[str, float], task: str = "task",
+                     last_evals: int = runs_.LAST_EVALS) -> pd.DataFrame:
+    """`runs` (`runs.tidy`'s: curves NaN from a divergence on) with `score` and `auc`: `run_score`
+    normalised by the `random` and `reference` return of its task (the column `task`), a run that
+    diverged at all scoring 0 (`whole_run_fails`)."""
+    values = [run_score(returns, steps, random[t], reference[t], last_evals, whole_run_fails=True)
+              for t, returns, steps in zip(runs[task], runs["returns"], runs["steps"])]
+    return runs.assign(score=[v[0] for v in values], auc=[v[1] for v in values])
+
+
 def _raw(run, random: float, last_evals: int) -> tuple[float, float]:
     """(final, auc) of one run's returns, diverged evaluations at the random return."""
     return run_score(run.returns, run.steps, random, None, last_evals)

@@ -204,77 +204,55 @@ def missing_cells(study: Study) -> pd.DataFrame:
 
 
 # --- scores ---------------------------------------------------------------------------------------
+def task_references(table: dict, runs: pd.DataFrame, last_evals: int) -> dict[str, dict]:
+    """Each task's reference entry at the budget of its runs (`references.lookup`), refusing a task
+    run at several budgets (its settings are compared at one)."""
+    budgets = runs.groupby("env")["budget"].unique()
+    mixed = {env: sorted(map(int, b)) for env, b in budgets.items() if len(b) > 1}
+    if mixed:
+        raise ValueError(f"tasks with runs at several budgets {mixed}: a task's settings are "
+                         f"compared at one budget; analyse one budget at a time")
+    return {env: references.lookup(table, env, int(b[0]), last_evals)
+            for env, b in budgets.items()}
+
+
 def evaluation_scores(results: pd.DataFrame, table: dict,
                       last_evals: int = FINAL_EVALS) -> pd.DataFrame:
     """Every evaluation's normalised `score`, 0 from a run's divergence on ("fails like a random
     policy"), by references measured with the same `last_evals` (`references.add_scores`)."""
-    budgets = results.groupby("env")["budget"].unique()
-    mixed = {env: sorted(map(int, b)) for env, b in budgets.items() if len(b) > 1}
-    if mixed:
-        raise ValueError(f"tasks with runs at several budgets {mixed}: a task's lags are compared "
-                         f"at one budget; analyse one budget at a time")
+    task_references(table, results, last_evals)
     twice = results.duplicated(RUN + ["eval_index"])
     if twice.any():
         first = results.loc[twice, RUN + ["eval_index"]].iloc[0].to_dict()
         raise ValueError(f"{int(twice.sum())} evaluations appear twice (e.g. {first}); a run may "
                          f"be in two sweeps or at two δ: select one")
-    scored = references.add_scores(results, table, last_evals=last_evals)
-    scored = diverged_as_failures(scored)
+    scored = diverged_as_failures(references.add_scores(results, table, last_evals=last_evals))
     return scored.sort_values(RUN + ["eval_index"]).reset_index(drop=True)
 
 
 def run_scores(evaluations: pd.DataFrame, table: dict,
                last_evals: int = FINAL_EVALS) -> pd.DataFrame:
-    """One row per run of `evaluation_scores`' rows: its final raw return (the mean of the last
-    `last_evals` evaluations; NaN if it diverged), its normalised `score` and `auc`
-    (`scores.run_score`: a diverged run scores 0), when it diverged, its realised lag and
+    """One row per run (`runs.tidy`): its final raw return (the mean of the last `last_evals`
+    evaluations; NaN if it diverged), its normalised `score` and `auc`
+    (`scores.whole_run_scores`: a diverged run scores 0), when it diverged, its realised lag and
     behaviour TV, and its task's references."""
-    frame = evaluations.sort_values(RUN + ["eval_index"]).reset_index(drop=True)
-    codes = frame.groupby(RUN, sort=False).ngroup().to_numpy()   # contiguous: one block per run
-    starts = np.flatnonzero(np.diff(codes, prepend=-1))
-    ends = np.append(starts[1:], len(frame))
-    column = {name: frame[name].to_numpy(np.float64) if name in frame else
-              np.full(len(frame), np.nan)
-              for name in ("eval_return", "step", "snapshot_age", "behavior_tv",
-                           "sgd_steps_per_iteration")}
-    diverged = frame["diverged"].to_numpy(bool)
-    keys = frame.iloc[starts]
-    entries = {(env, int(budget)): references.lookup(table, env, int(budget), last_evals)
-               for env, budget in set(zip(keys["env"], keys["budget"]))}
-    rows = []
-    for (start, end), key in zip(zip(starts, ends), keys.to_dict("records")):
-        run = slice(start, end)
-        if end - start < last_evals:
-            raise ValueError(f"run {({k: key[k] for k in RUN})} has {end - start} evaluations; "
-                             f"its score averages the last {last_evals}")
-        last, failed = slice(end - last_evals, end), bool(diverged[run].any())
-        age, tv = (_mean_of_finite(column[name][run]) for name in ("snapshot_age", "behavior_tv"))
-        entry = entries[(key["env"], int(key["budget"]))]
-        score, auc = scores.run_score(column["eval_return"][run], column["step"][run],
-                                      entry["random_return"], entry["ppo_sync_return"],
-                                      last_evals, diverged=diverged[run], whole_run_fails=True)
-        rows.append({
-            **{k: key[k] for k in RUN}, "lag": key["lag"], "budget": int(key["budget"]),
-            "evaluations": end - start,
-            "final_return": np.nan if failed else float(column["eval_return"][last].mean()),
-            "score": score, "auc": auc,
-            "diverged": failed,
-            "diverged_at_step": int(column["step"][run][diverged[run]].min()) if failed else None,
-            "snapshot_age": age,
-            "snapshot_age_sgd_steps": age * column["sgd_steps_per_iteration"][start],
-            "behavior_tv": tv,
-            "random_return": entry["random_return"], "sync_return": entry["ppo_sync_return"],
-            "sweep": key.get("sweep", ""),
-        })
-    return pd.DataFrame(rows)
+    entries = task_references(table, evaluations, last_evals)
+    random = {env: e["random_return"] for env, e in entries.items()}
+    sync = {env: e["ppo_sync_return"] for env, e in entries.items()}
+    frame = runs.tidy(evaluations.assign(sweep=evaluations.get("sweep", "")), last_evals,
+                      run=[*RUN, "lag", "sweep"],
+                      means=["snapshot_age", "behavior_tv", "sgd_steps_per_iteration"])
+    frame = scores.whole_run_scores(frame, random, sync, "env", last_evals)
+    return frame.assign(final_return=frame["final"],
+                        snapshot_age_sgd_steps=frame["snapshot_age"]
+                        * frame["sgd_steps_per_iteration"],
+                        random_return=frame["env"].map(random),
+                        sync_return=frame["env"].map(sync))[[
+        *RUN, "lag", "budget", "evaluations", "final_return", "score", "auc", "diverged",
+        "diverged_at_step", "snapshot_age", "snapshot_age_sgd_steps", "behavior_tv",
+        "random_return", "sync_return", "sweep"]]
 
 
-def _mean_of_finite(values: np.ndarray) -> float:
-    finite = values[np.isfinite(values)]
-    return float(finite.mean()) if finite.size else np.nan
-
-
-# --- tables ---------------------------------------------------------------------------------------
 def score_table(runs: pd.DataFrame, value: str = "score", *, reps: int = 10_000, seed: int = 0,
                 confidence: float = 0.95) -> pd.DataFrame:
     """Mean `value` (score or auc) per (task, method, lag) with its BCa CI over seeds, then pooled

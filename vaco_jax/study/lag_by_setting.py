@@ -40,9 +40,8 @@ from matplotlib.ticker import NullFormatter
 import numpy as np
 import pandas as pd
 
-from vaco_jax.pipeline import estimates, preregistration, scores, tables
+from vaco_jax.pipeline import estimates, preregistration, runs as runs_, scores, tables
 from vaco_jax.pipeline.estimates import BREAK_LEVEL
-from vaco_jax.pipeline.runs import diverged_from_then_on
 from vaco_jax.study import lag, presets, references, stats, sweep
 from vaco_jax.study.capacity import markdown_rows
 
@@ -155,44 +154,18 @@ def tidy(results: pd.DataFrame, plan_cells: dict) -> pd.DataFrame:
         else delta_setting(d)
         for s, e, lr, d in zip(results["study"], results["epochs"], results["learning_rate"],
                                results["delta"])]
-    results["diverged"] = diverged_from_then_on(results, RUN)
+    results["diverged"] = runs_.diverged_from_then_on(results, RUN)
     return results
 
 
 # --- scores ---------------------------------------------------------------------------------------
 def raw_runs(results: pd.DataFrame, last_evals: int = FINAL_EVALS) -> pd.DataFrame:
-    """One row per run: its final return (the mean of its last `last_evals` evaluations; NaN if it
-    diverged), whether and when it diverged, its mean in-update `approx_kl` and behaviour TV, and
-    its curve (`steps`, `returns`, with NaN from its divergence on)."""
-    frame = results.sort_values(RUN + ["eval_index"])
-    twice = frame.duplicated(RUN + ["eval_index"])
-    if twice.any():
-        first = frame.loc[twice, RUN + ["eval_index"]].iloc[0].to_dict()
-        raise ValueError(f"{int(twice.sum())} evaluations appear twice (e.g. {first}); a run may "
-                         f"be in two sweep directories: analyse each once")
-    rows = []
-    for key, run in frame.groupby(RUN, sort=False):
-        if len(run) < last_evals:
-            raise ValueError(f"run {dict(zip(RUN, key))} has {len(run)} evaluations; its score "
-                             f"averages the last {last_evals}")
-        returns = run["eval_return"].to_numpy(np.float64)
-        diverged = run["diverged"].to_numpy(bool)
-        returns = np.where(diverged, np.nan, returns)
-        failed = bool(diverged.any())
-        first = run.iloc[0]
-        kl = run["approx_kl"].to_numpy(np.float64) if "approx_kl" in run else np.array([np.nan])
-        tv = run["behavior_tv"].to_numpy(np.float64) if "behavior_tv" in run else np.array([np.nan])
-        rows.append({
-            **dict(zip(RUN, key)), "k": int(first["k"]), "epochs": int(first["epochs"]),
-            "learning_rate": float(first["learning_rate"]), "delta": float(first["delta"]),
-            "budget": int(first["budget"]), "evaluations": len(run),
-            "final_return": np.nan if failed else float(returns[-last_evals:].mean()),
-            "diverged": failed,
-            "diverged_at_step": int(run["step"].to_numpy()[diverged].min()) if failed else None,
-            "approx_kl": lag._mean_of_finite(kl), "behavior_tv": lag._mean_of_finite(tv),
-            "steps": run["step"].to_numpy(np.float64), "returns": returns,
-            "sweep": first.get("sweep", "")})
-    return pd.DataFrame(rows)
+    """One row per run (`runs.tidy`): its final return (the mean of its last `last_evals`
+    evaluations; NaN if it diverged), whether and when it diverged, its mean in-update `approx_kl`
+    and behaviour TV, and its curve (`steps`, `returns`, with NaN from its divergence on)."""
+    return runs_.tidy(results.assign(sweep=results.get("sweep", "")), last_evals,
+                      run=[*RUN, "k", "epochs", "learning_rate", "delta", "sweep"],
+                      means=["approx_kl", "behavior_tv"]).rename(columns={"final": "final_return"})
 
 
 def sync_references(runs: pd.DataFrame, random: dict[str, float]) -> pd.DataFrame:
@@ -217,29 +190,6 @@ def sync_references(runs: pd.DataFrame, random: dict[str, float]) -> pd.DataFram
                      "sync_return": float(finals.mean()), "sync_seeds": len(finals),
                      "sync_from": study, "sync_diverged": int(here["diverged"].sum())})
     return pd.DataFrame(rows)
-
-
-def scored_runs(runs: pd.DataFrame, tasks: pd.DataFrame,
-                last_evals: int = FINAL_EVALS) -> pd.DataFrame:
-    """`runs` with `score` (normalised final; 0 for a diverged run) and `auc` (the normalised
-    area under the curve, 0 from a divergence on): `scores.run_score`."""
-    ref = tasks.set_index("task")
-    values = [scores.run_score(r.returns, r.steps, ref.loc[r.env, "random_return"],
-                               ref.loc[r.env, "sync_return"], last_evals, whole_run_fails=True)
-              for r in runs.itertuples()]
-    return runs.assign(score=[v[0] for v in values], auc=[v[1] for v in values])
-
-
-def random_returns(table: dict, runs: pd.DataFrame, last_evals: int) -> dict[str, float]:
-    """Each task's random-policy return from the references table at the runs' budget
-    (`references.lookup`)."""
-    budgets = runs.groupby("env")["budget"].unique()
-    mixed = {env: sorted(map(int, b)) for env, b in budgets.items() if len(b) > 1}
-    if mixed:
-        raise ValueError(f"tasks with runs at several budgets {mixed}: a task is compared at one "
-                         f"budget")
-    return {env: float(references.lookup(table, env, int(b[0]), last_evals)["random_return"])
-            for env, b in budgets.items()}
 
 
 # --- tables ---------------------------------------------------------------------------------------
@@ -514,8 +464,11 @@ class Report:
 def analyse(sweeps: Sweeps, table: dict, *, reps: int = 10_000, seed: int = 0,
             last_evals: int = FINAL_EVALS) -> Report:
     raw = raw_runs(sweeps.results, last_evals)
-    tasks = sync_references(raw, random_returns(table, raw, last_evals))
-    runs = scored_runs(raw, tasks, last_evals)
+    tasks = sync_references(raw, {env: float(entry["random_return"]) for env, entry in
+                                  lag.task_references(table, raw, last_evals).items()})
+    references_ = tasks.set_index("task")
+    runs = scores.whole_run_scores(raw, references_["random_return"], references_["sync_return"],
+                                   "env", last_evals)
     status, detail = lag.pre_registration(sweeps.cells)
     pre_registered = status == "after"
     options = dict(reps=reps, seed=seed)
@@ -533,7 +486,9 @@ def analyse(sweeps: Sweeps, table: dict, *, reps: int = 10_000, seed: int = 0,
         d_retention = retention_table(delta, bases, **options, pre_registered=False)
     diverged = runs.loc[runs["diverged"], [*RUN, "diverged_at_step"]].reset_index(drop=True)
     return Report(
-        runs=runs.drop(columns=["steps", "returns"]), tasks=tasks, forward_scores=f_scores,
+        runs=runs[[*RUN, "k", "epochs", "learning_rate", "delta", "budget", "evaluations",
+                   "final_return", "diverged", "diverged_at_step", "approx_kl", "behavior_tv",
+                   "sweep", "score", "auc"]], tasks=tasks, forward_scores=f_scores,
         forward_retention=f_retention,
         primary=(primary_table(forward, f_retention, pre_registered=pre_registered,
                                planned_tasks=sweeps.forward_tasks) if len(forward) else empty),
