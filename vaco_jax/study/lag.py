@@ -89,23 +89,34 @@ class Study:
 def load_study(directories: Sequence[str | Path], *, allow_code_change: bool = False) -> Study:
     """The lag-study rows of every sweep directory (one per task, say), refusing a cell found in
     two directories and, unless `allow_code_change`, cells made by different vaco_jax source."""
-    tables, records, plans = [], [], {}
-    for directory in map(Path, directories):
-        table = sweep.load_results(directory)
-        tables.append(table[table["study"] == "lag"].assign(sweep=str(directory)))
-        cells = sweep.load_cells(directory)
-        if len(cells):
-            lag_cells = cells[cells["cell"].str.startswith("lag/")].dropna(axis=1, how="all")
-            records.append(lag_cells.assign(sweep=str(directory)))
-        plan = directory / sweep.PLAN
-        plans[str(directory)] = json.loads(plan.read_text()) if plan.exists() else {}
-    results = pd.concat(tables, ignore_index=True)
+    parts, cells = read_sweeps(directories, ("lag",), allow_code_change)
+    results = pd.concat([table for _, table, _ in parts], ignore_index=True)
     if results.empty:
         raise ValueError(f"no rows of the lag study in {[str(d) for d in directories]}; run "
                          f"`vaco-sweep --preset lag-cpu` first")
-    cells = pd.concat(records, ignore_index=True)
-    check_one_code(cells, allow_code_change)
-    return Study(with_columns(results), cells, plans)
+    return Study(with_columns(results), cells, {directory: plan for directory, _, plan in parts})
+
+
+def read_sweeps(directories: Sequence[str | Path], studies: Sequence[str],
+                allow_code_change: bool = False) -> tuple[list[tuple[str, pd.DataFrame, dict]],
+                                                          pd.DataFrame]:
+    """Per sweep directory, (the directory, its result rows of `studies` with `sweep`, its plan
+    (sweep.json; {} when absent)); and the finished cells of `studies` in all of them, with
+    `sweep`, checked by `check_one_code`."""
+    parts, records = [], []
+    for directory in map(Path, directories):
+        table = sweep.load_results(directory)
+        plan = directory / sweep.PLAN
+        parts.append((str(directory), table[table["study"].isin(studies)].assign(
+            sweep=str(directory)), json.loads(plan.read_text()) if plan.exists() else {}))
+        cells = sweep.load_cells(directory)
+        if len(cells):
+            ours = cells["cell"].str.split("/").str[0].isin(studies)
+            records.append(cells[ours].dropna(axis=1, how="all").assign(sweep=str(directory)))
+    cells = (pd.concat(records, ignore_index=True) if records
+             else pd.DataFrame(columns=["cell", "sweep"]))
+    check_one_code(cells, allow_code_change, what=f"the {', '.join(studies)} cells")
+    return parts, cells
 
 
 def check_one_code(cells: pd.DataFrame, allow_code_change: bool = False,
@@ -486,22 +497,45 @@ def paired_differences(at: pd.DataFrame, baseline: str, value: str,
     """task → (the seed-paired differences `target` − `baseline` of `value` among the runs `at`
     (one setting; columns env, method, seed, value), whether the task counts in the family: at
     least `MIN_SEEDS` seeds); tasks with fewer than 2 common seeds left out; and, when several
-    tasks count, POOLED → the per-seed mean over them (on the seeds they all have)."""
-    per_task, counted = {}, []
-    for env, group in at.groupby("env", sort=True):
-        a = group[group["method"] == target].set_index("seed")[value]
-        b = group[group["method"] == baseline].set_index("seed")[value]
-        seeds = sorted(set(a.index) & set(b.index))
-        if len(seeds) < 2:
-            continue
-        per_task[env] = a[seeds] - b[seeds]
-        if len(seeds) >= MIN_SEEDS:
-            counted.append(env)
-    groups = {env: (d, env in counted) for env, d in per_task.items()}
+    tasks count, POOLED → the per-seed mean over them on the seeds they all have
+    (`estimates.paired_differences`)."""
+    def differences(runs: pd.DataFrame) -> dict[str, pd.Series]:
+        return estimates.paired_differences(runs.rename(columns={"env": "task"}), value,
+                                            {"method": target}, {"method": baseline})
+
+    groups = {task: (d, len(d) >= MIN_SEEDS) for task, d in differences(at).items()
+              if task != POOLED}
+    counted = [task for task, (_, counts) in groups.items() if counts]
     if len(counted) > 1:
-        common = sorted(set.intersection(*(set(per_task[e].index) for e in counted)))
-        groups[POOLED] = (sum(per_task[e][common] for e in counted) / len(counted), True)
+        groups[POOLED] = (differences(at[at["env"].isin(counted)])[POOLED], True)
     return groups
+
+
+def family_tests(at: pd.DataFrame, setting: str, target: str = TARGET) -> list[dict]:
+    """The family's paired tests at one setting (the runs `at`, labelled `setting`): `target` −
+    each of `PRIMARY_BASELINES` (but the target itself) in final score and AUC, per task and
+    pooled (`paired_differences`), as `paired_family` takes them."""
+    return [{"comparison": f"{target} − {baseline}", "task": task, "setting": setting,
+             "metric": "final score" if value == "score" else "AUC",
+             "differences": diff.to_numpy(np.float64), "family": in_family}
+            for baseline in PRIMARY_BASELINES if baseline != target for value in ("score", "auc")
+            for task, (diff, in_family) in paired_differences(at, baseline, value, target).items()]
+
+
+def holds_rows(retention: pd.DataFrame, setting: str, pre_registered: bool,
+               point: str = "degradation", low: str = "low", high: str = "high") -> list[dict]:
+    """The "holds" rows of `HOLDS_METHODS` in `retention` (final retention at one setting,
+    labelled `setting`; its columns `point`, `low`, `high`): the non-inferiority test with margin
+    0.2, the break rule's verdict (`break_verdict`) where the task has `MIN_SEEDS` seeds."""
+    rows = retention[retention["method"].isin(HOLDS_METHODS)]
+    return [{"comparison": f"{r['method']} retention", "task": r["task"], "setting": setting,
+             "metric": "final score retention", "estimate": r[point], "low": r[low],
+             "high": r[high], "seeds": r["seeds"],
+             "test": f"non-inferiority: 95% BCa lower end > {BREAK_LEVEL:g}", "p": np.nan,
+             "p_sign_flip": np.nan, "margin": 1 - BREAK_LEVEL, "family": False, "p_holm": np.nan,
+             "verdict": (break_verdict(r[low], r[high], pre_registered) if enough
+                         else f"left out (fewer than {MIN_SEEDS} seeds)")}
+            for r, enough in zip(rows.to_dict("records"), enough_seeds(rows))]
 
 
 def paired_family(tests: list[dict], pre_registered: bool) -> pd.DataFrame:
@@ -538,28 +572,13 @@ def primary_table(runs: pd.DataFrame, degradation: pd.DataFrame, *, target: str,
     if not len(oldest):
         return pd.DataFrame()
     largest = int(oldest["capacity"].max())
-    at_lag = oldest[oldest["capacity"] == largest]
-    tests = [{"comparison": f"{target} − {baseline}", "task": task, "setting": f"k={largest - 1}",
-              "metric": "final score" if value == "score" else "AUC",
-              "differences": diff.to_numpy(np.float64), "family": in_family}
-             for baseline in PRIMARY_BASELINES if baseline != target for value in ("score", "auc")
-             for task, (diff, in_family) in paired_differences(at_lag, baseline, value,
-                                                               target).items()]
-    table = paired_family(tests, pre_registered)
-    holds = []
+    setting = f"k={largest - 1}"
+    table = paired_family(family_tests(oldest[oldest["capacity"] == largest], setting, target),
+                          pre_registered)
     final = degradation[(degradation["sampling"] == "oldest")
-                        & (degradation["capacity"] == largest)
-                        & degradation["method"].isin(HOLDS_METHODS)]
-    for r, enough in zip(final.itertuples(), enough_seeds(final)):
-        verdict = (break_verdict(r.low, r.high, pre_registered) if enough
-                   else f"left out (fewer than {MIN_SEEDS} seeds)")
-        holds.append({"comparison": f"{r.method} retention", "task": r.task,
-                      "setting": f"k={largest - 1}", "metric": "final score retention",
-                      "estimate": r.degradation, "low": r.low, "high": r.high, "seeds": r.seeds,
-                      "test": "non-inferiority: 95% BCa lower end > 0.8", "p": np.nan,
-                      "p_sign_flip": np.nan, "margin": 1 - BREAK_LEVEL, "family": False,
-                      "p_holm": np.nan, "verdict": verdict})
-    table = pd.concat([table, pd.DataFrame(holds)], ignore_index=True)
+                        & (degradation["capacity"] == largest)]
+    table = pd.concat([table, pd.DataFrame(holds_rows(final, setting, pre_registered))],
+                      ignore_index=True)
     table["analysis"] = "pre-registered" if pre_registered else "exploratory"
     return table
 

@@ -30,7 +30,6 @@ t-tests with Holm's correction over the family, the exact sign-flip test beside 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -42,7 +41,7 @@ import pandas as pd
 
 from vaco_jax.pipeline import estimates, preregistration, runs as runs_, scores, tables
 from vaco_jax.pipeline.estimates import BREAK_LEVEL
-from vaco_jax.study import lag, presets, references, stats, sweep
+from vaco_jax.study import lag, presets, stats
 from vaco_jax.study.capacity import markdown_rows
 
 STUDIES = ("forward", "stepsize", "delta-lag")
@@ -106,26 +105,15 @@ def load_study(directories: Sequence[str | Path], *,
                allow_code_change: bool = False) -> Sweeps:
     """The rows of `STUDIES` in every sweep directory, refusing a cell found in two directories
     and, unless `allow_code_change`, cells made by different vaco_jax source."""
-    tables, records, forward_tasks = [], [], set()
-    for directory in map(Path, directories):
-        table = sweep.load_results(directory)
-        table = table[table["study"].isin(STUDIES)]
-        plan_path = directory / sweep.PLAN
-        plan = json.loads(plan_path.read_text()) if plan_path.exists() else {}
-        if (table["study"] == "forward").any():
-            forward_tasks.update(_planned_tasks(plan))
-        tables.append(tidy(table, plan.get("cells", {})).assign(sweep=str(directory)))
-        cells = sweep.load_cells(directory)
-        if len(cells):
-            ours = cells["cell"].str.split("/").str[0].isin(STUDIES)
-            records.append(cells[ours].dropna(axis=1, how="all").assign(sweep=str(directory)))
+    parts, cells = lag.read_sweeps(directories, STUDIES, allow_code_change)
+    forward_tasks = {task for _, table, plan in parts if (table["study"] == "forward").any()
+                     for task in _planned_tasks(plan)}
+    tables = [tidy(table, plan.get("cells", {})) for _, table, plan in parts]
     results = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
     if results.empty:
         raise ValueError(f"no rows of the {', '.join(STUDIES)} studies in "
                          f"{[str(d) for d in directories]}; run `vaco-sweep --preset forward-cpu` "
                          f"(or stepsize-cpu, delta-lag-cpu) first")
-    cells = pd.concat(records, ignore_index=True)
-    lag.check_one_code(cells, allow_code_change, what=f"the {', '.join(STUDIES)} cells")
     return Sweeps(results, cells, tuple(sorted(forward_tasks)))
 
 
@@ -267,15 +255,9 @@ def primary_table(runs: pd.DataFrame, retention: pd.DataFrame, *, pre_registered
     VACO, PPO-Clip and APPO in its two settings; columns as `lag.primary_table`'s. The family is
     whole only with every task of `planned_tasks` (and of `runs`) in it, pooled too."""
     family_settings = forward_primary_settings(runs)
-    tests = []
-    for label, (setting, capacity) in family_settings.items():
-        cell = runs[(runs["setting"] == setting) & (runs["capacity"] == capacity)]
-        tests += [{"comparison": f"{TARGET} − {baseline}", "task": task, "setting": label,
-                   "metric": "final score" if value == "score" else "AUC",
-                   "differences": diff.to_numpy(np.float64), "family": in_family}
-                  for baseline in PRIMARY_BASELINES for value in ("score", "auc")
-                  for task, (diff, in_family) in lag.paired_differences(cell, baseline,
-                                                                        value).items()]
+    tests = [test for label, (setting, capacity) in family_settings.items()
+             for test in lag.family_tests(runs[(runs["setting"] == setting)
+                                               & (runs["capacity"] == capacity)], label)]
     table = lag.paired_family(tests, pre_registered)
     # Holm over part of the family would be another test than the one fixed in advance: until
     # every comparison is in (each setting, baseline, metric, task of the study, pooled), none has
@@ -290,20 +272,10 @@ def primary_table(runs: pd.DataFrame, retention: pd.DataFrame, *, pre_registered
         table.loc[table["family"].astype(bool), "verdict"] = (
             f"no verdict: {len(expected & present)} of the family's {len(expected)} comparisons "
             "are in (Holm needs them all)")
-    holds = []
-    for label, (setting, capacity) in family_settings.items():
-        rows = retention[(retention["setting"] == setting) & (retention["capacity"] == capacity)
-                         & retention["method"].isin(HOLDS_METHODS)]
-        for r, enough in zip(rows.itertuples(), lag.enough_seeds(rows)):
-            holds.append({"comparison": f"{r.method} retention", "task": r.task,
-                          "setting": label, "metric": "final score retention",
-                          "estimate": r.retention, "low": r.retention_low,
-                          "high": r.retention_high, "seeds": r.seeds,
-                          "test": f"non-inferiority: 95% BCa lower end > {BREAK_LEVEL:g}",
-                          "p": np.nan, "p_sign_flip": np.nan, "margin": 1 - BREAK_LEVEL,
-                          "family": False, "p_holm": np.nan,
-                          "verdict": r.retention_verdict if enough else
-                          f"left out (fewer than {lag.MIN_SEEDS} seeds)"})
+    holds = [row for label, (setting, capacity) in family_settings.items()
+             for row in lag.holds_rows(
+                 retention[(retention["setting"] == setting) & (retention["capacity"] == capacity)],
+                 label, pre_registered, "retention", "retention_low", "retention_high")]
     table = pd.concat([table, pd.DataFrame(holds)], ignore_index=True)
     table["analysis"] = "pre-registered" if pre_registered else "exploratory"
     return table
