@@ -165,6 +165,27 @@ def test_every_record_keeps_what_its_cells_compute(board):
     assert card["comparability"] == key
 
 
+def test_a_run_resumes_over_other_source_text_computing_its_programs_and_names_one_that_does_not(
+        board, tmp_path, capsys):
+    mine = tmp_path / "vaco"
+    shutil.copytree(board / "vaco", mine)
+    cells = mine / bench.RUNS / sweep.CELLS
+    # Made before a docstring was edited: other source text, the programs this code computes.
+    records = [dict(r, source="0123456789abcdef") for r in io.read_jsonl(cells)]
+    io.write_jsonl_atomic(cells, records)
+    args = ["--algo", "vaco", *TINY_V1, "--out", str(mine), "--leaderboard", str(board),
+            "--no-progress"]
+    assert bench_command.main(args) == 0
+    assert "2 cells, 2 already finished, running 0" in capsys.readouterr().out
+    # One cell of another program: refused, named.
+    [lag, _] = bench.bench_cells(bench.Method("vaco"), bench.protocol("tiny", 1))
+    io.write_jsonl_atomic(cells, [dict(r, program="0" * 16) if r["cell"] == lag.cell_id else r
+                                  for r in records])
+    assert bench_command.main(args) == 2
+    assert (f"holds 1 cell made by another program than this code's: '{lag.cell_id}' (program "
+            f"{'0' * 16}; this code's: {bench.cell_key(lag)})") in capsys.readouterr().err
+
+
 def test_a_comment_in_result_code_keeps_the_key_and_a_change_of_behaviour_does_not():
     from vaco_jax import objectives
 

@@ -394,6 +394,37 @@ def test_results_of_other_code_are_never_mixed_in(full_sweep, cells, tmp_path, c
     assert "-> runs/sweeps/tiny" in capsys.readouterr().out
 
 
+def test_cells_of_other_source_text_are_resumed_where_they_computed_this_codes_programs(tmp_path):
+    """Finished cells recorded by other source text (a docstring edited since) with the programs
+    this code computes, under these library versions, are this code's; a cell of another program
+    is refused and named, as is one made under other library versions."""
+    cells = sweep.plan(presets.PRESETS["lag-tiny"])
+    programs = {cell.cell_id: f"{i:016x}" for i, cell in enumerate(cells)}
+    records = [{"cell": cell.cell_id, "fingerprint": cell.fingerprint(), "runs": len(cell.runs),
+                **io.provenance(), "source": "0123456789abcdef", "git_commit": "abcdef0",
+                "program": programs[cell.cell_id]} for cell in cells]
+    out = tmp_path / "sweep"
+    out.mkdir()
+    io.write_jsonl_atomic(out / sweep.CELLS, records)
+    quiet = dict(log=lambda _: None, max_cells=0)
+    assert sweep.run_sweep(cells, out, programs=programs, **quiet) == []
+    # Without the programs, the source text decides.
+    with pytest.raises(sweep.SweepError, match="made by other code .*0123456789abcdef"):
+        sweep.run_sweep(cells, out, **quiet)
+    # Another program: every such cell named, with both programs.
+    other = {cell_id: "f" * 16 for cell_id in programs}
+    with pytest.raises(sweep.SweepError, match="made by another program") as refused:
+        sweep.run_sweep(cells, out, programs=other, **quiet)
+    for cell_id, program in programs.items():
+        assert f"{cell_id!r} (program {program}; this code's: {'f' * 16})" in str(refused.value)
+    # The same program under another JAX: other code.
+    io.write_jsonl_atomic(out / sweep.CELLS, [
+        dict(r, versions=dict(r["versions"], jax="0.0.1")) for r in records])
+    with pytest.raises(sweep.SweepError, match="made by other code"):
+        sweep.run_sweep(cells, out, programs=programs, **quiet)
+    assert io.read_jsonl(out / sweep.CELLS)[0]["versions"]["jax"] == "0.0.1"   # nothing rewritten
+
+
 # --- the controlled-lag study ----------------------------------------------------------------------
 LAG_TINY = presets.PRESETS["lag-tiny"]
 

@@ -37,7 +37,7 @@ from vaco_jax import algorithms, cache, io, program, runtime
 from vaco_jax.config import Config, validate, with_lag_profile
 from vaco_jax.errors import ConfigError
 from vaco_jax.study import sweep
-from vaco_jax.study.sweep import Cell, Run
+from vaco_jax.study.sweep import KEY_LIBRARIES, Cell, Run, key_versions
 
 BENCH_FILE = "bench.json"
 RUNS = "runs"
@@ -460,17 +460,7 @@ def code_difference(ours: dict[str, str], theirs: dict[str, str]) -> list[str]:
 
 
 # --- what a result computes: whether two results may be compared --------------------------------
-# The libraries whose versions key a result: this package's own code is in its programs, and
-# rliable only reads results.
-KEY_LIBRARIES = tuple(name for name in io.LIBRARIES if name not in ("vaco_jax", "rliable"))
-
-
-def key_versions() -> dict[str, str]:
-    """The versions of `KEY_LIBRARIES` installed here."""
-    versions = io.library_versions()
-    return {name: versions[name] for name in KEY_LIBRARIES}
-
-
+# Besides its programs, the versions of `sweep.KEY_LIBRARIES` (`key_versions`) key a result.
 def program_digest(cell: Cell) -> str:
     """What `cell` computes, as a hash (16 hex digits): its config and runs (`Cell.fingerprint`,
     which holds the hyper-parameters and seeds its programs take as arguments) and the StableHLO

@@ -60,6 +60,15 @@ PARTIAL = "partial"   # in-progress cells' saved states, removed when a cell fin
 LOCKS = "locks"       # a lock per cell (held while it runs) and the directory's (`directory.lock`)
 # Set per run by the cell (each run's seed), so left out of the cell's config fingerprint.
 PER_RUN_FIELDS = ("seed", "num_seeds")
+# The libraries whose versions key a result with its programs: this package's own code is in its
+# programs, and rliable only reads results.
+KEY_LIBRARIES = tuple(name for name in io.LIBRARIES if name not in ("vaco_jax", "rliable"))
+
+
+def key_versions() -> dict[str, str]:
+    """The versions of `KEY_LIBRARIES` installed here."""
+    versions = io.library_versions()
+    return {name: versions[name] for name in KEY_LIBRARIES}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -433,7 +442,8 @@ def run_sweep(cells: Sequence[Cell], out: str | Path, *, preset: Preset | None =
     fingerprint (`algorithms.objective_fingerprint`), and cells made by another version of it are
     refused unless `allow_code_change`. `programs`: what each cell computes (`bench.cell_key`, by
     cell id), recorded with the cell; a finished cell recorded with another is refused unless
-    `allow_code_change`.
+    `allow_code_change`, and one recorded with the same, under the same `KEY_LIBRARIES` versions,
+    is accepted whatever the source text that made it (a comment or a docstring edited).
     """
     out = Path(out)
     primary = runtime.is_primary()   # process 0 writes; every process computes every cell
@@ -455,10 +465,13 @@ def run_sweep(cells: Sequence[Cell], out: str | Path, *, preset: Preset | None =
                 f"use another --out directory")
     _check_programs(cells, finished, out, programs or {}, allow_code_change)
     source = io.source_hash()
-    other_code = sorted({r.get("source") or "unrecorded" for r in finished.values()} - {source})
+    # A cell of other source text that computes what this code computes (a docstring edited) is
+    # this code's: the same program, under the same library versions.
+    other = [r for r in finished.values()
+             if r.get("source") != source and not _same_program(r, programs or {})]
+    other_code = sorted({r.get("source") or "unrecorded" for r in other})
     if other_code and not allow_code_change:
-        commits = sorted({str(r.get("git_commit")) for r in finished.values()
-                          if r.get("source") != source})
+        commits = sorted({str(r.get("git_commit")) for r in other})
         raise SweepError(
             f"{out} holds cells made by other code (vaco_jax source {', '.join(other_code)} at "
             f"commit {', '.join(commits)}; this code is {source}): results of different code would "
@@ -502,21 +515,32 @@ def user_objective(cell: Cell) -> dict | None:
     return {"name": objective.name, "fingerprint": algorithms.objective_fingerprint(objective)}
 
 
+def _same_program(record: dict, programs: dict) -> bool:
+    """Whether the finished cell `record` was made by the program `programs` names for its cell,
+    under this installation's `KEY_LIBRARIES` versions."""
+    versions = record.get("versions") or {}
+    return (bool(record.get("program")) and record["program"] == programs.get(record["cell"])
+            and all(versions.get(name) == value for name, value in key_versions().items()))
+
+
 def _check_programs(cells: Sequence[Cell], finished: dict, out: Path, programs: dict,
                     allow_code_change: bool) -> None:
     """Refuse (unless `allow_code_change`) to add cells to `out` where its finished cells were made
     by another version of the same user objective, or (`programs`) where a finished cell was
-    made by another program than the same cell now."""
+    made by another program than the same cell now (naming every such cell)."""
     if allow_code_change:
         return
-    for cell in cells:
-        record = finished.get(cell.cell_id, {})
-        if record.get("program") and cell.cell_id in programs \
-                and record["program"] != programs[cell.cell_id]:
-            raise SweepError(
-                f"{out} holds cell {cell.cell_id!r} made by another program ({record['program']}; "
-                f"this code's: {programs[cell.cell_id]}): results of different programs would mix. "
-                f"Use another --out directory, or --allow-code-change to add to it anyway")
+    differ = [(cell.cell_id, finished[cell.cell_id]["program"]) for cell in cells
+              if finished.get(cell.cell_id, {}).get("program") and cell.cell_id in programs
+              and finished[cell.cell_id]["program"] != programs[cell.cell_id]]
+    if differ:
+        raise SweepError(
+            f"{out} holds {len(differ)} {'cell' if len(differ) == 1 else 'cells'} made by another "
+            f"program than this code's: " + "; ".join(
+                f"{cell_id!r} (program {theirs}; this code's: {programs[cell_id]})"
+                for cell_id, theirs in differ) +
+            ". Results of different programs would mix. Use another --out directory, or "
+            "--allow-code-change to add to it anyway")
     mine = {}
     for cell in cells:
         objective = user_objective(cell)
