@@ -733,3 +733,22 @@ def test_program_digests_compare_two_checkouts_and_name_each_program_that_differ
     assert program_digests.main([out, "--compare", str(tmp_path / "other.json")]) == 1
     assert "differs: ppo_clip/lag: c there, b here" in capsys.readouterr().out
     assert json.loads(Path(out).read_text()) == {"vaco/lag": "a", "ppo_clip/lag": "b"}
+
+
+def test_a_partial_save_that_cannot_be_resumed_is_an_error_message_not_a_traceback(
+        tmp_path, monkeypatch, capsys):
+    """A cell stopped part-way whose save another code wrote: exit 2 and the reason, for
+    `vaco-bench` and `vaco-sweep` alike."""
+    from vaco_jax.commands import sweep as sweep_command
+    from vaco_jax.errors import CheckpointError
+
+    def refused(*args, **options):
+        raise CheckpointError("checkpoint 'partial/c' was written by other code")
+
+    monkeypatch.setattr(bench, "run_bench", refused)
+    monkeypatch.setattr(sweep, "run_sweep", refused)
+    assert bench_command.main(["--algo", "vaco", "--protocol", "tiny", "--protocol-version", "1",
+                               "--out", str(tmp_path / "b")]) == 2
+    assert "error: checkpoint 'partial/c' was written by other code" in capsys.readouterr().err
+    assert sweep_command.main(["--preset", "lag-tiny", "--out", str(tmp_path / "s")]) == 2
+    assert "error: checkpoint 'partial/c' was written by other code" in capsys.readouterr().err

@@ -35,7 +35,7 @@ from typing import Literal
 import tyro
 
 from vaco_jax.config import read_lag_profile
-from vaco_jax.errors import ConfigError, SweepError
+from vaco_jax.errors import CheckpointError, ConfigError, SweepError
 
 
 @dataclasses.dataclass
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None, prog: str = "vaco-bench") -> int:
             tuning = bench.run_tuning(method, proto, out, shard=shard, progress=args.progress,
                                       allow_code_change=args.allow_code_change,
                                       max_cells=args.max_cells)
-        except (ConfigError, SweepError) as error:
+        except (ConfigError, SweepError, CheckpointError) as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
         if tuning is None:
@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None, prog: str = "vaco-bench") -> int:
             bench.run_bench(method, proto, out, shard=shard, progress=args.progress,
                             allow_code_change=args.allow_code_change, max_cells=args.max_cells,
                             lag_profile=lag_profile, learning_rate_given=args.learning_rate)
-        except (ConfigError, SweepError) as error:
+        except (ConfigError, SweepError, CheckpointError) as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
     if proto.version >= 2:   # its report is written from the runs by `--table` (docs/benchmark.md)
@@ -316,7 +316,7 @@ def _llm(args: Args) -> int:
                     f.write(f"{time.strftime('%H:%M:%S')} {line}\n")
         try:
             llm_bench.run(proto, args.algo, out, log=log)
-        except (ConfigError, SweepError) as error:
+        except (ConfigError, SweepError, CheckpointError) as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
     card = _scorecard(lambda: scorecard.scorecard(out, leaderboard), out, out)

@@ -28,7 +28,7 @@ from typing import Annotated, Literal
 import tyro
 
 from vaco_jax.config import read_lag_profile
-from vaco_jax.errors import ConfigError, SweepError, invalid_option
+from vaco_jax.errors import CheckpointError, ConfigError, SweepError, invalid_option
 from vaco_jax.options import Cluster, LoggerOptions, validate_logging
 from vaco_jax.study import presets
 
@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None, prog: str = "vaco-sweep") -> int:
         sweep.run_sweep(cells, out, preset=preset, max_cells=args.max_cells, progress=args.progress,
                         allow_code_change=args.allow_code_change, logging=args.logging,
                         shard=shard)
-    except SweepError as error:
+    except (SweepError, CheckpointError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     return 0
