@@ -5,11 +5,13 @@ import json
 import math
 import os
 import shutil
+import struct
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 from vaco_jax import io
@@ -76,7 +78,8 @@ def test_a_table_reads_its_compact_rows_then_those_appended_since(tmp_path):
     assert io.read_rows(path) == rows[:2]                        # plain only
     assert io.compact_jsonl(path) == 2
     assert not path.exists() and io.read_rows(path) == rows[:2]  # compact only
-    assert gzip.decompress(io.compact_path(path).read_bytes()) == io._jsonl(rows[:2]).encode()
+    assert io.compact_path(path).name == "results.parquet"
+    assert pq.read_table(io.compact_path(path)).num_rows == 2    # Parquet any reader opens
     io.append_jsonl(path, rows[2:4])                             # a resumed writer appends
     assert io.read_rows(path) == rows[:4]                        # both, in order, once each
     io.append_jsonl(path, rows[4:])
@@ -109,19 +112,119 @@ def test_a_compaction_stopped_at_any_point_loses_and_doubles_no_row(tmp_path, mo
     monkeypatch.undo()
     assert io.compact_path(path).read_bytes() == packed and io.read_jsonl(path) == new
     assert io.read_rows(path) == old + new
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.jsonl", "results.jsonl.gz"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.jsonl", "results.parquet"]
     # Stopped after writing it, before removing the plain file: its rows are read once.
     monkeypatch.setattr(Path, "unlink", crash)
     with pytest.raises(KeyboardInterrupt):
         io.compact_jsonl(path)
     monkeypatch.undo()
     assert io.read_jsonl(path) == new
-    assert gzip.decompress(io.compact_path(path).read_bytes()) == io._jsonl(old + new).encode()
-    with pytest.warns(UserWarning, match="already in results.jsonl.gz"):
+    assert pq.read_table(io.compact_path(path)).num_rows == len(old + new)
+    with pytest.warns(UserWarning, match="already in results.parquet"):
         assert io.read_rows(path) == old + new
     io.finish_compaction(path)               # what a writer does before appending again
     assert not path.exists() and io.read_rows(path) == old + new
 
+
+
+def identical(a, b) -> bool:
+    """The same JSON value: the same types, keys in the same order, floats bit for bit."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        return struct.pack("<d", a) == struct.pack("<d", b)   # NaN is NaN, -0.0 is not 0.0
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(identical(a[key], b[key]) for key in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(map(identical, a, b))
+    return a == b
+
+
+def compacted(tmp_path, rows) -> list[dict]:
+    path = tmp_path / "results.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))   # NaN as written: NaN
+    io.compact_jsonl(path)
+    assert not path.exists()
+    return io.read_rows(path)
+
+
+def test_compact_rows_keep_their_keys_key_order_and_value_types(tmp_path):
+    rows = [
+        {"cell": "a", "seed": 0, "diverged": False, "note": None, "curve": [0.5, 1.25],
+         "steps": [1, 2], "tags": ["x"], "config": {"lr": 0.1, "k": [1, "2", None]}},
+        {"seed": 1, "cell": "b", "diverged": True, "curve": [], "steps": [3]},   # keys missing
+        {"cell": "c", "seed": 2**70, "diverged": 1, "note": "n", "curve": None, "steps": [4.0],
+         "config": None, "tags": [True]},   # an int past int64, 1 among bools, 4.0 among ints
+        {},
+    ]
+    read = compacted(tmp_path, rows)
+    assert identical(read, rows)
+    assert "note" not in read[1] and read[0]["note"] is None
+    assert list(read[1])[:2] == ["seed", "cell"]
+
+
+def test_compact_floats_are_the_floats_written_bit_for_bit(tmp_path):
+    draws = (np.random.default_rng(0).normal(size=55) * 1e3).tolist()
+    single = [float(np.float32(x)) for x in draws[:50]] + [math.nan, math.inf, -math.inf, -0.0, 0.0]
+    rows = [{"single": x, "double": y, "almost": x, "mixed": x, "curve": [x, y]}
+            for x, y in zip(single, draws)]
+    rows[0]["almost"] = 0.1            # the one value float32 cannot hold keeps the column float64
+    rows[1]["mixed"] = 3               # an int among floats stays an int
+    read = compacted(tmp_path, rows)
+    assert identical(read, rows)
+    assert math.isnan(read[50]["single"]) and math.copysign(1, read[53]["single"]) == -1
+    assert type(read[1]["mixed"]) is int
+    schema = pq.read_schema(io.compact_path(tmp_path / "results.jsonl"))
+    assert str(schema.field("single").type) == "float"     # stored as float32: exactly these
+    assert str(schema.field("almost").type) == "double"
+
+
+def test_a_gzip_table_of_an_earlier_version_is_read_and_folded_into_parquet(tmp_path, monkeypatch):
+    path, legacy = tmp_path / "results.jsonl", tmp_path / "results.jsonl.gz"
+    old, new = [{"seed": 0, "x": 0.1}, {"seed": 1, "x": None}], [{"seed": 2, "y": [1]}]
+    legacy.write_bytes(gzip.compress(io._jsonl(old).encode()))   # as earlier versions compacted
+    io.append_jsonl(path, new)
+    assert io.has_rows(path) and io.read_rows(path) == old + new
+    real_unlink = Path.unlink
+
+    def crash_at(name):
+        def unlink(self, *args, **kwargs):
+            if self.name == name:
+                raise KeyboardInterrupt
+            return real_unlink(self, *args, **kwargs)
+        return unlink
+
+    # Stopped after writing the Parquet file, before removing the gzip'd rows, then the JSONL.
+    for name in ("results.jsonl.gz", "results.jsonl"):
+        monkeypatch.setattr(Path, "unlink", crash_at(name))
+        with pytest.raises(KeyboardInterrupt):
+            io.compact_jsonl(path)
+        monkeypatch.undo()
+        assert path.exists() and io.compact_path(path).exists()
+        with pytest.warns(UserWarning, match="already in results.parquet"):
+            assert io.read_rows(path) == old + new
+    io.finish_compaction(path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.parquet"]
+    assert io.read_rows(path) == old + new
+    legacy.write_bytes(gzip.compress(io._jsonl(new).encode()))   # an earlier version compacts again
+    assert io.read_rows(path) == old + new + new
+    assert io.compact_jsonl(path) == 1 and io.read_rows(path) == old + new + new
+    io.remove_rows(path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_compaction_an_earlier_version_stopped_still_counts_each_row_once(tmp_path):
+    path, legacy = tmp_path / "results.jsonl", tmp_path / "results.jsonl.gz"
+    old, new = [{"seed": 0}], [{"seed": 1}, {"seed": 2}]
+    # It appended the JSONL's lines to the gzip'd rows as a new member, then stopped.
+    members = [gzip.compress(io._jsonl(rows).encode()) for rows in (old, new)]
+    legacy.write_bytes(b"".join(members))
+    io.append_jsonl(path, new)
+    with pytest.warns(UserWarning, match="already in results.jsonl.gz"):
+        assert io.read_rows(path) == old + new
+    assert io.compact_jsonl(path) == 3
+    assert io.read_rows(path) == old + new
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.parquet"]
 
 def test_atomic_writes_get_the_permissions_of_any_new_file(tmp_path):
     import os

@@ -695,7 +695,7 @@ def test_the_tuned_learning_rate_is_chosen_recorded_and_required(tmp_path, capsy
     assert commits.notna().all()
     # Each finished sweep is stored compactly, ready to commit.
     for runs in (out / bench.RUNS, out / bench.TUNING_RUNS):
-        assert (runs / "results.jsonl.gz").exists() and not (runs / sweep.RESULTS).exists()
+        assert (runs / "results.parquet").exists() and not (runs / sweep.RESULTS).exists()
     # The report's reader tells every setting apart: a constant lag as `oldest` (its one-hot
     # profile is that computation), the stochastic lag as the profile it is.
     from vaco_jax.pipeline import runs as pipeline_runs

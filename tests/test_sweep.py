@@ -1,6 +1,7 @@
 """vaco_jax.study.sweep and vaco_jax.study.references: tidy table, vmapped cells, resume, references."""
 
 import dataclasses
+import gzip
 import json
 import re
 from pathlib import Path
@@ -150,6 +151,22 @@ def test_a_compacted_sweep_resumes_without_redoing_finished_cells(full_sweep, ce
     pd.testing.assert_frame_equal(sweep.load_results(tmp_path), sweep.load_results(full_out))
     assert sweep.run_sweep(cells, tmp_path, log=lambda _: None) == []    # nothing left to do
 
+
+
+def test_compact_folds_every_gzip_table_an_earlier_version_wrote_into_parquet(tmp_path, capsys):
+    from vaco_jax.commands import sweep as sweep_command
+
+    rows = [{"cell": "c", "seed": seed, "eval_return": 0.5 * seed} for seed in range(3)]
+    for table in ("llm", "bench/runs"):   # an LLM sweep's table; a sweep's, under its lock
+        (tmp_path / table).mkdir(parents=True)
+        (tmp_path / table / "results.jsonl.gz").write_bytes(gzip.compress(io._jsonl(rows).encode()))
+    io.append_jsonl(tmp_path / "bench" / "runs" / sweep.CELLS, [{"cell": "c"}])
+    assert sweep_command.main(["--compact", str(tmp_path)]) == 0
+    for table in ("llm", "bench/runs"):
+        assert not (tmp_path / table / "results.jsonl.gz").exists()
+        assert (tmp_path / table / "results.parquet").exists()
+        assert io.read_rows(tmp_path / table / sweep.RESULTS) == rows
+    assert capsys.readouterr().out.count("3 rows") == 2
 
 def test_a_logged_cell_gives_each_run_its_own_tensorboard_run_and_changes_no_result(
         full_sweep, cells, tmp_path):

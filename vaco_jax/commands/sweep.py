@@ -89,10 +89,11 @@ class Args:
     """GB of memory per device to plan for in a dry run (0: what the device reports; the CPU
     reports none). Cells that do not fit are split (--runs-per-call) until they do."""
     compact: tuple[str, ...] = ()
-    """Compact the result tables under these directories and exit: each results.jsonl (a sweep's,
-    a benchmark's, an LLM sweep's) becomes results.jsonl.gz, gzip'd JSONL about 8× smaller, read
-    by the reports and by resuming as before. For a finished directory, or one only sweeps write
-    to (they wait on its lock)."""
+    """Compact the result tables under these directories and exit: the rows of each results.jsonl
+    (a sweep's, a benchmark's, an LLM sweep's), and of a results.jsonl.gz earlier versions wrote,
+    move to results.parquet: Parquet, every value exactly as written, read by the reports and by
+    resuming as before. For a finished directory, or one only sweeps write to (they wait on its
+    lock)."""
     progress: bool = True
     """Show a progress bar per cell (on a terminal or in a notebook; a line per cell in logs)."""
     compile_cache: str = "default"
@@ -141,7 +142,8 @@ def dry_run(args, preset: presets.Preset, out: Path, lag_profile=()) -> None:
 
 
 def compact(directories) -> int:
-    """`--compact`: every results.jsonl under `directories` into results.jsonl.gz."""
+    """`--compact`: every results.jsonl (or earlier versions' results.jsonl.gz) under
+    `directories` into results.parquet."""
     from vaco_jax import io
     from vaco_jax.study import sweep
 
@@ -151,9 +153,11 @@ def compact(directories) -> int:
                                                          "files, at any depth)")
         print(f"error: {error}", file=sys.stderr)
         return 2
-    tables = sorted({path.parent for d in directories for path in Path(d).rglob(sweep.RESULTS)})
+    names = (sweep.RESULTS, io.legacy_path(Path(sweep.RESULTS)).name)
+    tables = sorted({path.parent for d in directories for name in names
+                     for path in Path(d).rglob(name)})
     for directory in tables:
-        size = (directory / sweep.RESULTS).stat().st_size
+        size = sum(p.stat().st_size for p in map(directory.joinpath, names) if p.exists())
         rows = sweep.compact(directory)
         packed = io.compact_path(directory / sweep.RESULTS)
         print(f"{directory}: {rows} rows ({size / 1e6:.1f} MB) -> {packed.name} "

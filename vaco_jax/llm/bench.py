@@ -9,7 +9,7 @@ A protocol (`LLMProtocol`) is data: an LLM preset with its overrides, the consta
 stochastic lag (each batch's age uniform over 0..max k) where it is cheap, the Ns, the seeds and the
 shipped warm start. `run` trains the objective's runs with the programs `vaco-llm` runs
 (`vaco_jax.llm.experiment`: one compiled program per N over every (k, seed), in chunks of at most
-`runs_per_call` runs), resumably, into `--out`: `results.jsonl.gz` (one row per run, compacted once
+`runs_per_call` runs), resumably, into `--out`: `results.parquet` (one row per run, compacted once
 every run is in), `config.json` and `summary.json` (the experiment's), `bench.json` (the method,
 protocol, the commits of every call, comparability key and cost) and the scorecard
 (`vaco_jax.llm.scorecard`).

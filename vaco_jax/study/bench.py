@@ -716,7 +716,7 @@ def run_bench(method: Method, proto: Protocol, out: str | Path, *, shard=None, l
 
 def compact_when_finished(cells, runs: Path) -> bool:
     """Once every cell of `cells` has finished in the sweep directory `runs`, store its rows
-    compactly (`sweep.compact`: results.jsonl.gz, about 8 times smaller, read as before), so a
+    compactly (`sweep.compact`: results.parquet, lossless Parquet, read as before), so a
     method's every run × evaluation can be committed; returns whether it did."""
     if not runtime.is_primary() or not io.has_rows(runs / sweep.CELLS):
         return False

@@ -13,8 +13,8 @@ Output directory:
     results.jsonl   one row per run × evaluation: cell, study, env, algo, variant, capacity, delta,
                     seed, eval_index, step, budget, eval_return, filtered/clip fraction, TV estimate,
                     snapshot age, ... (`load_results` returns it as a pandas DataFrame)
-    results.jsonl.gz  the rows of results.jsonl once compacted (`compact`, `vaco-sweep --compact`):
-                    gzip'd JSONL, read before the rows appended to results.jsonl since
+    results.parquet the rows of results.jsonl once compacted (`compact`, `vaco-sweep --compact`):
+                    Parquet, the values exactly as written, read before the rows appended since
     cells.jsonl     one record per finished cell: fingerprint, timings, steps/s, git commit
     partial/        the saved state of a cell in progress (one directory per cell fingerprint,
                     removed when it finishes): a long cell resumes where it was stopped
@@ -746,7 +746,7 @@ def _finished_cells(out: Path) -> dict[str, dict]:
 
 def _discard_unfinished_rows(out: Path, finished: dict) -> None:
     """Rewrite results.jsonl without rows of cells that never finished and without torn lines
-    (rows in results.jsonl.gz are finished cells': `compact` discards the others first)."""
+    (rows in results.parquet are finished cells': `compact` discards the others first)."""
     _rewrite_jsonl(out / RESULTS, lambda row: row.get("cell") in finished)
 
 
@@ -801,7 +801,7 @@ def load_results(out: str | Path) -> pd.DataFrame:
 
 
 def compact(out: str | Path) -> int:
-    """Move the rows of `out/results.jsonl` into `out/results.jsonl.gz` (`io.compact_jsonl`); in a
+    """Move the rows of `out/results.jsonl` into `out/results.parquet` (`io.compact_jsonl`); in a
     sweep's directory under its lock, so no process appends meanwhile, and rows of cells that
     never finished are dropped first, as a sweep starting there would. Returns how many rows
     moved. A compacted directory resumes as any other: new cells' rows go to results.jsonl."""
