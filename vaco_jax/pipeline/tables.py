@@ -11,6 +11,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from vaco_jax.pipeline.estimates import POOLED
+
 UNDEFINED = "undefined"
 
 
@@ -45,3 +47,18 @@ def markdown(frame: pd.DataFrame, columns: Sequence[str] | None = None, digits: 
     lines += ["| " + " | ".join(_cell(v, digits) for v in row) + " |"
               for row in frame[columns].itertuples(index=False)]
     return "\n".join(lines)
+
+
+def wide(frame: pd.DataFrame, texts: Sequence[str], index: Sequence[str], columns: str,
+         order: Sequence[str]) -> str:
+    """A markdown table of `texts` (one per row of `frame`): a row per value of the `index` columns
+    (in `frame`'s order; the pooled task named "pooled (mean over tasks)"), a column per value of
+    `columns`, in `order`; "—" where a row has no text."""
+    if frame.empty:
+        return "—"
+    index = list(index)
+    cells = frame.assign(_text=list(texts)).pivot(index=index, columns=columns, values="_text")
+    table = frame[index].drop_duplicates().merge(
+        cells.reindex(columns=order).fillna("—").reset_index(), on=index, how="left")
+    table["task"] = table["task"].replace({POOLED: "pooled (mean over tasks)"})
+    return markdown(table.rename(columns=str))

@@ -376,19 +376,18 @@ def break_lag_table(degradation: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["task", "method", "break_lag", "confidently_broken", "lags"])
 
 
-def sanity_table(runs: pd.DataFrame, *, reps: int = 10_000, seed: int = 0) -> pd.DataFrame:
+def sanity_table(runs: pd.DataFrame, scores: pd.DataFrame) -> pd.DataFrame:
     """Synchronous (k = 0) runs per (task, method): mean final return (a diverged run counted at
     the random policy's return, as its score of 0 says), the references, the normalised score with
-    its 95% BCa CI, whether it clears random (CI low > 0) and reaches `SYNC_FRACTION` of
-    synchronous PPO-Clip (point estimate), and `fails`: the reasons it does not, or diverged runs."""
+    its 95% BCa CI (the `score_table` row `scores` has at k = 0), whether it clears random (CI low
+    > 0) and reaches `SYNC_FRACTION` of synchronous PPO-Clip (point estimate), and `fails`: the
+    reasons it does not, or diverged runs."""
     sync = runs[(runs["sampling"] == SYNC[0]) & (runs["capacity"] == SYNC[1])]
-    values = estimates.cells(sync, "score", CELL)
-    results = estimates.estimate(values, {(env, method): [(env, [(method, *SYNC)])]
-                                     for env, method, _, _ in values},
-                            estimates.mean_of, reps=reps, seed=seed)
+    results = scores.rename(columns={"mean": "point"}).set_index(
+        ["task", "method", "sampling", "capacity"])
     rows = []
     for (env, method), group in sync.groupby(["env", "method"], sort=False):
-        e = results[(env, method)]
+        e = results.loc[(env, method, *SYNC)]
         returns = group["final_return"].where(~group["diverged"], group["random_return"])
         clears, reaches = e["low"] > 0, e["point"] >= SYNC_FRACTION
         unclear = ("no CI (fewer than 2 seeds)" if np.isnan(e["low"])
@@ -635,11 +634,12 @@ def analyse(study: Study, table: dict, *, reps: int = 10_000, seed: int = 0,
     runs = run_scores(evaluations, table, last_evals)
     options = dict(reps=reps, seed=seed)
     degradation = degradation_table(runs, **options)
+    final_scores = score_table(runs, **options)
     status, detail = pre_registration(study.cells)
     return Report(
-        runs=runs, scores=score_table(runs, **options), auc=score_table(runs, "auc", **options),
+        runs=runs, scores=final_scores, auc=score_table(runs, "auc", **options),
         degradation=degradation, interaction=interaction_table(runs, TARGET, **options),
-        break_lag=break_lag_table(degradation), sanity=sanity_table(runs, **options),
+        break_lag=break_lag_table(degradation), sanity=sanity_table(runs, final_scores),
         realised_lag=realised_lag_table(runs), curves=sync_curves(evaluations, **options),
         missing=missing_cells(study), diverged=diverged_runs(runs),
         provenance=provenance(study), tasks=task_table(runs, table, last_evals),
@@ -712,36 +712,35 @@ def fewer_tasks(frame: pd.DataFrame, total: int | None = None) -> list[str]:
             for task, n in zip(frame["task"], frame["tasks"])]
 
 
+def with_fewer(frame: pd.DataFrame, texts: Sequence[str], total: int | None = None) -> list[str]:
+    """`texts`, one per row of `frame`, each marked as `fewer_tasks` marks its row ("(1 of 2
+    tasks)"), as the figures' pooled rows are."""
+    return [f"{text} ({fewer})" if fewer else text
+            for text, fewer in zip(texts, fewer_tasks(frame, total))]
+
+
 def _interval_texts(frame: pd.DataFrame, value: str, tasks: int, sign: bool = False) -> list[str]:
-    """Each row's `value [low, high]`; a pooled cell over fewer than all `tasks` says how many."""
-    texts = []
-    for row, fewer in zip(frame.to_dict("records"), fewer_tasks(frame, tasks)):
-        text = tables.interval(row[value], row["low"], row["high"], sign=sign)
-        if "simultaneous_low" in row and np.isfinite(row["simultaneous_low"]):
-            text += f" {{{row['simultaneous_low']:.2f}, {row['simultaneous_high']:.2f}}}"
-        texts.append(f"{text} ({fewer})" if fewer else text)
-    return texts
+    """Each row's `value [low, high]` {its simultaneous interval, where it has one}; a pooled cell
+    over fewer than all `tasks` says how many."""
+    texts = tables.intervals(frame, value, sign=sign)
+    if "simultaneous_low" in frame:
+        texts = [f"{text} {{{low:.2f}, {high:.2f}}}" if np.isfinite(low) else text for text, low, high
+                 in zip(texts, frame["simultaneous_low"], frame["simultaneous_high"])]
+    return with_fewer(frame, texts, tasks)
 
 
 def _wide(frame: pd.DataFrame, texts: Sequence[str], index: Sequence[str] = ("task", "method"),
           marks: dict | None = None) -> str:
-    """A markdown table: one row per `index` (pooled rows named as such), one column per lag,
-    cells `texts`; `marks` (index tuple → mark) appended to the last index column."""
+    """A markdown table (`tables.wide`): one row per `index`, one column per lag, cells `texts`;
+    `marks` (index tuple → mark) appended to the last index column."""
     if frame.empty:
         return "—"
-    index = list(index)
-    columns = [lag_label(*c) for c in _column_order(zip(frame["sampling"], frame["capacity"]))]
-    cells = frame.assign(_text=list(texts), lag=[lag_label(s, c) for s, c in
-                                                 zip(frame["sampling"], frame["capacity"])])
-    wide = (cells.pivot(index=index, columns="lag", values="_text").reindex(columns=columns)
-            .fillna("—").reset_index())
-    wide = frame[index].drop_duplicates().merge(wide, on=index, how="left")
-    if marks:
-        wide[index[-1]] = [f"{row[-1]} {marks[tuple(row)]}" if tuple(row) in marks else row[-1]
-                           for row in wide[index].itertuples(index=False)]
-    wide["task"] = wide["task"].replace({POOLED: "pooled (mean over tasks)"})
-    wide.columns.name = None
-    return markdown_rows(wide)
+    index, marks = list(index), marks or {}
+    named = [f"{row[-1]} {marks[row]}" if row in marks else row[-1]
+             for row in frame[index].itertuples(index=False, name=None)]
+    lags = [lag_label(s, c) for s, c in zip(frame["sampling"], frame["capacity"])]
+    order = [lag_label(*c) for c in _column_order(zip(frame["sampling"], frame["capacity"]))]
+    return tables.wide(frame.assign(**{index[-1]: named, "lag": lags}), texts, index, "lag", order)
 
 
 def _sanity_markdown(sanity: pd.DataFrame) -> str:

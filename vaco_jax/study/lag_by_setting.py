@@ -118,32 +118,24 @@ def load_study(directories: Sequence[str | Path], *,
 
 
 def tidy(results: pd.DataFrame, plan_cells: dict) -> pd.DataFrame:
-    """`results` with `method` (the algorithm), `epochs` (K), `learning_rate`, `k` (= capacity − 1)
-    and `setting` (the study's label: "K=16, lr=0.0003", "lr=0.001", "δ=0.1"). K and the default
-    learning rate come from each cell's config in the plan (`plan_cells`); a swept learning rate
-    from the row."""
+    """`results` as `runs.evaluations` reads them (K and the default learning rate from each cell's
+    config in the plan, `plan_cells`; a swept learning rate from the row; `diverged` from then on),
+    with `method` (the algorithm), `epochs` (K), `learning_rate` and `setting` (the study's label:
+    "K=16, lr=0.0003", "lr=0.001", "δ=0.1")."""
     if results.empty:
         return results.assign(method=[], epochs=[], learning_rate=[], k=[], setting=[])
-    results = results.copy()
     missing = sorted(set(results["cell"]) - set(plan_cells))
     if missing:
         raise ValueError(f"cells {missing[:3]} are not in the sweep's plan (sweep.json): their "
                          f"K and learning rate are unknown")
-    config = {cell: plan_cells[cell]["config"] for cell in results["cell"].unique()}
-    results["method"] = results["algo"]
-    results["epochs"] = results["cell"].map({c: int(v["num_epochs"]) for c, v in config.items()})
-    default_lr = results["cell"].map({c: float(v["learning_rate"]) for c, v in config.items()})
-    swept = results["learning_rate"] if "learning_rate" in results else np.nan
-    results["learning_rate"] = pd.Series(swept, index=results.index).fillna(default_lr)
-    results["capacity"] = results["capacity"].astype(int)
-    results["k"] = results["capacity"] - 1
-    results["setting"] = [
+    frame = runs_.evaluations(results, plan_cells)
+    frame = frame.assign(method=frame["algo"], epochs=frame["K"].astype(int),
+                         learning_rate=frame["lr"], capacity=frame["capacity"].astype(int))
+    return frame.assign(setting=[
         forward_setting(e, lr) if s == "forward" else lr_setting(lr) if s == "stepsize"
         else delta_setting(d)
-        for s, e, lr, d in zip(results["study"], results["epochs"], results["learning_rate"],
-                               results["delta"])]
-    results["diverged"] = runs_.diverged_from_then_on(results, RUN)
-    return results
+        for s, e, lr, d in zip(frame["study"], frame["epochs"], frame["learning_rate"],
+                               frame["delta"])])
 
 
 # --- scores ---------------------------------------------------------------------------------------
@@ -350,16 +342,12 @@ def best_learning_rates(scores: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFram
 def _difference(runs: pd.DataFrame, task: str, a: tuple[str, str], b: tuple[str, str],
                 value: str = "score") -> np.ndarray:
     """Per seed: `value` of (method, setting) a minus b at k = 0, on `task` (pooled: the mean
-    over tasks of the per-task differences, on the seeds every task has)."""
-    tasks = sorted(runs["env"].unique()) if task == POOLED else [task]
-    per_task = []
-    for env in tasks:
-        here = runs[(runs["env"] == env) & (runs["capacity"] == 1)]
-        x = here[(here["method"] == a[0]) & (here["setting"] == a[1])].set_index("seed")[value]
-        y = here[(here["method"] == b[0]) & (here["setting"] == b[1])].set_index("seed")[value]
-        per_task.append(x - y)
-    common = sorted(set.intersection(*(set(s.dropna().index) for s in per_task)))
-    return (sum(s[common] for s in per_task) / len(per_task)).to_numpy(np.float64)
+    over tasks of the per-task differences, on the seeds every task has):
+    `estimates.paired_differences`; empty where the task has fewer than 2 common seeds."""
+    a, b = ({"method": method, "setting": setting} for method, setting in (a, b))
+    d = estimates.paired_differences(
+        runs[runs["capacity"] == 1].rename(columns={"env": "task"}), value, a, b)
+    return d[task].to_numpy(np.float64) if task in d else np.array([])
 
 
 def matched_kl(scores: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
@@ -477,32 +465,18 @@ def analyse(sweeps: Sweeps, table: dict, *, reps: int = 10_000, seed: int = 0,
 
 
 def _ci_text(frame: pd.DataFrame, value: str) -> list[str]:
-    """Each row's `value [low, high]`, marked as `_fewer_tasks` marks it."""
-    return _fewer_tasks(frame, [tables.interval(p, lo, hi) for p, lo, hi in
-                                zip(frame[value], frame[f"{value}_low"], frame[f"{value}_high"])])
-
-
-def _fewer_tasks(frame: pd.DataFrame, texts: Sequence[str]) -> list[str]:
-    """`texts`, one per row, where a pooled row over fewer of the frame's tasks than it has says
-    how many ("(1 of 2 tasks)"), as the lag report's and the figures' pooled rows do."""
-    return [f"{text} ({fewer})" if fewer else text
-            for text, fewer in zip(texts, lag.fewer_tasks(frame))]
+    """Each row's `value [low, high]`, a pooled row over fewer tasks marked (`lag.with_fewer`)."""
+    return lag.with_fewer(frame, tables.intervals(frame, value, f"{value}_low", f"{value}_high"))
 
 
 def _wide(frame: pd.DataFrame, texts: Sequence[str], index: Sequence[str], columns: str) -> str:
-    """A markdown table: one row per `index`, one column per value of `columns`, cells `texts`."""
+    """A markdown table (`tables.wide`): one row per `index`, one column per value of `columns`
+    (lags in increasing k, or settings in order), cells `texts`."""
     if frame.empty:
         return "—"
-    index = list(index)
-    cells = frame.assign(_text=list(texts))
-    order = (sorted(set(cells[columns]), key=lambda c: int(c.split("=")[1])) if columns == "lag"
-             else _setting_order(cells[columns]))
-    wide = cells.pivot(index=index, columns=columns, values="_text").reindex(columns=order)
-    wide = frame[index].drop_duplicates().merge(wide.fillna("—").reset_index(), on=index,
-                                                 how="left")
-    wide["task"] = wide["task"].replace({POOLED: "pooled (mean over tasks)"})
-    wide.columns = [str(c) for c in wide.columns]
-    return markdown_rows(wide)
+    order = (sorted(set(frame[columns]), key=lambda c: int(c.split("=")[1])) if columns == "lag"
+             else _setting_order(frame[columns]))
+    return tables.wide(frame, texts, index, columns, order)
 
 
 def _k_label(frame: pd.DataFrame) -> pd.DataFrame:
@@ -563,7 +537,7 @@ def summary(r: Report, *, sweeps: Sequence[str], references_path: str,
                   _wide(fs, _ci_text(fs, "score"), ("task", "method", "setting"), "lag"), "",
                   "## Forward × backward: mean in-update approx_kl (exploratory)", "",
                   KL_NOTE, "",
-                  _wide(fs, _fewer_tasks(fs, [f"{x:.4f}" for x in fs["approx_kl"]]),
+                  _wide(fs, lag.with_fewer(fs, [f"{x:.4f}" for x in fs["approx_kl"]]),
                         ("task", "method", "setting"), "lag"), ""]
     if len(r.stepsize_scores):
         ss = r.stepsize_scores
@@ -636,8 +610,7 @@ def _matched_markdown(matched: pd.DataFrame) -> str:
 
 
 def _signed(frame: pd.DataFrame, value: str, prefix: str) -> list[str]:
-    return [tables.interval(p, lo, hi, sign=True) for p, lo, hi in
-            zip(frame[value], frame[f"{prefix}_low"], frame[f"{prefix}_high"])]
+    return tables.intervals(frame, value, f"{prefix}_low", f"{prefix}_high", sign=True)
 
 
 def _ablation_markdown(ablations: pd.DataFrame) -> str:
