@@ -287,23 +287,28 @@ def with_run_means(table: pd.DataFrame, runs: pd.DataFrame, names: Sequence[str]
 
 
 def _ordered(frame: pd.DataFrame, method: str = "method") -> pd.DataFrame:
-    """Per-task rows first (tasks sorted), pooled rows last; methods VACO first; lags in order
-    (a `lag` label is added after `capacity`)."""
+    """`ordered`, lags in order (a `lag` label is added after `capacity`)."""
+    if frame.empty or "capacity" not in frame:
+        return ordered(frame, method)
+    columns = _column_order(zip(frame["sampling"], frame["capacity"]))
+    frame = frame.copy()
+    frame.insert(frame.columns.get_loc("capacity") + 1, "lag",
+                 [lag_label(s, c) for s, c in zip(frame["sampling"], frame["capacity"])])
+    return ordered(frame, method, [columns.index(c) for c in zip(frame["sampling"],
+                                                                 frame["capacity"])])
+
+
+def ordered(frame: pd.DataFrame, method: str = "method", *then) -> pd.DataFrame:
+    """Per-task rows first (tasks sorted), pooled rows last; methods VACO first; then by each of
+    `then` (a sort key per row)."""
     if frame.empty:
         return frame
     tasks = sorted(t for t in frame["task"].unique() if t != POOLED) + [POOLED]
     methods = _method_order(frame[method].unique())
-    frame = frame.assign(
-        _task=frame["task"].map({t: i for i, t in enumerate(tasks)}),
-        _method=frame[method].map({m: i for i, m in enumerate(methods)}))
-    keys = ["_task", "_method"]
-    if "capacity" in frame:
-        columns = _column_order(zip(frame["sampling"], frame["capacity"]))
-        frame["_column"] = [columns.index(c) for c in zip(frame["sampling"], frame["capacity"])]
-        frame.insert(frame.columns.get_loc("capacity") + 1, "lag",
-                     [lag_label(s, c) for s, c in zip(frame["sampling"], frame["capacity"])])
-        keys.append("_column")
-    return frame.sort_values(keys).drop(columns=keys).reset_index(drop=True)
+    keys = {"_task": frame["task"].map(tasks.index), "_method": frame[method].map(methods.index),
+            **{f"_then{i}": list(key) for i, key in enumerate(then)}}
+    return frame.assign(**keys).sort_values(list(keys)).drop(columns=list(keys)).reset_index(
+        drop=True)
 
 
 def degradation_table(runs: pd.DataFrame, value: str = "score", *, reps: int = 10_000,

@@ -197,16 +197,11 @@ def _setting_order(settings) -> list[str]:
 
 
 def _ordered(frame: pd.DataFrame) -> pd.DataFrame:
-    """Tasks sorted, pooled last; methods VACO first (as the lag study); settings, then k, in order."""
+    """`lag.ordered`: tasks, methods (as the lag study), settings, then k."""
     if frame.empty:
         return frame
-    tasks = sorted(t for t in frame["task"].unique() if t != POOLED) + [POOLED]
-    methods = lag._method_order(frame["method"].unique())
     settings = _setting_order(frame["setting"])
-    keyed = frame.assign(_t=frame["task"].map(tasks.index), _m=frame["method"].map(methods.index),
-                         _s=frame["setting"].map(settings.index))
-    return (keyed.sort_values(["_t", "_m", "_s", "capacity"]).drop(columns=["_t", "_m", "_s"])
-            .reset_index(drop=True))
+    return lag.ordered(frame, "method", frame["setting"].map(settings.index), frame["capacity"])
 
 
 def retention_table(runs: pd.DataFrame, base: dict[str, tuple[str, int]] | None = None, *,
