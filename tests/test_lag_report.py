@@ -8,6 +8,7 @@ import scipy.stats
 
 from vaco_jax import io
 from vaco_jax.errors import SweepError
+from vaco_jax.pipeline import estimates
 from vaco_jax.study import lag, presets, references, stats, sweep
 
 # --- the stratified BCa bootstrap -----------------------------------------------------------------
@@ -256,6 +257,26 @@ def test_degradation_break_lag_and_interaction_have_the_known_answers(synthetic)
         <= at7["simultaneous_high"]
     at1 = _one(i, task="task_a", baseline="ppo_clip", lag="k=1")
     assert abs(at1["interaction"]) < 0.03 and at1["simultaneous_low"] < 0 < at1["simultaneous_high"]
+
+
+def test_degradation_is_the_pipelines_retention_and_the_sanity_interval_the_score_tables(
+        synthetic):
+    # score(k)/score(0) is `estimates.retention` of the report's runs, and the sanity check's
+    # interval at k = 0 is the score table's there: one estimate, not a second bootstrap.
+    _, _, _, report = synthetic
+    runs = report.runs.rename(columns={"env": "task"})
+    base = {"method": "ppo_clip", "sampling": "oldest", "capacity": 1}
+    expected = estimates.retention(runs, "score", base, {**base, "capacity": 8},
+                                   reps=1000).set_index("task")
+    d = report.degradation
+    d = d[(d["method"] == "ppo_clip") & (d["lag"] == "k=7")].set_index("task")
+    assert list(d.index) == [*TASKS, lag.POOLED]
+    for ours, theirs in (("degradation", "retention"), ("low", "low"), ("high", "high")):
+        np.testing.assert_allclose(d[ours], expected.loc[d.index, theirs], rtol=1e-12)
+    sync = report.scores[report.scores["lag"] == "k=0"].set_index(["task", "method"])
+    for row in report.sanity.itertuples():
+        assert (row.score, row.low, row.high) == tuple(sync.loc[(row.task, row.method),
+                                                                ["mean", "low", "high"]])
 
 
 def test_sanity_realised_lag_and_missing_cells(synthetic):

@@ -62,6 +62,38 @@ def test_a_sweeps_rows_become_one_row_per_run_diverged_from_its_first_bad_evalua
     assert np.isnan(bad["returns"][3])   # diverged from then on, though its last return is finite
 
 
+def test_a_run_keeps_the_mean_of_its_finite_diagnostics_under_the_columns_that_name_it():
+    rows = pd.DataFrame([{"env": "a", "seed": seed, "eval_index": i, "step": 10 * (i + 1),
+                          "eval_return": 1.0, "diverged": False,
+                          "behavior_tv": np.nan if i == 0 else 0.1 * (i + seed)}
+                         for seed in (0, 1) for i in range(3)])
+    table = runs.tidy(rows, last_evals=2, run=["env", "seed"], means=["behavior_tv", "approx_kl"])
+    assert list(table.columns[:2]) == ["env", "seed"] and list(table["seed"]) == [0, 1]
+    np.testing.assert_allclose(table["behavior_tv"], [0.15, 0.25])   # the NaN left out
+    assert table["approx_kl"].isna().all()                             # not logged: NaN
+
+
+def test_means_and_ratios_pool_the_mean_over_tasks_and_leave_out_the_base_cells():
+    frame = pd.DataFrame([{"task": task, "k": k, "seed": seed,
+                           "v": (1.0 if k == 0 else keep) * (10 + seed % 2)}
+                          for task, keep in (("a", 0.5), ("b", 0.7)) for k in (0, 8)
+                          for seed in range(4)])
+    kept = estimates.ratios(frame, "v", ["task", "k"], lambda c: (0,), reps=200)
+    assert list(zip(kept["task"], kept["k"])) == [("a", 8), ("b", 8), (estimates.POOLED, 8)]
+    np.testing.assert_allclose(kept["point"], [0.5, 0.7, 0.6])
+    assert (kept["low"] <= kept["point"]).all() and (kept["point"] <= kept["high"]).all()
+    mean = estimates.means(frame, "v", ["task", "k"], reps=200).set_index(["task", "k"])
+    assert mean.loc[(estimates.POOLED, 0), "point"] == pytest.approx(10.5)
+    assert mean.loc[(estimates.POOLED, 0), "tasks"] == 2
+
+
+def test_a_wide_table_has_a_row_per_index_and_a_column_per_value_in_order():
+    frame = pd.DataFrame({"task": ["b", "b", estimates.POOLED], "lag": ["k=3", "k=1", "k=1"]})
+    text = tables.wide(frame, ["x", "y", "z"], ["task"], "lag", ["k=1", "k=3"])
+    assert text.splitlines() == ["| task | k=1 | k=3 |", "|---|---|---|", "| b | y | x |",
+                                 "| pooled (mean over tasks) | z | — |"]
+
+
 def test_random_scores_zero_and_the_reference_method_one_on_final_and_auc():
     table = synthetic_runs()
     reference = scores.reference_of_method(table, RANDOM, "ppo_clip", k=0, sampling="oldest", K=4)

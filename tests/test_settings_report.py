@@ -14,6 +14,7 @@ from scipy import stats as scipy_stats
 from vaco_jax import io
 from vaco_jax.llm import experiment
 from vaco_jax.pipeline import tables
+from vaco_jax.pipeline import estimates
 from vaco_jax.study import lag, lag_by_setting, references, stats, sweep
 
 TASKS = {"task_a": (0.0, 100.0), "task_b": (-50.0, 200.0)}   # random return, scale
@@ -157,6 +158,22 @@ def test_retention_against_the_base_setting_with_the_break_rule(forward):
     assert "PPO-Clip breaks in" in report.answer
     assert "K=32, lr=0.0003, k = 0: PPO-Clip 0.30" in report.answer
     assert "VACO holds" in report.answer
+
+
+def test_retention_is_the_pipelines_retention_of_the_same_runs(forward):
+    # The report's retention table is `estimates.retention` of its own runs, cell by cell.
+    _, _, report = forward
+    runs = report.runs.rename(columns={"env": "task"})
+    base = {"method": "ppo_clip", "setting": lag_by_setting.BASE_FORWARD, "capacity": 1}
+    at = {**base, "setting": "K=32, lr=0.0003"}
+    expected = estimates.retention(runs, "score", base, at, reps=1000).set_index("task")
+    table = report.forward_retention
+    table = table[(table["method"] == "ppo_clip") & (table["setting"] == at["setting"])
+                  & (table["capacity"] == 1)].set_index("task")
+    assert list(table.index) == ["task_a", "task_b", lag.POOLED]
+    for ours, theirs in (("retention", "retention"), ("retention_low", "low"),
+                         ("retention_high", "high")):
+        np.testing.assert_allclose(table[ours], expected.loc[table.index, theirs], rtol=1e-12)
 
 
 def test_the_pre_registered_family_is_tested_by_hand(forward):
