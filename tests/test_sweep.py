@@ -161,12 +161,19 @@ def test_compact_folds_every_gzip_table_an_earlier_version_wrote_into_parquet(tm
         (tmp_path / table).mkdir(parents=True)
         (tmp_path / table / "results.jsonl.gz").write_bytes(gzip.compress(io._jsonl(rows).encode()))
     io.append_jsonl(tmp_path / "bench" / "runs" / sweep.CELLS, [{"cell": "c"}])
+    plan = {"preset": None, "cells": {"c": {"runs": [{"seed": s} for s in range(3)]}}}
+    io.write_json_atomic(tmp_path / "bench" / "runs" / sweep.PLAN, plan)   # indented, as before
+    indented = (tmp_path / "bench" / "runs" / sweep.PLAN).stat().st_size
     assert sweep_command.main(["--compact", str(tmp_path)]) == 0
+    # The plan is the same JSON without whitespace.
+    assert json.loads((tmp_path / "bench" / "runs" / sweep.PLAN).read_text()) == plan
+    assert (tmp_path / "bench" / "runs" / sweep.PLAN).stat().st_size < indented / 2
     for table in ("llm", "bench/runs"):
         assert not (tmp_path / table / "results.jsonl.gz").exists()
         assert (tmp_path / table / "results.parquet").exists()
         assert io.read_rows(tmp_path / table / sweep.RESULTS) == rows
     assert capsys.readouterr().out.count("3 rows") == 2
+
 
 def test_a_logged_cell_gives_each_run_its_own_tensorboard_run_and_changes_no_result(
         full_sweep, cells, tmp_path):

@@ -162,9 +162,12 @@ def write_bytes_atomic(path, data: bytes) -> None:
         raise
 
 
-def write_json_atomic(path, data) -> None:
-    """Write JSON so that `path` holds either the old or the new content, never half of one."""
-    write_bytes_atomic(path, json.dumps(to_jsonable(data), indent=2).encode())
+def write_json_atomic(path, data, *, compact: bool = False) -> None:
+    """Write JSON so that `path` holds either the old or the new content, never half of one;
+    indented for reading, or without whitespace (`compact`) for a file only programs read."""
+    text = (json.dumps(to_jsonable(data), separators=(",", ":")) if compact
+            else json.dumps(to_jsonable(data), indent=2))
+    write_bytes_atomic(path, text.encode())
 
 
 def _jsonl(rows) -> str:

@@ -778,7 +778,7 @@ def _write_plan(out: Path, cells: Sequence[Cell], preset: Preset | None) -> None
             "runs": [r.spec() for r in cell.runs]}
     data = {"preset": dataclasses.asdict(preset) if preset else old.get("preset"),
             "cells": plan_cells, **io.provenance()}
-    io.write_json_atomic(path, data)
+    io.write_json_atomic(path, data, compact=True)   # ~3× smaller: every run's spec, read by code
 
 
 def _progress_bar(cell: Cell, n: int, total: int):
@@ -804,8 +804,11 @@ def compact(out: str | Path) -> int:
     """Move the rows of `out/results.jsonl` into `out/results.parquet` (`io.compact_jsonl`); in a
     sweep's directory under its lock, so no process appends meanwhile, and rows of cells that
     never finished are dropped first, as a sweep starting there would. Returns how many rows
-    moved. A compacted directory resumes as any other: new cells' rows go to results.jsonl."""
+    moved. A compacted directory resumes as any other: new cells' rows go to results.jsonl. The
+    plan (sweep.json) is rewritten without whitespace, as sweeps now write it."""
     out = Path(out)
+    if (out / PLAN).exists():
+        io.write_json_atomic(out / PLAN, json.loads((out / PLAN).read_text()), compact=True)
     if not io.has_rows(out / CELLS):   # not a sweep's (an LLM sweep's, written by one process)
         return io.compact_jsonl(out / RESULTS)
     with _directory_lock(out):
