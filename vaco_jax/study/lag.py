@@ -38,7 +38,7 @@ from vaco_jax.errors import SweepError
 from vaco_jax.pipeline import estimates, preregistration, runs, scores, tables
 from vaco_jax.pipeline.estimates import BREAK_LEVEL, POOLED
 from vaco_jax.study import plotting, presets, references, stats, sweep
-from vaco_jax.study.capacity import diverged_as_failures, markdown_rows
+from vaco_jax.study.capacity import markdown_rows
 
 FINAL_EVALS = presets.FINAL_EVALS
 """A run's final score averages its last this many evaluations (each of `eval_envs` episodes)."""
@@ -227,27 +227,19 @@ def task_references(table: dict, runs: pd.DataFrame, last_evals: int) -> dict[st
             for env, b in budgets.items()}
 
 
-def evaluation_scores(results: pd.DataFrame, table: dict,
-                      last_evals: int = FINAL_EVALS) -> pd.DataFrame:
-    """Every evaluation's normalised `score`, 0 from a run's divergence on ("fails like a random
-    policy"), by references measured with the same `last_evals` (`references.add_scores`)."""
-    task_references(table, results, last_evals)
-    twice = results.duplicated(RUN + ["eval_index"])
-    if twice.any():
-        first = results.loc[twice, RUN + ["eval_index"]].iloc[0].to_dict()
-        raise ValueError(f"{int(twice.sum())} evaluations appear twice (e.g. {first}); a run may "
-                         f"be in two sweeps or at two δ: select one")
-    scored = diverged_as_failures(references.add_scores(results, table, last_evals=last_evals))
-    return scored.sort_values(RUN + ["eval_index"]).reset_index(drop=True)
-
-
 def run_scores(evaluations: pd.DataFrame, table: dict,
                last_evals: int = FINAL_EVALS) -> pd.DataFrame:
     """One row per run (`runs.tidy`): its final raw return (the mean of the last `last_evals`
     evaluations; NaN if it diverged), its normalised `score` and `auc`
     (`scores.whole_run_scores`: a diverged run scores 0), when it diverged, its realised lag and
-    behaviour TV, and its task's references."""
+    behaviour TV, its task's references measured with the same `last_evals`, and its curve
+    (`steps`, `returns`: NaN from its divergence on)."""
     entries = task_references(table, evaluations, last_evals)
+    twice = evaluations.duplicated(RUN + ["eval_index"])
+    if twice.any():
+        first = evaluations.loc[twice, RUN + ["eval_index"]].iloc[0].to_dict()
+        raise ValueError(f"{int(twice.sum())} evaluations appear twice (e.g. {first}); a run may "
+                         f"be in two sweeps or at two δ: select one")
     random = {env: e["random_return"] for env, e in entries.items()}
     sync = {env: e["ppo_sync_return"] for env, e in entries.items()}
     frame = runs.tidy(evaluations.assign(sweep=evaluations.get("sweep", "")), last_evals,
@@ -261,7 +253,7 @@ def run_scores(evaluations: pd.DataFrame, table: dict,
                         sync_return=frame["env"].map(sync))[[
         *RUN, "lag", "budget", "evaluations", "final_return", "score", "auc", "diverged",
         "diverged_at_step", "snapshot_age", "snapshot_age_sgd_steps", "behavior_tv",
-        "random_return", "sync_return", "sweep"]]
+        "random_return", "sync_return", "sweep", "steps", "returns"]]
 
 
 def score_table(runs: pd.DataFrame, value: str = "score", *, reps: int = 10_000, seed: int = 0,
@@ -428,22 +420,25 @@ def diverged_runs(runs: pd.DataFrame) -> pd.DataFrame:
             .reset_index(drop=True))
 
 
-def sync_curves(evaluations: pd.DataFrame, *, reps: int = 2000, seed: int = 0,
+def sync_curves(runs: pd.DataFrame, *, reps: int = 2000, seed: int = 0,
                 confidence: float = 0.95) -> pd.DataFrame:
-    """Normalised score vs env steps at k = 0 per (task, method): the mean over seeds at each
-    evaluation with a BCa CI. Columns: task, method, step, mean, low, high, seeds."""
-    sync = evaluations[(evaluations["sampling"] == SYNC[0]) & (evaluations["capacity"] == SYNC[1])]
+    """Normalised score vs env steps at k = 0 per (task, method), 0 from a run's divergence on
+    ("fails like a random policy"): the mean over seeds at each evaluation with a BCa CI.
+    Columns: task, method, step, mean, low, high, seeds."""
+    sync = runs[(runs["sampling"] == SYNC[0]) & (runs["capacity"] == SYNC[1])]
     frames = []
     for (env, method), group in sync.groupby(["env", "method"], sort=False):
-        wide = group.pivot(index="seed", columns="step", values="score")
-        curves = wide.to_numpy(np.float64)   # [seeds, evaluations]
+        random, reference = group[["random_return", "sync_return"]].iloc[0]
+        returns = np.stack(group["returns"].to_list())   # [seeds, evaluations]
+        curves = stats.normalize(np.where(np.isnan(returns), random, returns), random, reference)
         if len(curves) >= 2:
             boot = stats.stratified_bootstrap([curves], lambda s: s[0].mean(-2), reps=reps,
                                               seed=seed, vectorized=True)
             point, (low, high) = boot.point, boot.interval(confidence)
         else:
             point, low, high = curves.mean(0), np.nan, np.nan
-        frames.append(pd.DataFrame({"task": env, "method": method, "step": wide.columns,
+        frames.append(pd.DataFrame({"task": env, "method": method,
+                                    "step": group["steps"].iloc[0].astype(np.int64),
                                     "mean": point, "low": low, "high": high,
                                     "seeds": len(curves)}))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
@@ -635,8 +630,8 @@ class Report:
 def analyse(study: Study, table: dict, *, reps: int = 10_000, seed: int = 0,
             last_evals: int = FINAL_EVALS) -> Report:
     """Score every run of `study` by the reference `table` and compute every table."""
-    evaluations = evaluation_scores(study.results, table, last_evals)
-    runs = run_scores(evaluations, table, last_evals)
+    scored = run_scores(study.results, table, last_evals)
+    runs = scored.drop(columns=["steps", "returns"])
     options = dict(reps=reps, seed=seed)
     degradation = degradation_table(runs, **options)
     final_scores = score_table(runs, **options)
@@ -645,7 +640,7 @@ def analyse(study: Study, table: dict, *, reps: int = 10_000, seed: int = 0,
         runs=runs, scores=final_scores, auc=score_table(runs, "auc", **options),
         degradation=degradation, interaction=interaction_table(runs, TARGET, **options),
         break_lag=break_lag_table(degradation), sanity=sanity_table(runs, final_scores),
-        realised_lag=realised_lag_table(runs), curves=sync_curves(evaluations, **options),
+        realised_lag=realised_lag_table(runs), curves=sync_curves(scored, **options),
         missing=missing_cells(study), diverged=diverged_runs(runs),
         provenance=provenance(study), tasks=task_table(runs, table, last_evals),
         reps=reps, last_evals=last_evals,
