@@ -59,7 +59,8 @@ def paired(runs: pd.DataFrame, value: str, conditions: list[Mapping]) -> dict[st
 
 
 def cells(runs: pd.DataFrame, value: str, columns: Sequence[str]) -> dict[tuple, pd.Series]:
-    """(*`columns`) → the seed-indexed `value` of the runs there; the first column names the task."""
+    """(*`columns`) → the seed-indexed `value` of the runs there; the first column is the
+    task."""
     return {key: group.set_index("seed")[value]
             for key, group in runs.groupby(list(columns), sort=False)}
 

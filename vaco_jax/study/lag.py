@@ -345,14 +345,11 @@ def interaction_table(runs: pd.DataFrame, target: str, *, reps: int = 10_000, se
     if m == 0:
         return pd.DataFrame(columns=columns)
     simultaneous, n = 1 - FAMILY_ALPHA / m, family_reps(reps, m)
-    results = estimates.estimate(values, comparisons, estimates.difference_of_ratios, reps=n, seed=seed,
-                            levels={"": confidence, "simultaneous_": simultaneous})
-    rows = [{"task": task, "baseline": baseline, "sampling": "oldest", "capacity": capacity,
-             "interaction": e["point"], "low": e["low"], "high": e["high"],
-             "simultaneous_low": e["simultaneous_low"], "simultaneous_high": e["simultaneous_high"],
-             "seeds": e["seeds"], "tasks": e["tasks"], "family_size": m,
-             "simultaneous_confidence": simultaneous, "reps": n}
-            for (task, baseline, capacity), e in results.items()]
+    results = estimates.estimate(values, comparisons, estimates.difference_of_ratios, reps=n,
+                                 seed=seed, levels={"": confidence, "simultaneous_": simultaneous})
+    rows = [{**e, "task": task, "baseline": baseline, "sampling": "oldest", "capacity": capacity,
+             "interaction": e["point"], "family_size": m, "simultaneous_confidence": simultaneous,
+             "reps": n} for (task, baseline, capacity), e in results.items()]
     return _ordered(pd.DataFrame(rows, columns=columns), method="baseline")
 
 
