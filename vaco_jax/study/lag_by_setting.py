@@ -421,8 +421,8 @@ def analyse(sweeps: Sweeps, table: dict, *, reps: int = 10_000, seed: int = 0,
     raw = raw_runs(sweeps.results, last_evals)
     tasks = sync_references(raw, {env: float(entry["random_return"]) for env, entry in
                                   lag.task_references(table, raw, last_evals).items()})
-    references_ = tasks.set_index("task")
-    runs = scores.whole_run_scores(raw, references_["random_return"], references_["sync_return"],
+    by_task = tasks.set_index("task")
+    runs = scores.whole_run_scores(raw, by_task["random_return"], by_task["sync_return"],
                                    "env", last_evals)
     status, detail = lag.pre_registration(sweeps.cells)
     pre_registered = status == "after"
