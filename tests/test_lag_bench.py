@@ -752,3 +752,12 @@ def test_a_partial_save_that_cannot_be_resumed_is_an_error_message_not_a_traceba
     assert "error: checkpoint 'partial/c' was written by other code" in capsys.readouterr().err
     assert sweep_command.main(["--preset", "lag-tiny", "--out", str(tmp_path / "s")]) == 2
     assert "error: checkpoint 'partial/c' was written by other code" in capsys.readouterr().err
+
+
+def test_check_of_a_v1_leaderboard_says_why_there_is_nothing_to_recompute(tmp_path, capsys):
+    (tmp_path / "vaco").mkdir()
+    (tmp_path / "vaco" / bench.BENCH_FILE).write_text(json.dumps(
+        {"method": "vaco", "protocol": "cpu", "protocol_version": 1}))
+    assert bench_command.main(["--table", str(tmp_path), "--check"]) == 2
+    assert (f"error: {tmp_path} is a protocol v1 leaderboard: its methods' per-run files are not "
+            "kept") in capsys.readouterr().err

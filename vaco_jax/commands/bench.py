@@ -106,6 +106,11 @@ def main(argv: list[str] | None = None, prog: str = "vaco-bench") -> int:
         return _llm(args)
     if args.table and args.check:
         from vaco_jax.study import robustness
+        if robustness.protocol_version(args.table) == 1:
+            print(f"error: {args.table} is a protocol v1 leaderboard: its methods' per-run files "
+                  "are not kept, so --check has nothing to recompute; `vaco-report --all --check` "
+                  "regenerates its tables from the committed scorecards", file=sys.stderr)
+            return 2
         try:
             problems = robustness.check(args.table)
         except FileNotFoundError as error:
