@@ -4,6 +4,7 @@ import dataclasses
 import gzip
 import json
 import re
+import warnings
 from pathlib import Path
 
 import jax
@@ -511,6 +512,25 @@ def test_a_cell_stopped_part_way_resumes_bit_for_bit(tmp_path):
     last = table[table["eval_index"] == LAG_TINY.config["num_evals"] - 1]
     np.testing.assert_array_equal(last["snapshot_age"], last["capacity"] - 1)
     assert set(table["sgd_steps_per_iteration"]) == {2 * 2} and set(table["snapshot_sampling"]) == {"oldest"}
+
+
+def test_a_cell_stopped_part_way_resumes_over_other_source_text_only_with_its_program(
+        tmp_path, monkeypatch):
+    from vaco_jax import io as io_lib
+    from vaco_jax.errors import CheckpointError
+
+    cell = sweep.plan(LAG_TINY, algos=["ppo_clip"])[0]   # compiled by the test above
+    part = tmp_path / "part"
+    assert sweep.run_sweep([cell], part, stop_after=2, log=lambda _: None,
+                           programs={cell.cell_id: "key-a"}) == []
+    monkeypatch.setattr(io_lib, "source_hash", lambda *a, **k: "edited-docstring")
+    with pytest.raises(CheckpointError, match="written by other vaco_jax code"):
+        sweep.run_sweep([cell], part, log=lambda _: None, programs={cell.cell_id: "key-b"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # no "may differ" warning: it is the same program
+        assert sweep.run_sweep([cell], part, log=lambda _: None,
+                               programs={cell.cell_id: "key-a"}) == [cell.cell_id]
+    assert sweep.load_cells(part)["resumed_from_chunk"].tolist() == [2]
 
 
 def test_a_cell_run_again_replaces_what_its_interrupted_attempt_logged(tmp_path):

@@ -40,6 +40,7 @@ import hashlib
 import json
 import math
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -56,6 +57,7 @@ from vaco_jax.study.presets import PROFILE_VARIANT, STUDIES, Preset, method_vari
 from vaco_jax.trainer import nonfinite_names, stack_hparams
 
 RESULTS, CELLS, PLAN = "results.jsonl", "cells.jsonl", "sweep.json"
+PROGRAM_KEY = "program.json"   # in a partial save's directory: the program key it was saved with
 PARTIAL = "partial"   # in-progress cells' saved states, removed when a cell finishes
 LOCKS = "locks"       # a lock per cell (held while it runs) and the directory's (`directory.lock`)
 # Set per run by the cell (each run's seed), so left out of the cell's config fingerprint.
@@ -215,7 +217,7 @@ def run_cell(cell: Cell, progress: Callable[[int, int], None] | None = None, *,
              checkpoints: Path | None = None, checkpoint_seconds: float = 600.0,
              stop_after: int | None = None, allow_code_change: bool = False,
              on_evaluation: Callable[[list[dict], tuple[str, ...]], None] | None = None,
-             compile_status: runtime.StatusLine | None = None,
+             compile_status: runtime.StatusLine | None = None, program_key: str | None = None,
              ) -> tuple[list[dict], dict] | None:
     """Train every run of `cell` in one vmapped program; returns (tidy rows, timing record).
 
@@ -228,7 +230,9 @@ def run_cell(cell: Cell, progress: Callable[[int, int], None] | None = None, *,
     `checkpoints`: a directory where the cell's whole state is saved (`vaco_jax.checkpoint`) at
     most every `checkpoint_seconds` and after `stop_after` chunks (which then ends this call,
     returning None); a later call continues from the newest save, bit for bit, unless it was made
-    by other code (refused unless `allow_code_change`) or another cell (refused).
+    by other code (refused unless `allow_code_change`) or another cell (refused). Other source
+    text that computes the same program is not other code: a save records `program_key` (the
+    cell's key, `bench.cell_key`, where the caller has one) and a call with the same key resumes it.
 
     `on_evaluation(rows, metrics)` is called after each evaluation with its tidy rows (one per
     run, in the order of `cell.runs`, as results.jsonl will hold them) and the names of their
@@ -244,7 +248,7 @@ def run_cell(cell: Cell, progress: Callable[[int, int], None] | None = None, *,
         if compile_status is not None:
             compile_status.outcome = runtime.compile_outcome(program, reused=reused,
                                                              xla_cache_hits=xla_cache_hits)
-    saved = None if checkpoints is None else _CellCheckpoints(cell, checkpoints)
+    saved = None if checkpoints is None else _CellCheckpoints(cell, checkpoints, program_key)
     restored = (None if saved is None else
                 saved.restore(program.abstract_state, allow_code_change=allow_code_change))
     if restored is None:
@@ -303,8 +307,8 @@ class _CellCheckpoints:
     """The in-progress saves of one cell, in `<root>/<fingerprint>/` (a cell's fingerprint covers
     its config and runs, so a save is never restored into another cell)."""
 
-    def __init__(self, cell: Cell, root: Path):
-        self.cell = cell
+    def __init__(self, cell: Cell, root: Path, program_key: str | None = None):
+        self.cell, self.program_key = cell, program_key
         self.directory = Path(root) / cell.fingerprint()
         # The checkpoint's config: the cell's, with its number of runs as the number of seeds.
         self.config = dataclasses.replace(cell.config, num_seeds=len(cell.runs))
@@ -324,10 +328,16 @@ class _CellCheckpoints:
         if not runtime.primary_decision(
                 lambda: saves.is_dir() and any(p.name.isdigit() for p in saves.iterdir())):
             return None
+        recorded = self.directory / PROGRAM_KEY
+        same_program = (self.program_key is not None and recorded.exists()
+                        and json.loads(recorded.read_text()).get("program") == self.program_key)
         manager = self._manager(create=False)
         try:
-            return manager.restore_latest(abstract_state, self.config,
-                                          allow_code_change=allow_code_change)
+            with warnings.catch_warnings():
+                if same_program:   # the same program from other source text: nothing to warn of
+                    warnings.filterwarnings("ignore", "resuming checkpoint .* other vaco_jax code")
+                return manager.restore_latest(abstract_state, self.config,
+                                              allow_code_change=allow_code_change or same_program)
         finally:
             manager.close()
 
@@ -338,6 +348,8 @@ class _CellCheckpoints:
         finally:
             manager.wait()
             manager.close()
+        if self.program_key is not None and runtime.is_primary():
+            io.write_json_atomic(self.directory / PROGRAM_KEY, {"program": self.program_key})
 
     def remove(self) -> None:
         import shutil
@@ -709,7 +721,7 @@ def _run_claimed(cell: Cell, n: int, total: int, out: Path, *, progress, primary
                           checkpoints=out / PARTIAL, checkpoint_seconds=checkpoint_seconds,
                           stop_after=stop_after, allow_code_change=allow_code_change,
                           on_evaluation=logged.log if logged is not None else None,
-                          compile_status=status)
+                          compile_status=status, program_key=program)
     finally:
         if logged is not None:
             logged.close()
