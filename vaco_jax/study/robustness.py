@@ -302,7 +302,7 @@ def costs(directory: str | Path) -> pd.DataFrame | None:
     they ran on. None when no method has a cell record."""
     rows = []
     for path in sorted(Path(directory).glob(f"*/{bench.BENCH_FILE}")):
-        info, row = json.loads(path.read_text()), {}
+        info, row, hosts = json.loads(path.read_text()), {}, set()
         for phase, name in (("tuning", bench.TUNING_RUNS), ("runs", bench.RUNS)):
             if not io.has_rows(path.parent / name / sweep.CELLS):
                 continue
@@ -311,11 +311,10 @@ def costs(directory: str | Path) -> pd.DataFrame | None:
                     **{f"{phase}_{k}": float(cells[k].sum())
                        for k in ("wall_seconds", "compile_seconds", "train_seconds")},
                     f"{phase}_env_steps": int((cells["runs"] * cells["env_steps_per_run"]).sum())}
-            row["hosts"] = ", ".join(sorted({*filter(None, row.get("hosts", "").split(", ")),
-                                             *map(_host, cells["host"])}))
+            hosts |= set(map(_host, cells["host"]))
         if row:
             rows.append({"method": info["method"], "learning_rate": info.get("learning_rate"),
-                         **row})
+                         **row, "hosts": ", ".join(sorted(hosts))})
     return pd.DataFrame(rows) if rows else None
 
 
