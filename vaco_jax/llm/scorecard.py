@@ -464,6 +464,7 @@ def board(directory: str | Path, reps: int = REPS) -> tuple[pd.DataFrame, dict[s
         row["wall_seconds"] = cost.get("wall_seconds", np.nan)
         row["program_seconds"] = (cost.get("compile_seconds", np.nan)
                                   + cost.get("training_seconds", np.nan))
+        row["host"] = tables.host(card.info.get("host"))
         row["commit"] = card.info.get("git_commit")
         rows.append(row)
     if not rows:
@@ -502,9 +503,10 @@ def board_markdown(table: pd.DataFrame, cards: dict[str, Card],
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     lines += ["Cost per objective (minutes compiling and training, summed over its programs: a "
-              "call stopped and resumed counts each finished program once): " + ", ".join(
-                  f"`{r['method']}` {r['program_seconds'] / 60:.1f}"
-                  for r in table.to_dict("records")), ""]
+              "call stopped and resumed counts each finished program once; machine named by host):",
+              "", tables.cost(table.assign(method=[f"`{m}`" for m in table["method"]]), {
+                  "objective": "method", "compiling and training": "program_seconds",
+                  "host": "host"}), ""]
     notes = [f"`{name}`: {note}" for name, card in cards.items() for note in card.notes]
     if notes:
         lines += ["Not computed:", *[f"* {n}" for n in notes], ""]

@@ -6,7 +6,7 @@ shown a dash that could mean "not run"."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -47,6 +47,28 @@ def markdown(frame: pd.DataFrame, columns: Sequence[str] | None = None, digits: 
     lines += ["| " + " | ".join(_cell(v, digits) for v in row) + " |"
               for row in frame[columns].itertuples(index=False)]
     return "\n".join(lines)
+
+
+def host(record) -> str:
+    """A run record's host in words: its CPU and CPU count (as recorded when not a mapping)."""
+    if record is None:
+        return "not recorded"
+    if isinstance(record, Mapping):
+        return f"{record.get('cpu', '?')} ×{record.get('cpus', '?')}"
+    return str(record)
+
+
+def cost(frame: pd.DataFrame, columns: dict[str, str]) -> str:
+    """A markdown table of what each method cost: a column per `columns` item (heading: frame
+    column), where a `*_seconds` column reads in minutes to one decimal; a column `frame` lacks
+    reads "undefined" in every row."""
+    def column(name: str) -> list:
+        if name not in frame:
+            return [UNDEFINED] * len(frame)
+        if name.endswith("_seconds"):
+            return [f"{v / 60:.1f}" if np.isfinite(v) else UNDEFINED for v in frame[name]]
+        return list(frame[name])
+    return markdown(pd.DataFrame({heading: column(name) for heading, name in columns.items()}))
 
 
 def wide(frame: pd.DataFrame, texts: Sequence[str], index: Sequence[str], columns: str,

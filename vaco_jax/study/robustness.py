@@ -311,18 +311,11 @@ def costs(directory: str | Path) -> pd.DataFrame | None:
                     **{f"{phase}_{k}": float(cells[k].sum())
                        for k in ("wall_seconds", "compile_seconds", "train_seconds")},
                     f"{phase}_env_steps": int((cells["runs"] * cells["env_steps_per_run"]).sum())}
-            hosts |= set(map(_host, cells["host"]))
+            hosts |= set(map(tables.host, cells["host"]))
         if row:
             rows.append({"method": info["method"], "learning_rate": info.get("learning_rate"),
                          **row, "hosts": ", ".join(sorted(hosts))})
     return pd.DataFrame(rows) if rows else None
-
-
-def _host(host) -> str:
-    """A cell record's host in words: its CPU and CPU count (as recorded when not a mapping)."""
-    if isinstance(host, Mapping):
-        return f"{host.get('cpu', '?')} ×{host.get('cpus', '?')}"
-    return str(host)
 
 
 def _recompute(directory: str | Path, spec: Spec | None) -> Report:
@@ -385,14 +378,11 @@ def markdown(r: Report) -> str:
                       ["method", "verdict_a", "verdict_b"]].itertuples(index=False)) or "none")
                   + ".", ""]
     if r.cost is not None:
-        c = r.cost
-        minutes = lambda column: ([f"{v / 60:.1f}" if np.isfinite(v) else tables.UNDEFINED
-                                   for v in c[column]] if column in c else tables.UNDEFINED)
         lines += ["Cost per method (wall minutes, the sum over its cells; machine named by host):",
-                  "", tables.markdown(pd.DataFrame({
-                      "method": c["method"], "learning rate": c["learning_rate"],
-                      "choice of learning rate": minutes("tuning_wall_seconds"),
-                      "scored runs": minutes("runs_wall_seconds"), "hosts": c["hosts"]})), ""]
+                  "", tables.cost(r.cost, {
+                      "method": "method", "learning rate": "learning_rate",
+                      "choice of learning rate": "tuning_wall_seconds",
+                      "scored runs": "runs_wall_seconds", "hosts": "hosts"}), ""]
     if r.notes:
         lines += ["Not computed:", *[f"* {n}" for n in r.notes], ""]
     return "\n".join(lines)
