@@ -377,9 +377,18 @@ def test_verdict_words_only_for_results_made_after_the_pre_registration(tmp_path
         assert verdict["F1", "spo", 2, "final_accuracy"] == "no difference shown"
         assert verdict["F2", "ppo_clip", 1, "final_accuracy"] == "lag lowers it"
         assert set(verdict["F2"]) <= {"lag lowers it", "lag raises it", "no change shown"}
+        # The answer reads the verdicts: F2's PPO-Clip rows, then F1's grid, N by N.
+        answer = families.answer(tests)
+        assert answer.startswith("## The answer\n")
+        assert "| objective | N=1 greedy | N=1 sampled | N=2 greedy | N=2 sampled |" in answer
+        assert "| `ppo_clip` |" + " lag lowers it |" * 4 in answer
+        assert "| `vaco` |" + " higher |" * 4 in answer
+        assert "| `spo` |" + " no difference shown |" * 4 in answer
     else:
         assert set(verdict) == {"exploratory (made before the pre-registration)"}
         assert "exploratory, without verdict words" in families.markdown(tests)
+        assert "## The answer (exploratory: no verdict words)" in families.markdown(tests)
+        assert "| `vaco` | +0.1" in families.answer(tests)     # differences, not verdicts
 
 
 def test_a_pre_registered_family_is_its_named_objectives_and_judged_only_when_complete(

@@ -202,12 +202,46 @@ def compute(entries) -> Families:
     return Families(table, notes, status, status_words, K, proto.reference)
 
 
+def answer(families: Families) -> str:
+    """The pre-registered reading of the families (docs/preregistrations.md section 2): does
+    backward lag hurt the reference (its F2 rows), and which objectives differ from it under lag
+    (F1), one cell per N and metric. A cell is the verdict when the families are the
+    pre-registered ones, else the difference with its interval under an exploratory heading."""
+    from vaco_jax.pipeline import tables
+
+    K, ref, table = families.largest_lag, families.reference, families.table
+    judged = families.pre_registered and not table.verdict.str.startswith("exploratory").any()
+    short = {"higher than PPO-Clip under lag": "higher", "lower than PPO-Clip under lag": "lower"}
+    metric_words = {"final_accuracy": "greedy", "final_sampled_accuracy": "sampled"}
+
+    def grid(part: pd.DataFrame, index: str) -> str:
+        texts = (part.verdict.replace(short) if judged else
+                 tables.intervals(part, "mean", "ci_low", "ci_high", digits=3, sign=True))
+        wide = part.assign(text=list(texts), column=[
+            f"N={n} {metric_words[m]}" for n, m in zip(part.N, part.metric)])
+        order = [f"N={n} {metric_words[m]}" for n in sorted(set(part.N)) for m in METRICS]
+        frame = wide.pivot(index=index, columns="column", values="text").reindex(
+            columns=[c for c in order if c in set(wide.column)]).reset_index()
+        if index == "objective":
+            frame["objective"] = [f"`{o}`" for o in frame["objective"]]
+        return tables.markdown(frame.fillna("—").rename_axis(columns=None))
+
+    lines = ["## The answer" + ("" if judged else " (exploratory: no verdict words)"), ""]
+    f2 = table[(table.family == "F2") & (table.objective == ref)]
+    f1 = table[table.family == "F1"]
+    lines += [f"Does backward lag hurt `{ref}`? F2: its accuracy at k = {K} − at k = 0.", "",
+              grid(f2, "objective") if not f2.empty else "No test is present.", "",
+              f"Which objectives differ from `{ref}` under lag? F1: each − `{ref}` at k = {K}.",
+              "", grid(f1, "objective") if not f1.empty else "No test is present.", ""]
+    return "\n".join(lines)
+
+
 def markdown(families: Families) -> str:
-    """The families' section of leaderboard.md: one table per family, the notes."""
+    """The families' section of leaderboard.md: the answer, one table per family, the notes."""
     from vaco_jax.pipeline import tables
 
     K, ref = families.largest_lag, families.reference
-    lines = ["## The pre-registered test families", "",
+    lines = [answer(families), "## The pre-registered test families", "",
              "Paired by seed; final held-out accuracy (greedy: `final_accuracy`, sampled: "
              "`final_sampled_accuracy`); mean difference with its unadjusted 95% t interval; "
              "two-sided paired t-test, Holm's correction over each family. Constant lags only "
