@@ -385,6 +385,25 @@ def test_cli_writes_primary_csv_summary_and_figures(forward, tmp_path, capsys, m
     assert "no reference returns at" in capsys.readouterr().err
 
 
+def test_llm_objective_table_is_each_objectives_mean_and_paired_difference_by_hand():
+    # Three seeds, two objectives, one N; a run at backward lag k = 2 is left out (k = 0 only).
+    greedy = {"ppo_clip": [0.50, 0.60, 0.70], "cispo": [0.45, 0.50, 0.70]}
+    rows = [{"n": 8, "k": 0, "seed": s, "objective": o, "final_accuracy": acc[s],
+             "final_sampled_accuracy": 0.3} for o, acc in greedy.items() for s in range(3)]
+    rows.append({"n": 8, "k": 2, "seed": 0, "objective": "cispo", "final_accuracy": 0.0,
+                 "final_sampled_accuracy": 0.0})
+    table = experiment.objective_table(rows).set_index(["objective", "metric"])
+    cispo = table.loc[("cispo", "held-out greedy accuracy")]
+    half = 4.302652729911275 * np.std([0.45, 0.50, 0.70], ddof=1) / np.sqrt(3)   # t(0.975, 2)
+    assert (cispo["mean"], cispo.low, cispo.high) == pytest.approx((0.55, 0.55 - half, 0.55 + half))
+    d = np.array([-0.05, -0.10, 0.0])
+    half = 4.302652729911275 * d.std(ddof=1) / np.sqrt(3)
+    assert (cispo.minus_ppo_clip, cispo.minus_ppo_clip_low, cispo.minus_ppo_clip_high) == (
+        pytest.approx((-0.05, -0.05 - half, -0.05 + half)))
+    assert cispo.seeds == 3 and cispo.N == 8
+    assert np.isnan(table.loc[("ppo_clip", "held-out greedy accuracy")].minus_ppo_clip)
+
+
 def test_llm_primary_tests_pair_seeds_and_adjust_over_the_family(monkeypatch):
     monkeypatch.setattr(lag, "git_descends_from", lambda commit, ancestor: True)
     rng = np.random.default_rng(0)

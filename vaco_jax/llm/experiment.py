@@ -859,15 +859,51 @@ def run(experiment: Experiment, log=print) -> dict:
 
 
 # --- the committed study, as a spec (`vaco-report --study llm-forward-lag`) --------------------
+OBJECTIVES = "objectives.csv"
+
+
+def objective_table(rows) -> "pd.DataFrame":
+    """Per objective, N and final held-out accuracy (greedy, sampled) at backward lag k = 0: the
+    mean over seeds with its 95% t interval, and the difference from PPO-Clip paired by seed with
+    its 95% t interval (exploratory: the only tests fixed in advance are `primary_tests`')."""
+    import pandas as pd
+
+    from vaco_jax.study import stats
+
+    rows = [r for r in rows if lag_of(r)[1] == 0]
+    by = {}
+    for r in rows:
+        by.setdefault((r["objective"], r["n"]), {})[r["seed"]] = r
+    out = []
+    for (objective, n), runs in sorted(by.items(), key=lambda item: (item[0][1], item[0][0])):
+        reference = by.get(("ppo_clip", n), {})
+        for key, metric in PRIMARY_METRICS:
+            values = [runs[s][key] for s in sorted(runs)]
+            mean, low, high = stats.paired_t_interval(values)
+            seeds = sorted(set(runs) & set(reference))
+            d = [runs[s][key] - reference[s][key] for s in seeds]
+            diff = (stats.paired_t_interval(d) if len(d) > 1 and objective != "ppo_clip"
+                    else (float("nan"),) * 3)
+            out.append({"objective": objective, "N": n, "metric": metric, "mean": mean,
+                        "low": low, "high": high, "minus_ppo_clip": diff[0],
+                        "minus_ppo_clip_low": diff[1], "minus_ppo_clip_high": diff[2],
+                        "seeds": len(values)})
+    return pd.DataFrame(out)
+
+
 def _primary_make(spec: specs.Spec, out: Path) -> list[Path]:
-    return [write_primary(spec.directories[0], out)]
+    directory = Path(spec.directories[0])
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    objective_table(io.read_rows(directory / "results.jsonl")).to_csv(out / OBJECTIVES, index=False)
+    return [write_primary(directory, out), out / OBJECTIVES]
 
 
 SPEC = specs.Spec(
     "llm-forward-lag", "Does VACO match PPO-Clip's GRPO accuracy under forward lag?",
     ("results/llm/forward-lag-10seeds",), "the same N with PPO-Clip, paired by seed",
     "VACO − PPO-Clip, greedy and sampled accuracy, N ∈ {1, 8, 16, 32} (Holm over 8)",
-    "results/llm/forward-lag-10seeds", (PRIMARY,), "8e2bba5", _primary_make,
+    "results/llm/forward-lag-10seeds", (PRIMARY, OBJECTIVES), "8e2bba5", _primary_make,
     (specs.Estimate("VACO − PPO-Clip at N = 32, greedy accuracy", PRIMARY,
                     (("setting", "N=32"), ("metric", "held-out greedy accuracy"))),
      specs.Estimate("sampled", PRIMARY,
