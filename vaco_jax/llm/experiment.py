@@ -859,7 +859,7 @@ def run(experiment: Experiment, log=print) -> dict:
 
 
 # --- the committed study, as a spec (`vaco-report --study llm-forward-lag`) --------------------
-OBJECTIVES = "objectives.csv"
+OBJECTIVE_TABLE = "objectives.csv"
 
 
 def objective_table(rows) -> "pd.DataFrame":
@@ -895,15 +895,16 @@ def _primary_make(spec: specs.Spec, out: Path) -> list[Path]:
     directory = Path(spec.directories[0])
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    objective_table(io.read_rows(directory / "results.jsonl")).to_csv(out / OBJECTIVES, index=False)
-    return [write_primary(directory, out), out / OBJECTIVES]
+    table = objective_table(io.read_rows(directory / "results.jsonl"))
+    table.to_csv(out / OBJECTIVE_TABLE, index=False)
+    return [write_primary(directory, out), out / OBJECTIVE_TABLE]
 
 
 SPEC = specs.Spec(
     "llm-forward-lag", "Does VACO match PPO-Clip's GRPO accuracy under forward lag?",
     ("results/llm/forward-lag-10seeds",), "the same N with PPO-Clip, paired by seed",
     "VACO − PPO-Clip, greedy and sampled accuracy, N ∈ {1, 8, 16, 32} (Holm over 8)",
-    "results/llm/forward-lag-10seeds", (PRIMARY, OBJECTIVES), "8e2bba5", _primary_make,
+    "results/llm/forward-lag-10seeds", (PRIMARY, OBJECTIVE_TABLE), "8e2bba5", _primary_make,
     (specs.Estimate("VACO − PPO-Clip at N = 32, greedy accuracy", PRIMARY,
                     (("setting", "N=32"), ("metric", "held-out greedy accuracy"))),
      specs.Estimate("sampled", PRIMARY,
