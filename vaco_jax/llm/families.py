@@ -214,25 +214,24 @@ def answer(families: Families) -> str:
     short = {"higher than PPO-Clip under lag": "higher", "lower than PPO-Clip under lag": "lower"}
     metric_words = {"final_accuracy": "greedy", "final_sampled_accuracy": "sampled"}
 
-    def grid(part: pd.DataFrame, index: str) -> str:
+    def grid(part: pd.DataFrame) -> str:
         texts = (part.verdict.replace(short) if judged else
                  tables.intervals(part, "mean", "ci_low", "ci_high", digits=3, sign=True))
         wide = part.assign(text=list(texts), column=[
             f"N={n} {metric_words[m]}" for n, m in zip(part.N, part.metric)])
         order = [f"N={n} {metric_words[m]}" for n in sorted(set(part.N)) for m in METRICS]
-        frame = wide.pivot(index=index, columns="column", values="text").reindex(
+        frame = wide.pivot(index="objective", columns="column", values="text").reindex(
             columns=[c for c in order if c in set(wide.column)]).reset_index()
-        if index == "objective":
-            frame["objective"] = [f"`{o}`" for o in frame["objective"]]
+        frame["objective"] = [f"`{o}`" for o in frame["objective"]]
         return tables.markdown(frame.fillna("—").rename_axis(columns=None))
 
     lines = ["## The answer" + ("" if judged else " (exploratory: no verdict words)"), ""]
     f2 = table[(table.family == "F2") & (table.objective == ref)]
     f1 = table[table.family == "F1"]
     lines += [f"Does backward lag hurt `{ref}`? F2: its accuracy at k = {K} − at k = 0.", "",
-              grid(f2, "objective") if not f2.empty else "No test is present.", "",
+              grid(f2) if not f2.empty else "No test is present.", "",
               f"Which objectives differ from `{ref}` under lag? F1: each − `{ref}` at k = {K}.",
-              "", grid(f1, "objective") if not f1.empty else "No test is present.", ""]
+              "", grid(f1) if not f1.empty else "No test is present.", ""]
     return "\n".join(lines)
 
 
