@@ -1,7 +1,7 @@
 """Redraw an LLM forward-lag sweep's figure (forward_lag.png) from its results, without training.
 
-    vaco-plot-llm results/llm/study-cpu                          # in place
-    vaco-plot-llm results/llm/study-cpu --out /tmp/forward_lag.png
+    vaco-plot-llm results/llm/forward-lag-10seeds                          # in place
+    vaco-plot-llm results/llm/forward-lag-10seeds --out /tmp/forward_lag.png
 
 Reads the directory's summary.json and config.json (as `vaco-llm` writes them) and draws greedy
 and sampled held-out accuracy, the clip and filter fractions against N, and the accuracy over
