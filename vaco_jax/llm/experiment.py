@@ -350,15 +350,16 @@ def primary_tests(rows, commit: str | None = None):
     return table
 
 
-def write_primary(directory, out=None) -> Path | None:
-    """`primary_tests` of a results directory (results.jsonl, config.json) into its primary.csv
-    (or `out`'s); None when there is nothing to test (no results.jsonl, or no N with both VACO and
-    PPO-Clip on 2 seeds)."""
+def write_primary(directory, out=None, rows=None) -> Path | None:
+    """`primary_tests` of a results directory (results.jsonl, or `rows` read from it, and
+    config.json) into its primary.csv (or `out`'s); None when there is nothing to test (no rows,
+    or no N with both VACO and PPO-Clip on 2 seeds)."""
     directory = Path(directory)
     out = directory if out is None else Path(out)
-    if not io.has_rows(directory / "results.jsonl"):
-        return None
-    rows = io.read_rows(directory / "results.jsonl")
+    if rows is None:
+        if not io.has_rows(directory / "results.jsonl"):
+            return None
+        rows = io.read_rows(directory / "results.jsonl")
     config = json.loads((directory / "config.json").read_text())
     table = primary_tests(rows, config.get("git_commit"))
     if not len(table):
@@ -895,9 +896,9 @@ def _primary_make(spec: specs.Spec, out: Path) -> list[Path]:
     directory = Path(spec.directories[0])
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    table = objective_table(io.read_rows(directory / "results.jsonl"))
-    table.to_csv(out / OBJECTIVE_TABLE, index=False)
-    return [write_primary(directory, out), out / OBJECTIVE_TABLE]
+    rows = io.read_rows(directory / "results.jsonl")
+    objective_table(rows).to_csv(out / OBJECTIVE_TABLE, index=False)
+    return [write_primary(directory, out, rows), out / OBJECTIVE_TABLE]
 
 
 SPEC = specs.Spec(
