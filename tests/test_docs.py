@@ -1,10 +1,12 @@
 """Every relative link of the README, docs/ and the results archive reaches a file, and every #anchor
-a heading of it."""
+a heading of it; no sentence is too long to hold; no page retypes an estimate with its interval."""
 
 import pathlib
 import re
 
 import pytest
+
+from vaco_jax.study import specs
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -112,3 +114,34 @@ def test_no_sentence_is_longer_than_a_reader_can_hold(page):
     long = [f"{words(s)} words: {s}" for s in sentences(page.read_text(encoding="utf-8"))
             if words(s) > LONGEST_SENTENCE]
     assert not long, f"{page.relative_to(ROOT)}: " + "\n".join(long)
+
+
+# An estimate with its interval ("0.58 [0.56, 0.59]", "0.828 ± 0.005") is a result: the README and
+# the docs link to (or `vaco-report --all` writes) the generated file that holds it.
+INTERVAL = re.compile(r"\d\.\d+\*{0,2} (?:±|\[[−+-]?\d)")
+MEASURED_HERE = {"docs/performance.md"}   # speed ratios of named machines, each with its benchmark run
+
+
+def typed_estimates(text: str) -> list[str]:
+    """The prose lines that hold an estimate with its interval: outside code (fenced or inline) and
+    outside the README's block that `vaco-report --all` writes."""
+    begin, end = specs.README_BEGIN, specs.README_END
+    if begin in text and end in text:
+        text = text[:text.index(begin)] + text[text.index(end) + len(end):]
+    prose = re.sub(r"`[^`]*`", "", "\n".join(prose_lines(text)))   # inline code may wrap a line
+    return [line for line in prose.splitlines() if INTERVAL.search(line)]
+
+
+def test_an_estimate_with_its_interval_is_found_in_prose_and_tables_but_not_in_code_or_results():
+    text = (f"Kept 0.58 [0.56, 0.59].\n| vaco | **0.828 ± 0.005** |\nprinted `1.0 ± 0.0`\n"
+            f"```\n0.5 [0.1, 0.9]\n```\n{specs.README_BEGIN}\n| 0.3 [0.1, 0.4] |\n"
+            f"{specs.README_END}\nlr 3e-4 [default], k = 0 [sync]\n")
+    assert typed_estimates(text) == ["Kept 0.58 [0.56, 0.59].", "| vaco | **0.828 ± 0.005** |"]
+
+
+@pytest.mark.parametrize("page", DOCS, ids=[str(p.relative_to(ROOT)) for p in DOCS])
+def test_no_page_retypes_an_estimate_with_its_interval(page):
+    if str(page.relative_to(ROOT)) in MEASURED_HERE:
+        pytest.skip("speed measurements of named machines, not committed results")
+    typed = typed_estimates(page.read_text(encoding="utf-8"))
+    assert not typed, f"{page.relative_to(ROOT)} retypes: " + "\n".join(typed)
