@@ -673,13 +673,6 @@ class PlaygroundEnv(Env):
         return int(jax.eval_shape(self.reset, jax.random.PRNGKey(0)).obs.shape[-1])
 
     @property
-    def observation_shape(self) -> tuple[int, ...]:
-        """The shape of gymnax's observations before they are flattened (e.g. MinAtar's
-        `(10, 10, channels)` images); a dict observation's is its flattened size."""
-        obs = jax.eval_shape(self.env.reset_env, jax.random.PRNGKey(0), self.params)[0]
-        return (self.observation_size,) if isinstance(obs, dict) else tuple(obs.shape)
-
-    @property
     def action_size(self) -> int:
         return int(self.env.action_size)
 
