@@ -1,10 +1,12 @@
-"""How far backward lag must go before it changes synchronous PPO-Clip on the LLM testbed: per
-N and k, held-out greedy and sampled accuracy at the end of training (mean and 95% t interval over
-the seeds), and the paired difference from k = 0 (the same seeds). Prints a markdown table.
+"""How far backward lag must go before it changes an objective (PPO-Clip by default) on the LLM
+testbed: per N and k, held-out greedy and sampled accuracy at the end of training (mean and 95% t
+interval over the seeds), and the paired difference from k = 0 (the same seeds). Prints a markdown
+table.
 
     python -m experiments.llm_lag_range results/llm/lag-range-design > results/llm/lag-range-design/lag_range.md
+    python -m experiments.llm_lag_range DIR --objective vaco
 
-The runs come from `vaco-llm cpu --ks ... --objectives ppo_clip` (the command is in the
+The runs come from `vaco-llm cpu --ks ... --objectives OBJECTIVE` (the command is in the
 directory's README)."""
 
 from __future__ import annotations
@@ -20,11 +22,14 @@ from vaco_jax.pipeline import tables
 from vaco_jax.study import stats
 
 METRICS = (("final_accuracy", "greedy"), ("final_sampled_accuracy", "sampled"))
+NAMES = {"ppo_clip": "PPO-Clip", "vaco": "VACO"}
 
 
-def table(directory: str | Path) -> str:
+def table(directory: str | Path, objective: str = "ppo_clip") -> str:
     rows = io.read_rows(Path(directory) / "results.jsonl")
-    by = {(r["n"], r["k"], r["seed"]): r for r in rows if r["objective"] == "ppo_clip"}
+    by = {(r["n"], r["k"], r["seed"]): r for r in rows if r["objective"] == objective}
+    if not by:
+        raise SystemExit(f"{directory}: no runs of objective {objective!r}")
     ns = sorted({n for n, _, _ in by})
     ks = sorted({k for _, k, _ in by})
     seeds = sorted({s for _, _, s in by})
@@ -42,7 +47,7 @@ def table(directory: str | Path) -> str:
                       tables.interval(*stats.paired_t_interval(values[f] - base[f]), digits=3,
                                       sign=True) for f, _ in METRICS]
             lines.append("| " + " | ".join(cells) + " |")
-    return (f"PPO-Clip, {len(seeds)} seeds; mean [95% t interval]; differences paired by seed.\n\n"
+    return (f"{NAMES.get(objective, objective)}, {len(seeds)} seeds; mean [95% t interval]; differences paired by seed.\n\n"
             + "\n".join(lines) + "\n")
 
 
@@ -50,7 +55,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m experiments.llm_lag_range",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("directory", help="the vaco-llm output directory (results.jsonl)")
-    sys.stdout.write(table(parser.parse_args(argv).directory))
+    parser.add_argument("--objective", default="ppo_clip", help="whose runs (default ppo_clip)")
+    args = parser.parse_args(argv)
+    sys.stdout.write(table(args.directory, args.objective))
     return 0
 
 
