@@ -111,10 +111,11 @@ def main(argv: list[str] | None = None, prog: str = "vaco-report") -> int:
 
 def _studies() -> dict:
     """Every committed study's spec, by name (the LLM's is defined with the LLM study)."""
-    from vaco_jax.llm import experiment
+    from vaco_jax.llm import experiment, scorecard
     from vaco_jax.study import specs
 
-    return {**specs.STUDIES, experiment.SPEC.name: experiment.SPEC}
+    board = scorecard.board_spec()
+    return {**specs.STUDIES, experiment.SPEC.name: experiment.SPEC, board.name: board}
 
 
 def _all(studies: dict, *, check: bool) -> int:

@@ -597,3 +597,39 @@ def check(directory: str | Path) -> list[str]:
 
 def _canonical(text: str) -> str:
     return json.dumps(json.loads(text), sort_keys=True)
+
+
+# --- the committed leaderboard, as a spec (`vaco-report --study leaderboard-llm`) --------------
+def _board_make(spec, out: Path) -> list[Path]:
+    return write_board(spec.directories[0], out, scorecards=False)
+
+
+def _primary_verdicts(directory: Path) -> str:
+    """F1's verdicts in the leaderboard's primary.csv, counted; its exploratory label when the
+    family gives none (made before the pre-registration, or tests missing)."""
+    table = pd.read_csv(Path(directory) / families.PRIMARY)
+    f1 = table[table["family"] == "F1"]
+    if f1.empty:
+        return "none: no F1 test present"
+    if not set(f1["verdict"]) <= {"higher", "lower", "no difference shown"}:
+        return f"none: {f1['verdict'].iloc[0]}"
+    return f"F1, family of {len(f1)}: " + ", ".join(
+        f"{n} {v}" for v, n in f1["verdict"].value_counts().items())
+
+
+def board_spec():
+    """The LLM leaderboard (`results/lag-bench/llm-cpu`) as a study spec."""
+    from vaco_jax.study import specs
+
+    retention = lambda label, method: specs.Cell(
+        label, f"{LEADERBOARD}.md", "N=8 retention", (("method", f"`{method}`"),),
+        "Held-out sampled accuracy")
+    return specs.Spec(
+        "leaderboard-llm", "Which GRPO objectives keep their accuracy under backward lag?",
+        ("results/lag-bench/llm-cpu",), "PPO-Clip at k = 0, N = 1 (score 1); the warm start 0",
+        "each objective − PPO-Clip at k = 32, N = 1 and 8, greedy and sampled (Holm over 48)",
+        "results/lag-bench/llm-cpu", (f"{LEADERBOARD}.md", f"{LEADERBOARD}.csv", families.PRIMARY),
+        "0a5f72c", _board_make,
+        (retention("PPO-Clip's sampled-accuracy retention at k = 32, N = 8", "ppo_clip"),
+         retention("VACO's", "vaco")),
+        _primary_verdicts, specs.seeds_of(families.PRIMARY, "n_seeds"))
