@@ -37,7 +37,8 @@ def test_text_numbers_compare_at_the_precision_they_are_printed():
 def test_every_committed_study_is_a_spec_with_its_report_files_committed():
     studies = report_command._studies()
     assert {"controlled-lag", "forward", "stepsize", "delta-lag", "leaderboard-v1",
-            "llm-forward-lag", "minatar-long", "minatar-space-invaders"} <= set(studies)
+            "llm-forward-lag", "minatar-long", "minatar-space-invaders", "leaderboard-llm"} \
+        <= set(studies)
     for spec in studies.values():
         assert len(spec.question.split()) <= 12, spec.question
         assert all((ROOT / d).is_dir() for d in spec.directories), spec.name
@@ -101,6 +102,20 @@ def test_the_readme_results_table_is_generated_and_an_edited_number_in_it_is_nam
 def test_the_v1_leaderboard_row_counts_its_pre_registered_break_rule():
     verdict = specs.STUDIES["leaderboard-v1"].verdict(ROOT / "results/lag-bench/cpu")
     assert verdict == "break rule: 9 break, 6 hold, 2 undetermined"
+
+
+def test_the_llm_leaderboard_row_counts_its_primary_familys_verdicts():
+    verdict = report_command._studies()["leaderboard-llm"].verdict(ROOT / "results/lag-bench/llm-cpu")
+    assert verdict == "F1, family of 48: 19 no difference shown, 16 higher, 13 lower"
+
+
+def test_the_llm_leaderboard_row_is_exploratory_without_the_whole_family(tmp_path):
+    from vaco_jax.llm import families
+    (tmp_path / families.PRIMARY).write_text(
+        "family,objective,N,metric,verdict\nF1,vaco,1,final_accuracy,"
+        "exploratory (24 of the 48 tests present)\n")
+    verdict = report_command._studies()["leaderboard-llm"].verdict(tmp_path)
+    assert verdict == "none: exploratory (24 of the 48 tests present)"
 
 
 def test_an_unknown_study_is_refused_naming_the_committed_ones(capsys):

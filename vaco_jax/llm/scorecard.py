@@ -611,25 +611,26 @@ def _primary_verdicts(directory: Path) -> str:
     f1 = table[table["family"] == "F1"]
     if f1.empty:
         return "none: no F1 test present"
-    if not set(f1["verdict"]) <= {"higher", "lower", "no difference shown"}:
+    if not set(f1["verdict"]) <= set(families.WORDS["F1"]):
         return f"none: {f1['verdict'].iloc[0]}"
-    return f"F1, family of {len(f1)}: " + ", ".join(
-        f"{n} {v}" for v, n in f1["verdict"].value_counts().items())
+    counts = f1["verdict"].str.replace(" than PPO-Clip under lag", "").value_counts()
+    return f"F1, family of {len(f1)}: " + ", ".join(f"{n} {v}" for v, n in counts.items())
 
 
 def board_spec():
     """The LLM leaderboard (`results/lag-bench/llm-cpu`) as a study spec."""
     from vaco_jax.study import specs
 
-    retention = lambda label, method: specs.Cell(
+    retention = lambda label, method, accuracy: specs.Cell(
         label, f"{LEADERBOARD}.md", "N=8 retention", (("method", f"`{method}`"),),
-        "Held-out sampled accuracy")
+        f"Held-out {accuracy} accuracy")
     return specs.Spec(
         "leaderboard-llm", "Which GRPO objectives keep their accuracy under backward lag?",
         ("results/lag-bench/llm-cpu",), "PPO-Clip at k = 0, N = 1 (score 1); the warm start 0",
         "each objective − PPO-Clip at k = 32, N = 1 and 8, greedy and sampled (Holm over 48)",
         "results/lag-bench/llm-cpu", (f"{LEADERBOARD}.md", f"{LEADERBOARD}.csv", families.PRIMARY),
         "0a5f72c", _board_make,
-        (retention("PPO-Clip's sampled-accuracy retention at k = 32, N = 8", "ppo_clip"),
-         retention("VACO's", "vaco")),
+        (retention("PPO-Clip's retention at k = 32, N = 8, greedy accuracy", "ppo_clip", "greedy"),
+         retention("sampled", "ppo_clip", "sampled"),
+         retention("VACO's greedy", "vaco", "greedy")),
         _primary_verdicts, specs.seeds_of(families.PRIMARY, "n_seeds"))
