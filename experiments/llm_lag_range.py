@@ -47,8 +47,8 @@ def table(directory: str | Path, objective: str = "ppo_clip") -> str:
                       tables.interval(*stats.paired_t_interval(values[f] - base[f]), digits=3,
                                       sign=True) for f, _ in METRICS]
             lines.append("| " + " | ".join(cells) + " |")
-    return (f"{NAMES.get(objective, objective)}, {len(seeds)} seeds; mean [95% t interval]; differences paired by seed.\n\n"
-            + "\n".join(lines) + "\n")
+    return (f"{NAMES.get(objective, objective)}, {len(seeds)} seeds; mean [95% t interval]; "
+            "differences paired by seed.\n\n" + "\n".join(lines) + "\n")
 
 
 def main(argv=None) -> int:
