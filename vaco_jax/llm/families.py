@@ -36,6 +36,8 @@ WORDS = {"F1": ("higher than PPO-Clip under lag", "lower than PPO-Clip under lag
          "F2": ("lag raises it", "lag lowers it", "no change shown")}
 """Each family's verdicts: Holm's p below 0.05 with a positive mean difference, a negative one,
 else."""
+SHORT_WORDS = {WORDS["F1"][0]: "higher", WORDS["F1"][1]: "lower"}
+"""F1's verdicts in a word, where the reference is named beside them (the answer's grid)."""
 REGISTERED = {("llm-cpu", 1): ("ppo_clip", "vaco", "pg", "decoupled_ppo", "spo", "impala",
                                "icepop", "cispo", "dppo_tv", "m2po", "topr", "geppo", "gspo")}
 """The objectives a protocol's pre-registration names (docs/preregistrations.md section 2): its
@@ -211,11 +213,10 @@ def answer(families: Families) -> str:
 
     K, ref, table = families.largest_lag, families.reference, families.table
     judged = families.pre_registered and not table.verdict.str.startswith("exploratory").any()
-    short = {"higher than PPO-Clip under lag": "higher", "lower than PPO-Clip under lag": "lower"}
     metric_words = {"final_accuracy": "greedy", "final_sampled_accuracy": "sampled"}
 
     def grid(part: pd.DataFrame) -> str:
-        texts = (part.verdict.replace(short) if judged else
+        texts = (part.verdict.replace(SHORT_WORDS) if judged else
                  tables.intervals(part, "mean", "ci_low", "ci_high", digits=3, sign=True))
         wide = part.assign(text=list(texts), column=[
             f"N={n} {metric_words[m]}" for n, m in zip(part.N, part.metric)])

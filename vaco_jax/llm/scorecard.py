@@ -613,7 +613,7 @@ def _primary_verdicts(directory: Path) -> str:
         return "none: no F1 test present"
     if not set(f1["verdict"]) <= set(families.WORDS["F1"]):
         return f"none: {f1['verdict'].iloc[0]}"
-    counts = f1["verdict"].str.replace(" than PPO-Clip under lag", "").value_counts()
+    counts = f1["verdict"].replace(families.SHORT_WORDS).value_counts()
     return f"F1, family of {len(f1)}: " + ", ".join(f"{n} {v}" for v, n in counts.items())
 
 
