@@ -39,9 +39,8 @@ class Args:
     """lag: the controlled-lag study; settings: the forward × backward (update frequency × lag),
     step-size and δ × lag studies, whichever the sweeps hold (scores normalised by their own
     synchronous PPO-Clip runs on the same seeds; the references give the random returns); or a
-    committed study's name (controlled-lag, forward, stepsize, delta-lag, leaderboard-v1,
-    llm-forward-lag, minatar-long, minatar-space-invaders): regenerated from its committed
-    per-run files into --out (default: its committed report directory), no sweeps."""
+    committed study's name (the first column of results/RESULTS.md): regenerated from its
+    committed per-run files into --out (default: its committed report directory), no sweeps."""
     all: bool = False
     """Regenerate every committed study into a temporary directory and write results/RESULTS.md
     and the README's results table from it (one row per study)."""
