@@ -3,6 +3,7 @@ lag-robustness benchmark's report built on it, on synthetic runs with known answ
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -162,6 +163,24 @@ def test_the_benchmark_ranks_by_iqm_of_normalised_auc_at_the_largest_lag(report)
                             & (report.retention.K == 4) & (report.retention.task == "pooled")
                             & (report.retention.sampling == "oldest")]
     np.testing.assert_allclose(kept["retention"], 0.9, atol=0.02)
+
+
+def test_the_figure_lists_the_methods_as_ranked_with_every_setting_on_one_axis(report):
+    fig = robustness.figure(report)
+    first, *others = fig.axes
+    assert [t.get_text() for t in first.get_yticklabels()] == ["vaco", "appo", "ppo_clip"]
+    assert len(fig.axes) == 6 and all(ax.get_xlim() == first.get_xlim() for ax in others)
+
+
+def test_a_figure_that_cannot_be_drawn_is_named_in_the_leaderboard_not_a_traceback(
+        report, tmp_path, monkeypatch):
+    def broken(r):
+        raise ValueError("no axes")
+    monkeypatch.setattr(robustness, "figure", broken)
+    written = robustness.write(dataclasses.replace(report, notes=[]), tmp_path)
+    assert tmp_path / "leaderboard.png" not in written
+    text = (tmp_path / "leaderboard.md").read_text()
+    assert "* figure: not computed (ValueError: no axes)" in text
 
 
 def test_split_half_reliability_compares_the_first_five_seeds_with_the_second(report):

@@ -8,15 +8,17 @@ import pandas as pd
 
 
 def intervals_figure(frame: pd.DataFrame, label: str, point: str = "point", *,
-                     panel: str | None = None, xlabel: str = ""):
+                     panel: str | None = None, xlabel: str = "", order=None,
+                     sharex: bool = False):
     """Each row of `frame` as a point with its interval (columns `low`, `high`), labelled by
-    `label`, one panel per value of `panel`; a dotted line at 1. Rows with undefined values are
+    `label` (top to bottom in `order`, else as they first appear), one panel per value of
+    `panel`, on one x axis when `sharex`; a dotted line at 1. Rows with undefined values are
     drawn as absent."""
     panels = list(dict.fromkeys(frame[panel])) if panel else [None]
-    labels = list(dict.fromkeys(frame[label]))
+    labels = list(dict.fromkeys([*(order or ()), *frame[label]]))
     fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels) + 1.2,
                                                      0.35 * len(labels) + 1.2),
-                             sharey=True, squeeze=False)
+                             sharey=True, sharex=sharex, squeeze=False)
     for ax, name in zip(axes[0], panels):
         part = frame if name is None else frame[frame[panel] == name]
         y = part[label].map({m: i for i, m in enumerate(labels)}).to_numpy()

@@ -27,6 +27,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
@@ -388,6 +389,18 @@ def markdown(r: Report) -> str:
     return "\n".join(lines)
 
 
+def figure(r: Report):
+    """IQM of normalised AUC with its interval, one panel per setting on one x axis, the methods
+    top to bottom as the leaderboard ranks them."""
+    auc = r.aggregates[r.aggregates.metric == "auc"]
+    ranked = estimates._select(auc, r.spec.largest).sort_values("iqm", ascending=False)
+    return figures.intervals_figure(
+        auc.assign(setting=[setting_label(k, s, K, r.spec.base["K"]) for k, s, K in
+                            auc[list(SETTING)].itertuples(index=False)]),
+        "method", "iqm", panel="setting", xlabel="IQM of normalised AUC",
+        order=list(ranked["method"]), sharex=True)
+
+
 def write(r: Report, out: str | Path) -> list[Path]:
     """The tables (CSV), leaderboard.md and leaderboard.png: what can be written."""
     out = Path(out)
@@ -398,21 +411,17 @@ def write(r: Report, out: str | Path) -> list[Path]:
         if frame is not None:
             frame.to_csv(out / name, index=False)
             written.append(out / name)
+    if r.aggregates is not None:   # drawn first: a figure that fails is named in leaderboard.md
+        def draw():
+            fig = figure(r)
+            fig.savefig(out / "leaderboard.png", dpi=120)
+            plt.close(fig)
+            return out / "leaderboard.png"
+        png = _section(r.notes, "figure", draw)
+        if png:
+            written.append(png)
     (out / "leaderboard.md").write_text(markdown(r))
     written.append(out / "leaderboard.md")
-    if r.aggregates is not None:
-        def draw():
-            fig = figures.intervals_figure(
-                r.aggregates[r.aggregates.metric == "auc"].assign(
-                    setting=[setting_label(k, s, K, r.spec.base["K"]) for k, s, K in
-                             r.aggregates.loc[r.aggregates.metric == "auc", list(SETTING)]
-                             .itertuples(index=False)]),
-                "method", "iqm", panel="setting", xlabel="IQM of normalised AUC")
-            fig.savefig(out / "leaderboard.png", dpi=120)
-            return out / "leaderboard.png"
-        figure = _section(r.notes, "figure", draw)
-        if figure:
-            written.append(figure)
     return written
 
 
