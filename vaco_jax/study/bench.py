@@ -55,9 +55,10 @@ def committed_leaderboard(protocol: str, version: int = 1) -> Path:
 
 # Modules that read results but never make them: editing them leaves every benchmark result valid.
 ANALYSIS_ONLY = ("pipeline/", "study/robustness.py", "study/capacity.py", "study/lag.py",
-                 "study/plotting.py", "study/scorecard.py", "study/stats.py", "study/lag_by_setting.py", "study/leaderboard.py", "loggers.py", "llm/",
-                 "commands/report.py", "commands/plot_sweep.py", "commands/plot_diagnostics.py",
-                 "commands/plot_llm.py", "commands/plot_runs.py")
+                 "study/plotting.py", "study/scorecard.py", "study/stats.py",
+                 "study/lag_by_setting.py", "study/leaderboard.py", "study/specs.py", "loggers.py",
+                 "llm/", "commands/report.py", "commands/plot_sweep.py",
+                 "commands/plot_diagnostics.py", "commands/plot_llm.py", "commands/plot_runs.py")
 
 
 @dataclasses.dataclass(frozen=True)
