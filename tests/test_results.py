@@ -45,6 +45,18 @@ def test_every_committed_study_is_a_spec_with_its_report_files_committed():
         assert all((ROOT / spec.report / f).is_file() for f in spec.files), spec.name
 
 
+def test_the_archived_capacity_sweeps_are_specs_named_in_the_help_and_left_out_of_all(capsys):
+    assert set(specs.ARCHIVED) == {"capacity-cpu", "capacity-ablations", "capacity-dmc",
+                                   "capacity-hopper-1m"}
+    assert not set(specs.ARCHIVED) & set(report_command._studies())
+    for spec in specs.ARCHIVED.values():
+        assert all((ROOT / spec.report / f).is_file() for f in spec.files), spec.name
+    with pytest.raises(SystemExit):
+        report_command.main(["--help"])
+    text = "".join(c for c in capsys.readouterr().out if not c.isspace() and c != "│")
+    assert all(name in text for name in specs.ARCHIVED)   # however tyro wraps the lines
+
+
 @pytest.fixture
 def minatar(tmp_path):
     """A copy of the MinAtar study's committed files and its RESULTS.md, as a repository root."""
@@ -72,6 +84,19 @@ def test_check_names_a_results_table_that_is_not_what_all_writes(minatar):
     table.write_text(table.read_text().replace("| 5 |", "| 6 |"))
     (problem,) = specs.check(studies, root)
     assert problem.startswith("results/RESULTS.md: line 5: ")
+
+
+def test_one_studys_check_passes_on_its_files_and_names_an_edited_one(minatar, capsys):
+    root, studies = minatar
+    (spec,) = studies.values()
+    assert specs.check_study(spec, root) == []
+    report = root / "results/minatar-cnn/long/report.md"
+    report.write_text(report.read_text().replace("[-13.02, -0.22]", "[-13.02, -0.23]"))
+    assert specs.check_study(spec, root) == [
+        "results/minatar-cnn/long/report.md: line 2: -0.23 committed, -0.22 made"]
+    assert report_command.main(["--study", "minatar-long", "--check"]) == 0
+    assert "every committed report file of minatar-long is current" in capsys.readouterr().out
+    assert report_command.main(["--study", "lag", "--check"]) == 2
 
 
 def test_results_table_reads_each_headline_as_its_report_prints_it(minatar):

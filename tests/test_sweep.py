@@ -356,8 +356,7 @@ def test_dry_run_plans_memory_and_splits_a_cell_that_does_not_fit(full_sweep, ce
 
 def test_a_diverged_run_is_marked_scored_as_a_failure_and_plots_still_render(
         full_sweep, cells, tmp_path, monkeypatch):
-    from vaco_jax.commands import plot_sweep
-    from vaco_jax.study import capacity as capacity_sweeps
+    from vaco_jax.study import capacity as capacity_sweeps, specs
 
     def seed_one_at_c1_unstable(hparams_list):   # run index 1 is (C = 1, seed 1) in each cell
         hparams = stack_hparams(hparams_list)
@@ -391,7 +390,7 @@ def test_a_diverged_run_is_marked_scored_as_a_failure_and_plots_still_render(
     assert capacity_sweeps.diverged_runs(table)[["algo", "capacity", "seed"]].to_dict("records") == [
         {"algo": "vaco", "capacity": 1, "seed": 1}, {"algo": "ppo_clip", "capacity": 1, "seed": 1}]
 
-    written = plot_sweep.report(table.assign(score=table["eval_return"]), tmp_path, reps=50)
+    written = specs.capacity_report(table.assign(score=table["eval_return"]), tmp_path, reps=50)
     assert all(path.stat().st_size > 0 for path in written)
     summary = (tmp_path / "summary.md").read_text()
     assert "## Diverged runs" in summary and "| toy_reach | vaco | default | 1 | 0.2 | 1 |" in summary

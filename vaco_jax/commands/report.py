@@ -10,6 +10,7 @@ baseline, break lags, a synchronous sanity check, realised lags, figures and sum
     vaco-report --study controlled-lag            # a committed study, regenerated from its spec
     vaco-report --all                             # every committed study -> results/RESULTS.md, README
     vaco-report --all --check                     # exit 1, naming each stale committed file
+    vaco-report --study capacity-cpu --check      # one study (an archived capacity sweep here)
 
 The sweeps are `vaco-sweep --preset lag-cpu` (one directory, or one per task); the references
 `vaco-references --preset lag-cpu --last-evals 3` (the analysis scores a run by its last 3
@@ -39,14 +40,16 @@ class Args:
     """lag: the controlled-lag study; settings: the forward × backward (update frequency × lag),
     step-size and δ × lag studies, whichever the sweeps hold (scores normalised by their own
     synchronous PPO-Clip runs on the same seeds; the references give the random returns); or a
-    committed study's name (the first column of results/RESULTS.md): regenerated from its
+    committed study's name (the first column of results/RESULTS.md, or an archived capacity sweep:
+    capacity-cpu, capacity-ablations, capacity-dmc, capacity-hopper-1m): regenerated from its
     committed per-run files into --out (default: its committed report directory), no sweeps."""
     all: bool = False
     """Regenerate every committed study into a temporary directory and write results/RESULTS.md
     and the README's results table from it (one row per study)."""
     check: bool = False
-    """With --all: write nothing; exit 1, naming each committed report file (and RESULTS.md, the
-    README) that differs from its regeneration, 0 when all are current."""
+    """With --all or a committed study's name: write nothing; exit 1, naming each committed report
+    file (with --all, RESULTS.md and the README too) that differs from its regeneration, 0 when
+    all are current."""
     references: str = ""
     """Reference-returns table (default <first sweep>/reference_returns.json)."""
     out: str = ""
@@ -70,19 +73,26 @@ def main(argv: list[str] | None = None, prog: str = "vaco-report") -> int:
     from vaco_jax.study import lag, lag_by_setting, references, specs
 
     studies = _studies()
-    if args.check and not args.all:
-        print("error: option `check` is only valid with --all", file=sys.stderr)
-        return 2
     if args.all:
         return _all(studies, check=args.check)
-    if args.study in studies:
-        spec = studies[args.study]
+    committed = {**studies, **specs.ARCHIVED}
+    if args.check and args.study not in committed:
+        print("error: option `check` is only valid with --all or a committed study's name",
+              file=sys.stderr)
+        return 2
+    if args.check:
+        problems = specs.check_study(committed[args.study])
+        print("\n".join(f"stale: {p}" for p in problems)
+              or f"every committed report file of {args.study} is current")
+        return 1 if problems else 0
+    if args.study in committed:
+        spec = committed[args.study]
         written = specs.make(spec, Path(args.out or specs.ROOT / spec.report))
         print("\n".join(str(p) for p in written))
         return 0
     if args.study not in ("lag", "settings"):
         print(f"error: option `study` = {args.study!r} is invalid: must be lag, settings or a "
-              f"committed study ({', '.join(studies)})", file=sys.stderr)
+              f"committed study ({', '.join(committed)})", file=sys.stderr)
         return 2
     if not args.sweeps:
         print(f"error: option `sweeps` is required for --study {args.study}", file=sys.stderr)

@@ -8,7 +8,9 @@ prints them. `vaco-report --study NAME` regenerates one; `vaco-report --all` eve
 
 A `TwoArms` study compares two arms' final returns (the last evaluation, per seed) with Welch's t
 (its pre-registered test), and reports each arm's mean return over the curve (the area under it
-÷ the steps it spans) and its throughput as exploratory."""
+÷ the steps it spans) and its throughput as exploratory. A capacity sweep's report
+(`capacity_report`, also `vaco-plot-sweep`'s) gives rliable's aggregates per capacity and method,
+P(VACO > baseline) and the figures of `study.plotting`."""
 
 from __future__ import annotations
 
@@ -20,12 +22,13 @@ import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
 from vaco_jax import io
 from vaco_jax.pipeline import compare, estimates, tables
-from vaco_jax.study import lag, lag_by_setting, leaderboard, references
+from vaco_jax.study import capacity, lag, lag_by_setting, leaderboard, plotting, references, sweep
 
 ROOT = Path(io.__file__).resolve().parent.parent
 RESULTS = "results/RESULTS.md"
@@ -361,6 +364,108 @@ for _name, _question, _commit in (
         _two_arms_seeds)
 
 
+# --- the archived capacity sweeps ----------------------------------------------------------------
+def capacity_report(results: pd.DataFrame, out: Path, *, reps: int = 2000, seed: int = 0,
+                    note: str = "") -> list[Path]:
+    """Every figure and table of the capacity-sweep studies present in `results` (a sweep's tidy
+    table with a `score` column, `references.add_scores`), written into `out`."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+
+    def save(fig, name):
+        fig.savefig(out / name, dpi=120)
+        plt.close(fig)
+        written.append(out / name)
+
+    def table(frame, name):
+        frame.to_csv(out / name, index=False)
+        written.append(out / name)
+
+    main_rows = capacity.main_study(results)
+    label = capacity.describe(main_rows) + (f" — {note}" if note else "")
+    final = capacity.aggregate_table(main_rows, reps=reps, seed=seed)
+    auc = capacity.aggregate_table(main_rows, auc=True, reps=reps, seed=seed)
+    table(final, "aggregate_final.csv")
+    table(auc, "aggregate_auc.csv")
+    save(plotting.aggregate_intervals(final, title=f"Final normalised score\n({label})"),
+         "fig_a_aggregates.png")
+    save(plotting.metric_vs_capacity(final, title=f"Normalised IQM vs capacity\n({label})"),
+         "fig_b_iqm_vs_capacity.png")
+    save(plotting.training_curves(main_rows, title=f"Training curves, IQM over seeds with 95% CIs\n({label})"),
+         "fig_c_training_curves.png")
+    save(plotting.lag_diagnostics(main_rows, title=f"Lag diagnostics\n({label})"),
+         "fig_d_lag_diagnostics.png")
+    lines = [f"# Lag sweep: {label}", "", "Scores normalised per env: (R − R_random) / "
+             "(R_ppo_sync − R_random); stratified bootstrap 95% CIs "
+             f"({reps} replications).", "", "## Final score", "", capacity.markdown(final), "",
+             "## Sample efficiency (normalised area under the curve)", "", capacity.markdown(auc)]
+    if "vaco" in set(main_rows["method"]):
+        improvement = capacity.improvement_table(main_rows, "vaco", reps=reps, seed=seed)
+        table(improvement, "improvement.csv")
+        save(plotting.improvement(improvement, title=f"P(VACO > baseline), 95% CIs\n({label})"),
+             "fig_improvement.png")
+        lines += ["", "## Probability of improvement, P(VACO > baseline)", "",
+                  "| C | baseline | P | 95% CI |", "|---|---|---|---|"]
+        lines += [f"| {r.capacity} | {r.baseline} | {r.point:.2f} | [{r.low:.2f}, {r.high:.2f}] |"
+                  for r in improvement.itertuples()]
+    taus = np.linspace(-0.5, 2.0, 51)
+    largest = int(main_rows["capacity"].max())
+    save(plotting.performance_profiles(capacity.profiles(main_rows, largest, taus, reps=reps // 2,
+                                                         seed=seed), taus,
+                                       title=f"Performance profiles, C = {largest}\n({label})"),
+         "fig_profiles.png")
+
+    delta_rows, ablation_rows = capacity.delta_study(results), capacity.ablation_study(results)
+    has_delta = delta_rows["delta"].nunique() > 1
+    has_ablations = (ablation_rows["study"] == "ablations").any()
+    if has_delta or has_ablations:
+        delta_table = capacity.aggregate_table(delta_rows, reps=reps, seed=seed) if has_delta else None
+        ablation_table = (capacity.aggregate_table(ablation_rows, reps=reps, seed=seed)
+                          if has_ablations else None)
+        for name, frame in (("aggregate_delta.csv", delta_table),
+                            ("aggregate_ablations.csv", ablation_table)):
+            if frame is not None:
+                table(frame, name)
+                lines += ["", f"## {name[10:-4].capitalize()}", "", capacity.markdown(frame)]
+        save(plotting.sensitivity(delta_table, ablation_table, title=f"δ sensitivity and ablations (normalised IQM)\n({label})"),
+             "fig_e_sensitivity.png")
+    diverged = capacity.diverged_runs(results)
+    if len(diverged):
+        lines += ["", "## Diverged runs (scored 0, as failures, in every statistic; left out of "
+                  "the return curves)", "", capacity.markdown_rows(diverged)]
+    (out / "summary.md").write_text("\n".join(lines) + "\n")
+    written.append(out / "summary.md")
+    return written
+
+
+def _capacity_make(spec: Spec, out: Path) -> list[Path]:
+    scored = references.add_scores(sweep.load_results(spec.directories[0]),
+                                   references.load(spec.references))
+    return capacity_report(scored, out)
+
+
+CAPACITY_FILES = ("summary.md", "aggregate_final.csv", "aggregate_auc.csv", "improvement.csv")
+ARCHIVED: dict[str, Spec] = {}
+"""The capacity sweeps of `results/archive/`: `vaco-report --study NAME [--check]` regenerates one
+(30–90 s each on two cores); `--all` leaves them out."""
+for _name, _directory, _question, _commit, _extra in (
+        ("capacity-cpu", "cpu", "Does VACO keep its score as the buffer's capacity grows?",
+         "cc1b6f4", ("aggregate_delta.csv",)),
+        ("capacity-ablations", "cpu-ablations", "Which of VACO's two parts keeps its score?",
+         "4e2501f", ("aggregate_ablations.csv",)),
+        ("capacity-dmc", "cpu-dmc", "Does capacity hurt on DM Control's cartpole tasks?",
+         "cb973e0", ()),
+        ("capacity-hopper-1m", "hopper-1m", "Does capacity hurt hopper at 1M steps?", "0aab59f", ())):
+    ARCHIVED[_name] = Spec(
+        _name, _question, (f"results/archive/{_directory}",),
+        "synchronous PPO-Clip (C = 1), normalised 1; random 0", "each method per capacity C",
+        f"results/archive/{_directory}/figures", CAPACITY_FILES + _extra, _commit, _capacity_make,
+        (Cell("VACO's IQM of final score at C = 16", "summary.md", "IQM",
+              _row(C="16", method="vaco"), heading="Final score"),), _none,
+        seeds_of("aggregate_final.csv"),
+        references="results/archive/reference_returns.json")
+
 # --- every study at once ------------------------------------------------------------------------
 def make(spec: Spec, out: Path, root: Path = ROOT) -> list[Path]:
     """`spec`'s report written into `out`, its inputs read from `root` (paths as committed)."""
@@ -431,18 +536,31 @@ def with_readme_block(text: str, block: str) -> str:
     return f"{head}{README_BEGIN}\n{block}{README_END}{tail}"
 
 
+def _stale(studies: Mapping[str, Spec], made: Mapping[str, Path], root: Path) -> list[str]:
+    """Each committed report file of `studies` that differs from its regeneration in `made`."""
+    problems = []
+    for spec in studies.values():
+        for name in spec.files:
+            difference = compare.difference(Path(root) / spec.report / name,
+                                            made[spec.name] / name)
+            if difference:
+                problems.append(f"{spec.report}/{name}: {difference}")
+    return problems
+
+
+def check_study(spec: Spec, root: Path = ROOT) -> list[str]:
+    """Each committed report file of one study whose regeneration differs (`check` without
+    RESULTS.md and the README)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        return _stale({spec.name: spec}, regenerate({spec.name: spec}, Path(tmp), root), root)
+
+
 def check(studies: Mapping[str, Spec], root: Path = ROOT) -> list[str]:
     """Each committed report file whose regeneration differs, and RESULTS.md if it is not what
     `--all` writes: one line each, naming the file and its first difference."""
-    problems = []
     with tempfile.TemporaryDirectory() as tmp:
         made = regenerate(studies, Path(tmp), root)
-        for spec in studies.values():
-            for name in spec.files:
-                committed = Path(root) / spec.report / name
-                difference = compare.difference(committed, made[spec.name] / name)
-                if difference:
-                    problems.append(f"{spec.report}/{name}: {difference}")
+        problems = _stale(studies, made, root)
         (Path(tmp) / "RESULTS.md").write_text(results_markdown(studies, made, root))
         difference = compare.difference(Path(root) / RESULTS, Path(tmp) / "RESULTS.md")
         if difference:
