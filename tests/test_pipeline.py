@@ -285,6 +285,12 @@ def test_the_leaderboard_states_each_methods_cost_summed_over_its_cells_records(
     assert cost.loc["ppo_clip", "runs_env_steps"] == 40_000
     assert np.isnan(cost.loc["ppo_clip", "tuning_wall_seconds"])
     assert cost.loc["vaco", "tuning_wall_seconds"] == 600.0
+    (tmp_path / "vaco" / "tuning.json").write_text(json.dumps(
+        {"grid": [1e-4, 3e-4, 1e-3, 3e-3], "chosen": 3e-3}))
     r = robustness.Report(robustness.Spec(), cost=robustness.costs(tmp_path))
-    assert "| vaco | 0.003 | 10.0 | 0.5 | h |" in robustness.markdown(r)
-    assert "| ppo_clip | 0.003 | undefined | 3.0 | h |" in robustness.markdown(r)
+    assert list(r.cost["grid_edge"]) == ["", "largest"]
+    text = robustness.markdown(r)
+    assert "| vaco | 0.003 | 10.0 | 0.5 | h |" in text
+    assert "| ppo_clip | 0.003 | undefined | 3.0 | h |" in text
+    assert ("Chose the largest learning rate of the grid (a better one may lie beyond it): "
+            "vaco.") in text and "smallest" not in text

@@ -315,8 +315,20 @@ def costs(directory: str | Path) -> pd.DataFrame | None:
             hosts |= set(map(tables.host, cells["host"]))
         if row:
             rows.append({"method": info["method"], "learning_rate": info.get("learning_rate"),
+                         "grid_edge": _grid_edge(path.parent / bench.TUNING_FILE),
                          **row, "hosts": ", ".join(sorted(hosts))})
     return pd.DataFrame(rows) if rows else None
+
+
+def _grid_edge(tuning: Path) -> str:
+    """"largest" or "smallest" when the learning-rate choice (`tuning.json`) chose an end of its
+    grid, where a better rate may lie beyond it; else (or without a choice) empty."""
+    if not tuning.exists():
+        return ""
+    choice = json.loads(tuning.read_text())
+    grid = choice["grid"]
+    return ("largest" if choice["chosen"] == max(grid) else
+            "smallest" if choice["chosen"] == min(grid) else "")
 
 
 def _recompute(directory: str | Path, spec: Spec | None) -> Report:
@@ -384,6 +396,12 @@ def markdown(r: Report) -> str:
                       "method": "method", "learning rate": "learning_rate",
                       "choice of learning rate": "tuning_wall_seconds",
                       "scored runs": "runs_wall_seconds", "hosts": "hosts"}), ""]
+        for end in ("largest", "smallest"):
+            at = sorted(r.cost.loc[r.cost["grid_edge"] == end, "method"]) \
+                if "grid_edge" in r.cost else []
+            if at:
+                lines += [f"Chose the {end} learning rate of the grid (a better one may lie beyond "
+                          f"it): {', '.join(at)}.", ""]
     if r.notes:
         lines += ["Not computed:", *[f"* {n}" for n in r.notes], ""]
     return "\n".join(lines)
