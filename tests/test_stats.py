@@ -126,6 +126,20 @@ def test_probability_of_improvement():
     assert table["point"].item() == pytest.approx(by_hand)
 
 
+def test_iqm_and_improvement_probability_equal_rliables_exactly_ties_included():
+    # Ours count pairs and partition once where rliable calls SciPy per task: the same values.
+    rng = np.random.default_rng(0)
+    for trial in range(300):
+        n, m, tasks = rng.integers(1, 12, size=2).tolist() + [int(rng.integers(1, 6))]
+        if trial % 2:                                 # half the draws with many ties
+            x, y = rng.integers(0, 3, (n, tasks)) / 2, rng.integers(0, 3, (m, tasks)) / 2
+        else:
+            x, y = rng.normal(size=(n, tasks)), rng.normal(size=(m, tasks))
+        y = x.copy() if trial % 7 == 0 else y
+        assert stats.iqm(x) == rly_metrics.aggregate_iqm(x)
+        assert stats.improvement_probability(x, y) == rly_metrics.probability_of_improvement(x, y)
+
+
 def test_area_under_curve():
     steps = np.array([10.0, 20.0, 30.0, 40.0])
     np.testing.assert_allclose(stats.area_under_curve(np.full((2, 3, 4), 0.7), steps), 0.7)
