@@ -165,6 +165,20 @@ def test_the_benchmark_ranks_by_iqm_of_normalised_auc_at_the_largest_lag(report)
     np.testing.assert_allclose(kept["retention"], 0.9, atol=0.02)
 
 
+def test_the_leaderboard_shows_each_methods_retention_and_its_score_per_task(report):
+    text = robustness.markdown(report)
+    table = text.split("| method | IQM AUC |", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert table[0].split("|")[1:3] == [" AUC retention ", " P(> ppo_clip) "]
+    # VACO keeps 0.9 of its synchronous return at k = 8, on both tasks.
+    assert table[2].startswith("| vaco | ")
+    assert float(table[2].split(" | ")[3].split()[0]) == pytest.approx(0.9, abs=0.02)
+    per_task = text.split("over seeds (exploratory):\n\n", 1)[1].split("\n\n", 1)[0]
+    rows = per_task.splitlines()
+    assert rows[0] == "| method | a | b |" and [r.split(" | ")[0] for r in rows[2:]] == [
+        "| vaco", "| appo", "| ppo_clip"]
+    assert float(rows[2].split(" | ")[1]) == pytest.approx(0.9, abs=0.02)
+
+
 def test_the_figure_lists_the_methods_as_ranked_with_every_setting_on_one_axis(report):
     fig = robustness.figure(report)
     first, *others = fig.axes

@@ -357,7 +357,9 @@ def markdown(r: Report) -> str:
     s = r.spec
     lines = ["# Lag-robustness leaderboard", "",
              f"Normalised per task: random = 0, {s.reference} at {_words(s.base)} = 1. Ranked by "
-             f"the IQM of normalised AUC at {_words(s.largest)} (95% stratified bootstrap CI).",
+             f"the IQM of normalised AUC at {_words(s.largest)} (95% stratified bootstrap CI). "
+             f"AUC retention, the robustness measure (not ranked on): a method's AUC there ÷ its "
+             f"own at {_words(s.base)}, pooled over tasks.",
              "",
              f"Pre-registration: {r.status_words}; "
              + ("the verdicts are the pre-registered ones." if r.pre_registered else
@@ -371,6 +373,13 @@ def markdown(r: Report) -> str:
                               "IQM final": [tables.interval(*final.loc[m, ["iqm", "low", "high"]])
                                             if m in final.index else tables.UNDEFINED
                                             for m in rows.index]})
+        if r.retention is not None and len(r.retention):
+            kept = estimates._select(r.retention, s.largest)
+            kept = kept[(kept.metric == "auc") & (kept.task == estimates.POOLED)]
+            kept = kept.set_index("method")
+            frame["AUC retention"] = [
+                tables.interval(*kept.loc[m, ["retention", "low", "high"]]) if m in kept.index
+                else "" for m in rows.index]
         if r.improvement is not None and len(r.improvement):
             poi = r.improvement.set_index("method")
             frame[f"P(> {s.reference})"] = [tables.interval(*poi.loc[m, ["point", "low", "high"]])
@@ -381,6 +390,13 @@ def markdown(r: Report) -> str:
                                for m in rows.index]
             frame["verdict"] = [c.loc[m, "verdict"] if m in c.index else "" for m in rows.index]
         lines += [tables.markdown(frame), ""]
+        if r.scores is not None and len(r.scores):
+            per_task = estimates._select(r.scores, s.largest).pivot_table(
+                index="method", columns="task", values="auc_score", aggfunc="mean")
+            per_task = per_task.reindex([m for m in rows.index if m in per_task.index])
+            lines += [f"Per task, the mean normalised AUC at {_words(s.largest)} over seeds "
+                      "(exploratory):", "", tables.markdown(
+                          per_task.map(lambda v: f"{v:.2f}").reset_index()), ""]
     if r.reliability is not None:
         rel = r.reliability
         differ = rel[rel.verdict_a != rel.verdict_b]
