@@ -364,7 +364,7 @@ for _name, _question, _commit in (
         _two_arms_seeds)
 
 
-# --- the archived capacity sweeps ----------------------------------------------------------------
+# --- the capacity sweeps: their report, and the archived ones as specs ------------------------
 def capacity_report(results: pd.DataFrame, out: Path, *, reps: int = 2000, seed: int = 0,
                     note: str = "") -> list[Path]:
     """Every figure and table of the capacity-sweep studies present in `results` (a sweep's tidy
