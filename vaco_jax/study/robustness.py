@@ -367,7 +367,7 @@ def markdown(r: Report) -> str:
     if r.aggregates is not None:
         at = estimates._select(r.aggregates, s.largest)
         auc, final = (at[at.metric == m].set_index("method") for m in ("auc", "final"))
-        rows = auc.sort_values("iqm", ascending=False)
+        rows = auc.loc[ranking(r)]
         frame = pd.DataFrame({"method": rows.index,
                               "IQM AUC": tables.intervals(rows, "iqm"),
                               "IQM final": [tables.interval(*final.loc[m, ["iqm", "low", "high"]])
@@ -423,16 +423,22 @@ def markdown(r: Report) -> str:
     return "\n".join(lines)
 
 
+def ranking(r: Report) -> list[str]:
+    """The methods as the leaderboard ranks them: by IQM of normalised AUC at the largest lag,
+    highest first (the table's rows and the figure's, top to bottom)."""
+    at = estimates._select(r.aggregates, r.spec.largest)
+    return list(at[at.metric == "auc"].sort_values("iqm", ascending=False)["method"])
+
+
 def figure(r: Report):
     """IQM of normalised AUC with its interval, one panel per setting on one x axis, the methods
     top to bottom as the leaderboard ranks them."""
     auc = r.aggregates[r.aggregates.metric == "auc"]
-    ranked = estimates._select(auc, r.spec.largest).sort_values("iqm", ascending=False)
     return figures.intervals_figure(
         auc.assign(setting=[setting_label(k, s, K, r.spec.base["K"]) for k, s, K in
                             auc[list(SETTING)].itertuples(index=False)]),
         "method", "iqm", panel="setting", xlabel="IQM of normalised AUC",
-        order=list(ranked["method"]), sharex=True)
+        order=ranking(r), sharex=True)
 
 
 def write(r: Report, out: str | Path) -> list[Path]:
