@@ -179,6 +179,14 @@ def test_the_leaderboard_shows_each_methods_retention_and_its_score_per_task(rep
     assert float(rows[2].split(" | ")[1]) == pytest.approx(0.9, abs=0.02)
 
 
+def test_the_per_run_scores_table_holds_each_runs_setting_and_scores_once(report):
+    # What recomputes a run's scores, and no column that is the same in every row of a method
+    # (its commit is in its cells.jsonl; study, δ, budget and evaluations in its plan).
+    assert list(report.scores.columns) == list(robustness.SCORE_COLUMNS)
+    assert len(report.scores) == len(report.scores.drop_duplicates(
+        ["task", "method", "k", "sampling", "K", "seed"]))
+
+
 def test_the_figure_lists_the_methods_as_ranked_with_every_setting_on_one_axis(report):
     fig = robustness.figure(report)
     first, *others = fig.axes

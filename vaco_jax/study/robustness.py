@@ -44,6 +44,11 @@ beside the protocols, so naming it changes no protocol's definition or comparabi
 TABLES = ("scores.csv", "aggregates.csv", "improvement.csv", "retention.csv", "comparisons.csv",
           "reliability.csv", "cost.csv")
 """The files `write` makes that `check` recomputes (leaderboard.md is written from them)."""
+SCORE_COLUMNS = ("task", "method", "k", "sampling", "K", "lr", "seed", "diverged", "raw_final",
+                 "raw_auc", "final_score", "auc_score")
+"""scores.csv, one row per run: its setting, and its final score and AUC before (a diverged run's
+evaluations counted at the random return from its divergence on) and after normalising. A run's
+commit is in its cells' records (`runs/cells.jsonl`)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -251,7 +256,7 @@ def report(runs: pd.DataFrame, random: Mapping, spec: Spec | None = None) -> Rep
     scored = _section(out.notes, "normalised scores", lambda: normalise(runs, random, spec))
     if scored is None:
         return out
-    out.scores = scored.drop(columns=["steps", "returns"])
+    out.scores = scored[list(SCORE_COLUMNS)]
     for name, make in (("aggregates", aggregates), ("improvement", improvement),
                        ("retention", retention)):
         setattr(out, name, _section(out.notes, name, lambda make=make: make(scored, spec)))
