@@ -83,6 +83,19 @@ def test_interval_estimates_equal_rliable_on_the_same_inputs():
         assert np.all(rows["low"] <= rows["point"]) and np.all(rows["point"] <= rows["high"])
 
 
+def test_an_interval_of_one_metric_is_the_same_as_among_all_four():
+    # The resamples do not depend on what is computed on them: asking for the IQM alone gives
+    # the IQM rows of the four-metric table exactly.
+    score_dict = {"vaco": _scores(1), "ppo_clip": _scores(2) - 0.2, "appo": _scores(3)}
+    every = stats.interval_estimates(score_dict, reps=300, seed=7)
+    alone = stats.interval_estimates(score_dict, reps=300, seed=7, metrics=("iqm",))
+    assert set(alone["metric"]) == {"iqm"}
+    pd.testing.assert_frame_equal(alone.reset_index(drop=True),
+                                  every[every["metric"] == "iqm"].reset_index(drop=True))
+    with pytest.raises(ValueError, match="metrics.*'iqr'.*median, iqm, mean, optimality_gap"):
+        stats.interval_estimates(score_dict, metrics=("iqr",))
+
+
 def test_bootstrap_is_stratified_by_task_and_has_the_right_width():
     # Task 0 always scores 0 and task 1 always 1: resampling runs within each task cannot move the
     # mean; a bootstrap pooling runs across tasks would.

@@ -138,8 +138,9 @@ def aggregates(scored: pd.DataFrame, spec: Spec) -> pd.DataFrame:
             matrices = {m: x for m, x in matrices.items() if x.size}
             if not matrices:
                 continue
-            table = stats.interval_estimates(matrices, reps=spec.reps, seed=spec.seed)
-            for r in table[table["metric"] == "iqm"].itertuples():
+            table = stats.interval_estimates(matrices, reps=spec.reps, seed=spec.seed,
+                                             metrics=("iqm",))
+            for r in table.itertuples():
                 rows.append({"method": r.method, **setting, "metric": metric, "iqm": r.point,
                              "low": r.low, "high": r.high, "runs": matrices[r.method].size})
     return pd.DataFrame(rows)
