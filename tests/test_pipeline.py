@@ -281,6 +281,71 @@ def test_vaco_bench_table_writes_a_v2_leaderboard_that_its_check_recomputes(tmp_
     assert bench_command.main(["--table", str(tmp_path), "--agree-with", "x.csv"]) == 2
 
 
+def _method_dir(path, method, protocol="tiny", version=2):
+    path.mkdir(parents=True)
+    (path / "bench.json").write_text(json.dumps(
+        {"method": method, "protocol": protocol, "protocol_version": version}))
+    return path
+
+
+def _read_synthetic(method_dir):
+    method = json.loads((method_dir / "bench.json").read_text())["method"]
+    return synthetic_runs(methods=[method]), RANDOM
+
+
+def test_a_method_is_ranked_beside_the_leaderboards_methods_that_compute_what_it_computes(
+        tmp_path, monkeypatch):
+    board = tmp_path / "board"
+    for method in ("ppo_clip", "appo", "vaco", "geppo"):
+        _method_dir(board / method, method)
+    _method_dir(board / "old", "icepop", version=1)          # another version: not a candidate
+    mine = _method_dir(tmp_path / "mine", "vaco")
+    monkeypatch.setattr(robustness, "read_method", _read_synthetic)
+    seen = []
+
+    def comparable(info):
+        seen.append(info["method"])
+        return info["method"] != "geppo", "program of cell bench/a/geppo/lag differs"
+
+    r = robustness.beside(mine, board, comparable, reps=200)
+    # The board's own vaco gives way to this one; geppo computes something else here.
+    assert sorted(seen) == ["appo", "geppo", "ppo_clip"]
+    assert set(r.scores["method"]) == {"vaco", "ppo_clip", "appo"}
+    assert r.left_out == ["geppo: program of cell bench/a/geppo/lag differs"]
+    assert robustness.ranking(r) == ["vaco", "appo", "ppo_clip"]
+    text = robustness.markdown(r)
+    assert ("Methods of the leaderboard left out (not what this checkout computes):\n"
+            "* geppo: program of cell bench/a/geppo/lag differs") in text
+    # A board with nothing comparable still ranks the method (against no reference: said why).
+    alone = robustness.beside(mine, board, lambda info: (False, "made with jax 0.9.1"), reps=200)
+    assert alone.scores is None and "no ppo_clip runs" in alone.notes[0]
+    assert len(alone.left_out) == 3
+
+
+def test_vaco_bench_writes_a_finished_v2_method_beside_the_leaderboard(tmp_path, monkeypatch,
+                                                                        capsys):
+    from vaco_jax import io
+    from vaco_jax.commands import bench as bench_command
+    from vaco_jax.study import bench, sweep
+    board = tmp_path / "board"
+    for method in ("ppo_clip", "appo"):
+        _method_dir(board / method, method)
+    mine = _method_dir(tmp_path / "vaco", "vaco")
+    monkeypatch.setattr(robustness, "read_method", _read_synthetic)
+    monkeypatch.setattr(bench, "computed_here", lambda info: (True, "same programs"))
+    args = ["--algo", "vaco", "--protocol", "tiny", "--out", str(mine), "--leaderboard",
+            str(board), "--report-only", "--no-progress"]
+    cells = [c.cell_id for c in bench.bench_cells(bench.Method("vaco"), bench.protocol("tiny"))]
+    io.append_jsonl(mine / bench.RUNS / sweep.CELLS, [{"cell": cells[0]}])
+    assert bench_command.main(args) == 0            # one cell still to run: no report yet
+    assert f"1 cells not finished yet: {cells[1]}" in capsys.readouterr().out
+    assert not (mine / robustness.BESIDE).exists()
+    io.append_jsonl(mine / bench.RUNS / sweep.CELLS, [{"cell": cells[1]}])
+    assert bench_command.main(args) == 0
+    text = (mine / robustness.BESIDE / "leaderboard.md").read_text()
+    assert "| vaco | " in text and "| appo | " in text and "| ppo_clip | " in text
+
+
 def test_the_minatar_studies_run_from_their_specs_with_the_committed_numbers():
     from vaco_jax.study import specs
     long = specs.two_arms(specs.TWO_ARMS["minatar-long"]).splitlines()

@@ -15,13 +15,15 @@ LLM leaderboard (`vaco_jax.llm.scorecard`).
 
 Runs the method's cells (`vaco_jax.study.bench`: per task, the lag axis in one program and the
 high-update-frequency setting in another, every lag × seed vmapped), resumably, into
-`--out/runs/`. From protocol version 2 on, `--tune` first chooses the method's learning rate
-(`--out/tuning.json`), and the report is written from every method's runs (`--table DIR`). On
-version 1 it then writes `--out/scorecard.json`, `scorecard.md` and `scorecard.png`
-(`vaco_jax.study.scorecard`), comparing with the methods in `--leaderboard` that compute what this
-checkout computes (the same programs, library versions and protocol version; said before it
-runs). `--shard i/n` (or `--shard slurm`: the SLURM array task's) splits the cells over processes
-that share `--out`; `--report-only` rewrites the scorecard from what is there.
+`--out/runs/`. It compares with the methods in `--leaderboard` that compute what this checkout
+computes (the same programs, library versions and protocol version; said before it runs). From
+protocol version 2 on, `--tune` first chooses the method's learning rate (`--out/tuning.json`);
+once every cell has finished, `--out/leaderboard/` ranks the method among those methods
+(`vaco_jax.study.robustness`), and `--table DIR` writes a whole leaderboard from its methods' runs.
+On version 1 it writes `--out/scorecard.json`, `scorecard.md` and `scorecard.png`
+(`vaco_jax.study.scorecard`). `--shard i/n` (or `--shard slurm`: the SLURM array task's) splits
+the cells over processes that share `--out`; `--report-only` rewrites the report from what is
+there.
 """
 
 from __future__ import annotations
@@ -70,7 +72,8 @@ class Args:
     """i/n: this process takes cells i, i + n, ...; slurm: this SLURM job array task's (unset:
     every cell)."""
     report_only: bool = False
-    """Write the scorecard from the cells already in --out; run nothing."""
+    """Write the report (v1: the scorecard; v2: --out/leaderboard/) from the cells already in
+    --out; run nothing."""
     plan: bool = False
     """Print the run's size (cells, programs, runs, env steps, evaluation episodes, and the time
     where a finished cell of the same task and setting measured its throughput) and exit."""
@@ -190,9 +193,9 @@ def main(argv: list[str] | None = None, prog: str = "vaco-bench") -> int:
         except (ConfigError, SweepError, CheckpointError) as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
-    if proto.version >= 2:   # its report is written from the runs by `--table` (docs/benchmark.md)
+    if proto.version >= 2:   # the leaderboard's report is written from the runs by `--table`
         print(f"the runs are in {out / bench.RUNS}")
-        return 0
+        return _beside(out, leaderboard_dir, [cell.cell_id for cell in cells])
     card = _scorecard(lambda: scorecard.scorecard(out, leaderboard_dir), out, out / bench.RUNS)
     if isinstance(card, int):
         return card
@@ -205,6 +208,26 @@ def main(argv: list[str] | None = None, prog: str = "vaco-bench") -> int:
     print("\n".join(str(p) for p in written))
     return 0
 
+
+
+def _beside(out: Path, leaderboard: Path, cells: list[str]) -> int:
+    """Protocol v2, once every cell in `cells` has finished: the method ranked among the
+    leaderboard's methods that compute what this checkout computes, in `out`/leaderboard/."""
+    from vaco_jax import io
+    from vaco_jax.study import bench, robustness, sweep
+
+    runs = out / bench.RUNS
+    finished = set(sweep.load_cells(runs)["cell"]) if io.has_rows(runs / sweep.CELLS) else set()
+    missing = [cell for cell in cells if cell not in finished]
+    if missing:
+        print(f"{len(missing)} cells not finished yet: {', '.join(missing)}")
+        return 0
+    report = _scorecard(lambda: robustness.beside(out, leaderboard, bench.computed_here), out,
+                        runs)
+    if isinstance(report, int):
+        return report
+    print("\n".join(str(p) for p in robustness.write(report, out / robustness.BESIDE)))
+    return 0
 
 
 def _scorecard(make, out: Path, runs: Path):

@@ -99,6 +99,8 @@ class Report:
     """Whether the runs were made after the pre-registration: "after" (verdict words), "before",
     "unknown" or "none" (no pre-registration named); `status_words` says it in words."""
     status_words: str = ""
+    left_out: list = dataclasses.field(default_factory=list)
+    """Methods of a leaderboard a board beside it (`beside`) leaves out, each with why."""
 
     @property
     def pre_registered(self) -> bool:
@@ -269,21 +271,68 @@ def report(runs: pd.DataFrame, random: Mapping, spec: Spec | None = None) -> Rep
 
 
 # --- the committed files ----------------------------------------------------------------------
+def read_method(method_dir: str | Path) -> tuple[pd.DataFrame, dict] | None:
+    """One method directory's runs, named by its bench.json method, and its random returns;
+    None when it has no per-run files."""
+    method_dir = Path(method_dir)
+    if not (method_dir / bench.RUNS).is_dir():
+        return None
+    info = json.loads((method_dir / bench.BENCH_FILE).read_text())
+    last = info.get("protocol_definition", {}).get("last_evals", runs_.LAST_EVALS)
+    return (runs_.read([method_dir / bench.RUNS], last).assign(method=info["method"]),
+            json.loads((method_dir / bench.REFERENCES).read_text()))
+
+
 def read(directory: str | Path) -> tuple[pd.DataFrame, dict]:
     """The runs and random returns of a leaderboard `directory` (one sub-directory per method:
     bench.json, random_returns.json, runs/), each run named by its bench.json method."""
     parts, random = [], {}
     for path in sorted(Path(directory).glob(f"*/{bench.BENCH_FILE}")):
-        method_dir = path.parent
-        if not (method_dir / bench.RUNS).is_dir():
-            continue
-        info = json.loads(path.read_text())
-        random.update(json.loads((method_dir / bench.REFERENCES).read_text()))
-        last = info.get("protocol_definition", {}).get("last_evals", runs_.LAST_EVALS)
-        parts.append(runs_.read([method_dir / bench.RUNS], last).assign(method=info["method"]))
+        found = read_method(path.parent)
+        if found is not None:
+            parts.append(found[0])
+            random.update(found[1])
     if not parts:
         raise FileNotFoundError(f"{directory} holds no per-run files (<method>/{bench.RUNS}/)")
     return pd.concat(parts, ignore_index=True), random
+
+
+BESIDE = "leaderboard"
+"""The sub-directory of a method's directory where `vaco-bench` writes it beside the leaderboard."""
+
+
+def beside(method_dir: str | Path, board: str | Path,
+           comparable: Callable[[dict], tuple[bool, str]], **options) -> Report:
+    """The report of `method_dir`'s method among the methods of the leaderboard `board` on its
+    protocol and version that compute what this checkout computes (`comparable(bench.json)` →
+    (whether, why), e.g. `bench.computed_here`). A leaderboard method of the same name gives way
+    to it. `left_out` names each method not compared, with why. `options`: the `Spec`'s (reps,
+    seed)."""
+    method_dir, board = Path(method_dir), Path(board)
+    info = json.loads((method_dir / bench.BENCH_FILE).read_text())
+    mine = read_method(method_dir)
+    if mine is None:
+        raise FileNotFoundError(f"{method_dir} holds no per-run files ({bench.RUNS}/)")
+    protocol = (info["protocol"], info.get("protocol_version", 1))
+    parts, random, left_out = [mine[0]], dict(mine[1]), []
+    for path in sorted(board.glob(f"*/{bench.BENCH_FILE}")) if board.is_dir() else []:
+        other = json.loads(path.read_text())
+        if path.parent.resolve() == method_dir.resolve() or other["method"] == info["method"]:
+            continue
+        if (other.get("protocol"), other.get("protocol_version", 1)) != protocol:
+            continue
+        same, why = comparable(other)
+        found = read_method(path.parent) if same else None
+        if found is None:
+            left_out.append(f"{other['method']}: {why if not same else 'no per-run files'}")
+            continue
+        parts.append(found[0])
+        random.update(found[1])
+    runs = pd.concat(parts, ignore_index=True)
+    out = report(runs, random, Spec.of(runs, registration=PREREGISTRATIONS.get(protocol, ""),
+                                       **options))
+    out.left_out = left_out
+    return out
 
 
 def protocol_version(directory: str | Path) -> int | None:
@@ -424,6 +473,9 @@ def markdown(r: Report) -> str:
             if at:
                 lines += [f"Chose the {end} learning rate of the grid (a better one may lie beyond "
                           f"it): {', '.join(at)}.", ""]
+    if r.left_out:
+        lines += ["Methods of the leaderboard left out (not what this checkout computes):",
+                  *[f"* {n}" for n in r.left_out], ""]
     if r.notes:
         lines += ["Not computed:", *[f"* {n}" for n in r.notes], ""]
     return "\n".join(lines)
