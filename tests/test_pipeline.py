@@ -316,6 +316,10 @@ def test_a_method_is_ranked_beside_the_leaderboards_methods_that_compute_what_it
     text = robustness.markdown(r)
     assert ("Methods of the leaderboard left out (not what this checkout computes):\n"
             "* geppo: program of cell bench/a/geppo/lag differs") in text
+    # The pre-registered family named the leaderboard's methods, not this one: no verdict words.
+    assert not r.pre_registered and "without verdict words" in text
+    assert set(r.comparisons["verdict"]) <= {"Holm p < 0.05, estimate > 0",
+                                             "Holm p < 0.05, estimate < 0", "Holm p ≥ 0.05"}
     # A board with nothing comparable still ranks the method (against no reference: said why).
     alone = robustness.beside(mine, board, lambda info: (False, "made with jax 0.9.1"), reps=200)
     assert alone.scores is None and "no ppo_clip runs" in alone.notes[0]

@@ -306,8 +306,9 @@ def beside(method_dir: str | Path, board: str | Path,
     """The report of `method_dir`'s method among the methods of the leaderboard `board` on its
     protocol and version that compute what this checkout computes (`comparable(bench.json)` →
     (whether, why), e.g. `bench.computed_here`). A leaderboard method of the same name gives way
-    to it. `left_out` names each method not compared, with why. `options`: the `Spec`'s (reps,
-    seed)."""
+    to it. `left_out` names each method not compared, with why. The leaderboard's pre-registered
+    family did not name the method, so its tests are exploratory (Holm's p, no verdict words).
+    `options`: the `Spec`'s (reps, seed)."""
     method_dir, board = Path(method_dir), Path(board)
     info = json.loads((method_dir / bench.BENCH_FILE).read_text())
     mine = read_method(method_dir)
@@ -329,8 +330,9 @@ def beside(method_dir: str | Path, board: str | Path,
         parts.append(found[0])
         random.update(found[1])
     runs = pd.concat(parts, ignore_index=True)
-    out = report(runs, random, Spec.of(runs, registration=PREREGISTRATIONS.get(protocol, ""),
-                                       **options))
+    out = report(runs, random, Spec.of(runs, **options))   # no pre-registration: exploratory
+    out.status_words = (f"{info['method']} beside the leaderboard {board}, a method its "
+                        f"pre-registered family did not name: the same tests, without verdicts")
     out.left_out = left_out
     return out
 
