@@ -314,7 +314,7 @@ def test_a_method_is_ranked_beside_the_leaderboards_methods_that_compute_what_it
     assert r.left_out == ["geppo: program of cell bench/a/geppo/lag differs"]
     assert robustness.ranking(r) == ["vaco", "appo", "ppo_clip"]
     text = robustness.markdown(r)
-    assert ("Methods of the leaderboard left out (not what this checkout computes):\n"
+    assert ("Methods of the leaderboard left out, and why:\n"
             "* geppo: program of cell bench/a/geppo/lag differs") in text
     # The pre-registered family named the leaderboard's methods, not this one: no verdict words.
     assert not r.pre_registered and "without verdict words" in text

@@ -476,7 +476,7 @@ def markdown(r: Report) -> str:
                 lines += [f"Chose the {end} learning rate of the grid (a better one may lie beyond "
                           f"it): {', '.join(at)}.", ""]
     if r.left_out:
-        lines += ["Methods of the leaderboard left out (not what this checkout computes):",
+        lines += ["Methods of the leaderboard left out, and why:",
                   *[f"* {n}" for n in r.left_out], ""]
     if r.notes:
         lines += ["Not computed:", *[f"* {n}" for n in r.notes], ""]
