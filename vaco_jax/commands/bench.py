@@ -213,12 +213,10 @@ def main(argv: list[str] | None = None, prog: str = "vaco-bench") -> int:
 def _beside(out: Path, leaderboard: Path, cells: list[str]) -> int:
     """Protocol v2, once every cell in `cells` has finished: the method ranked among the
     leaderboard's methods that compute what this checkout computes, in `out`/leaderboard/."""
-    from vaco_jax import io
-    from vaco_jax.study import bench, robustness, sweep
+    from vaco_jax.study import bench, robustness
 
     runs = out / bench.RUNS
-    finished = set(sweep.load_cells(runs)["cell"]) if io.has_rows(runs / sweep.CELLS) else set()
-    missing = [cell for cell in cells if cell not in finished]
+    missing = bench.unfinished(cells, runs)
     if missing:
         print(f"{len(missing)} cells not finished yet: {', '.join(missing)}")
         return 0

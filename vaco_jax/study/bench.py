@@ -719,13 +719,17 @@ def compact_when_finished(cells, runs: Path) -> bool:
     """Once every cell of `cells` has finished in the sweep directory `runs`, store its rows
     compactly (`sweep.compact`: results.parquet, lossless Parquet, read as before), so a
     method's every run × evaluation can be committed; returns whether it did."""
-    if not runtime.is_primary() or not io.has_rows(runs / sweep.CELLS):
-        return False
-    finished = set(sweep.load_cells(runs)["cell"])
-    if any(cell.cell_id not in finished for cell in cells):
+    if not runtime.is_primary() or unfinished([cell.cell_id for cell in cells], runs):
         return False
     sweep.compact(runs)
     return True
+
+
+def unfinished(cell_ids, runs: Path) -> list[str]:
+    """The ids among `cell_ids` with no finished record in the sweep directory `runs`."""
+    finished = (set(sweep.load_cells(runs)["cell"]) if io.has_rows(runs / sweep.CELLS)
+                else set())
+    return [cell for cell in cell_ids if cell not in finished]
 
 
 # --- the learning rate, chosen on the design seeds -----------------------------------------------
