@@ -19,6 +19,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from vaco_jax.commands.plot_runs import load_run  # noqa: E402
+from vaco_jax.pipeline import figures  # noqa: E402
 
 # The committed results and figure of this checkout, wherever the command runs from.
 REPOSITORY = Path(__file__).resolve().parent.parent
@@ -49,7 +50,7 @@ def draw(out: str | Path = FIGURE) -> None:
     axes[0].legend(loc="lower right")
     fig.suptitle("gymnax MinAtar (Breakout, SpaceInvaders), VACO (synchronous): CNN vs flattened MLP")
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
+    figures.save(fig, out, dpi=110)
     print(f"wrote {out}")
 
 

@@ -142,6 +142,34 @@ def test_one_interval_formatter_says_undefined_for_a_number_that_does_not_exist(
     assert tables.interval(0.1, -0.2, 0.3, sign=True) == "+0.10 [-0.20, +0.30]"
 
 
+def test_a_figure_is_stored_in_256_colours_that_look_as_matplotlib_drew_it(tmp_path):
+    import io as io_
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    from vaco_jax.pipeline import figures
+
+    fig, ax = plt.subplots(figsize=(4, 3))
+    for shift in range(6):
+        ax.fill_between([0, 1, 2], [shift, shift + 1, shift], [shift + 2] * 3, alpha=0.2)
+        ax.plot([0, 1, 2], [shift, shift + 1.5, shift + 0.5], marker="o")
+    drawn = io_.BytesIO()
+    fig.savefig(drawn, format="png", dpi=100)
+    path = figures.save(fig, tmp_path / "f.png", dpi=100)
+    plt.close(fig)
+    with Image.open(drawn) as image:
+        full = np.asarray(image.convert("RGB"), dtype=np.int16)
+    with Image.open(path) as stored:
+        assert stored.mode == "P" and len(stored.getcolors(256)) <= 256
+        pixels = np.asarray(stored.convert("RGB"), dtype=np.int16)
+    assert pixels.shape == full.shape
+    assert np.abs(pixels - full).mean() < 1.0 and np.abs(pixels - full).max() < 40
+    assert path.stat().st_size < 0.6 * len(drawn.getvalue())
+
+
 @pytest.fixture(scope="module")
 def report():
     return robustness.report(synthetic_runs(), RANDOM, AFTER)

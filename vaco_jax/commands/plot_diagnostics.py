@@ -30,6 +30,7 @@ class Args:
 def plot(runs, out, title: str = "") -> Path:
     """Draw the runs' lag diagnostics into `out` (PNG), each run labelled by its algorithm."""
     from vaco_jax import io
+    from vaco_jax.pipeline import figures
     from vaco_jax.study import plotting
 
     curves, configs = {}, []
@@ -44,7 +45,7 @@ def plot(runs, out, title: str = "") -> Path:
     fig = plotting.run_diagnostics(curves, title=title)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
+    figures.save(fig, out, dpi=110)
     return out
 
 

@@ -68,6 +68,7 @@ def plot(runs, out, title: str = "") -> pd.DataFrame:
     """Draw the runs' curves into `out` (PNG); returns the final-return table (`final_table`)."""
     import pandas as pd
 
+    from vaco_jax.pipeline import figures
     from vaco_jax.study import plotting
 
     results = pd.concat([load_run(run) for run in runs], ignore_index=True)
@@ -78,7 +79,7 @@ def plot(runs, out, title: str = "") -> pd.DataFrame:
     fig = plotting.training_curves(results, title=title)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
+    figures.save(fig, out, dpi=110)
     return table
 
 

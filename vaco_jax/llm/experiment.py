@@ -485,6 +485,7 @@ def plot(summary, path, title="") -> list[Path]:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from vaco_jax.pipeline import figures
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -502,7 +503,7 @@ def plot(summary, path, title="") -> list[Path]:
             suffix = "" if mode == "constant" else f"_{mode}"
             drawn.append((fig, path.with_name(f"{stem}{suffix}{path.suffix}")))
     for fig, where in drawn:
-        fig.savefig(where, dpi=120)
+        figures.save(fig, where, dpi=120)
         plt.close(fig)
     return [where for _, where in drawn]
 

@@ -35,7 +35,7 @@ import pandas as pd
 
 from vaco_jax import io
 from vaco_jax.llm import bench, families
-from vaco_jax.pipeline import estimates, preregistration, scores, tables
+from vaco_jax.pipeline import estimates, figures, preregistration, scores, tables
 from vaco_jax.study import stats
 
 TASKS = {"greedy": ("eval_accuracy", "final_accuracy"),
@@ -403,7 +403,7 @@ def write(card: Card, out: str | Path, log=None) -> list[Path]:
     def png(path):
         fig = figure(card)
         try:
-            fig.savefig(path, dpi=120)
+            figures.save(fig, path, dpi=120)
         finally:
             plt.close(fig)
     written = []
@@ -562,7 +562,7 @@ def write_board(directory: str | Path, out: str | Path | None = None, *,
         written.append(out / name)
     try:
         fig = board_figure(table, cards)
-        fig.savefig(out / f"{LEADERBOARD}.png", dpi=120, bbox_inches="tight")
+        figures.save(fig, out / f"{LEADERBOARD}.png", dpi=120, bbox_inches="tight")
         plt.close(fig)
         written.append(out / f"{LEADERBOARD}.png")
     except Exception as error:  # noqa: BLE001 -- the tables stand without the figure

@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from vaco_jax.errors import SweepError
-from vaco_jax.pipeline import estimates, preregistration, runs, scores, tables
+from vaco_jax.pipeline import estimates, figures, preregistration, runs, scores, tables
 from vaco_jax.pipeline.estimates import BREAK_LEVEL, POOLED
 from vaco_jax.study import plotting, presets, references, stats, sweep
 from vaco_jax.study.capacity import markdown_rows
@@ -1182,7 +1182,7 @@ def save_lag_figures(report, out: Path, dpi: int = 120) -> tuple[dict[str, str],
     on how to read them: the rule of the rows, the pooled column's markers)."""
     drawn, rule = lag_report_figures(report)
     for name, (fig, _) in drawn.items():
-        fig.savefig(Path(out) / name, dpi=dpi)
+        figures.save(fig, Path(out) / name, dpi=dpi)
         plt.close(fig)
     pooled = (" In the pooled column, a method pooled over fewer tasks than the others is dashed "
               "with hollow markers, and its legend entry says over how many.")
@@ -1205,9 +1205,9 @@ def write(report: Report, out: str | Path, *, sweeps: Sequence[str], references_
     for name, frame in tables.items():
         frame.to_csv(out / f"{name}.csv", index=False)
         written.append(out / f"{name}.csv")
-    figures, rule = save_lag_figures(report, out, dpi=dpi)
-    written += [out / name for name in figures]
+    captions, rule = save_lag_figures(report, out, dpi=dpi)
+    written += [out / name for name in captions]
     (out / "summary.md").write_text(summary(report, sweeps=sweeps, references_path=references_path,
-                                            figures=figures, figure_notes=rule))
+                                            figures=captions, figure_notes=rule))
     written.append(out / "summary.md")
     return written

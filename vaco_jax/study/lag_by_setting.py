@@ -39,7 +39,7 @@ from matplotlib.ticker import NullFormatter
 import numpy as np
 import pandas as pd
 
-from vaco_jax.pipeline import estimates, preregistration, runs as runs_, scores, tables
+from vaco_jax.pipeline import estimates, figures, preregistration, runs as runs_, scores, tables
 from vaco_jax.pipeline.estimates import BREAK_LEVEL
 from vaco_jax.study import lag, presets, stats
 from vaco_jax.study.capacity import markdown_rows
@@ -799,7 +799,7 @@ def save_settings_figures(report, out: Path, dpi: int = 120) -> dict[str, str]:
                                       "VACO's δ: final score, AUC and their retention at each "
                                       "lag")
     for name, (fig, _) in drawn.items():
-        fig.savefig(Path(out) / name, dpi=dpi)
+        figures.save(fig, Path(out) / name, dpi=dpi)
         plt.close(fig)
     return {name: caption for name, (_, caption) in drawn.items()}
 
@@ -821,9 +821,9 @@ def write(report: Report, out: str | Path, *, sweeps: Sequence[str], references_
         if len(frame):
             frame.to_csv(out / f"{name}.csv", index=False)
             written.append(out / f"{name}.csv")
-    figures = save_settings_figures(report, out, dpi=dpi)
-    written += [out / name for name in figures]
+    captions = save_settings_figures(report, out, dpi=dpi)
+    written += [out / name for name in captions]
     (out / "summary.md").write_text(summary(report, sweeps=sweeps,
-                                            references_path=references_path, figures=figures))
+                                            references_path=references_path, figures=captions))
     written.append(out / "summary.md")
     return written

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from vaco_jax import io
-from vaco_jax.pipeline import estimates, tables
+from vaco_jax.pipeline import estimates, figures, tables
 from vaco_jax.study import bench, scorecard
 
 
@@ -229,6 +229,6 @@ def write(directory: str | Path, agree_with: str | Path | None = None, *,
     pooled = frame.groupby("method", as_index=False).mean(numeric_only=True) \
         if frame.task.nunique() > 1 else frame
     fig = leaderboard_figure(pooled)
-    fig.savefig(directory / "leaderboard.png", dpi=120, bbox_inches="tight")
+    figures.save(fig, directory / "leaderboard.png", dpi=120, bbox_inches="tight")
     return [directory / "leaderboard.md", directory / "leaderboard.csv", directory / "leaderboard.png",
             *written]

@@ -514,7 +514,7 @@ def write(r: Report, out: str | Path) -> list[Path]:
     if r.aggregates is not None:   # drawn first: a figure that fails is named in leaderboard.md
         def draw():
             fig = figure(r)
-            fig.savefig(out / "leaderboard.png", dpi=120)
+            figures.save(fig, out / "leaderboard.png", dpi=120)
             plt.close(fig)
             return out / "leaderboard.png"
         png = _section(r.notes, "figure", draw)

@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from vaco_jax import io
-from vaco_jax.pipeline import estimates, scores, tables
+from vaco_jax.pipeline import estimates, figures, scores, tables
 from vaco_jax.pipeline.estimates import BREAK_LEVEL, REPS
 from vaco_jax.pipeline.preregistration import ALPHA
 from vaco_jax.study import bench, stats, sweep
@@ -517,6 +517,6 @@ def write(card: Scorecard, out: str | Path, leaderboard: dict[str, BenchResult] 
 def _figure(card: Scorecard, leaderboard: dict, path: Path) -> None:
     fig = scorecard_figure(card, leaderboard)
     try:
-        fig.savefig(path, dpi=120, bbox_inches="tight")
+        figures.save(fig, path, dpi=120, bbox_inches="tight")
     finally:
         plt.close(fig)

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from vaco_jax import io
-from vaco_jax.pipeline import compare, estimates, tables
+from vaco_jax.pipeline import compare, estimates, figures, tables
 from vaco_jax.study import capacity, lag, lag_by_setting, leaderboard, plotting, references, sweep
 
 ROOT = Path(io.__file__).resolve().parent.parent
@@ -374,7 +374,7 @@ def capacity_report(results: pd.DataFrame, out: Path, *, reps: int = 2000, seed:
     written = []
 
     def save(fig, name):
-        fig.savefig(out / name, dpi=120)
+        figures.save(fig, out / name, dpi=120)
         plt.close(fig)
         written.append(out / name)
 
