@@ -210,7 +210,7 @@ def comparisons(scored: pd.DataFrame, spec: Spec, pre_registered: bool = False) 
 
 def _board(scored: pd.DataFrame, spec: Spec, pre_registered: bool) -> tuple[pd.Series, pd.Series]:
     """(IQM of normalised AUC at the largest lag, verdict vs the reference) per method."""
-    iqm = pd.Series({m: float(stats.aggregate(x)[1]) for m, g in scored.groupby("method")
+    iqm = pd.Series({m: stats.iqm(x) for m, g in scored.groupby("method")
                      if (x := _matrix(g, "auc_score", spec.largest)).size})
     verdicts = comparisons(scored, spec, pre_registered).set_index("method")["verdict"]
     return iqm, verdicts
