@@ -22,8 +22,8 @@ def save(fig, path, *, dpi: int = 120, **savefig_kwargs) -> Path:
         return path
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=dpi, **savefig_kwargs)
-    image = Image.open(buffer).convert("RGB").quantize(colors=256)
-    image.save(path, format="PNG", optimize=True)
+    with Image.open(buffer) as drawn:
+        drawn.convert("RGB").quantize(colors=256).save(path, format="PNG", optimize=True)
     return path
 
 
