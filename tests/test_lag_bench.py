@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import jax
+import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 from scipy import stats as scipy_stats
@@ -370,10 +371,12 @@ def test_the_default_leaderboard_is_the_checkout_s_from_any_directory(board, tmp
 
 
 def test_the_leaderboard_table_ranks_every_method(board):
+    open_figures = plt.get_fignums()
     assert bench_command.main(["--table", str(board)]) == 0
     text = (board / "leaderboard.md").read_text()
     assert "| vaco | toy_reach |" in text and "| ppo_clip | toy_reach |" in text
     assert (board / "leaderboard.png").stat().st_size > 0
+    assert plt.get_fignums() == open_figures   # its figure is closed once written
 
 
 def test_a_method_with_no_finished_cell_is_named_in_the_table_not_a_crash(board, tmp_path):
