@@ -295,9 +295,11 @@ def test_vaco_bench_table_writes_a_v2_leaderboard_that_its_check_recomputes(tmp_
         (tmp_path / method / "bench.json").write_text(json.dumps(
             {"method": method, "protocol": "cpu", "protocol_version": 2}))
     monkeypatch.setattr(robustness, "read", lambda directory: (synthetic_runs(), RANDOM))
-    # The synthetic commit descends from protocol cpu v2's pre-registration and from nothing else.
+    # The synthetic commit descends from protocol cpu v2's pre-registration and from nothing else;
+    # its family is the three synthetic methods.
     monkeypatch.setattr(preregistration, "descends_from", lambda commit, ancestor: (
         commit == COMMIT and ancestor == robustness.PREREGISTRATIONS["cpu", 2]))
+    monkeypatch.setitem(robustness.FAMILIES, ("cpu", 2), ("ppo_clip", "appo", "vaco"))
     assert robustness.protocol_version(tmp_path) == 2
     assert robustness.registration(tmp_path) == "a5f50b2db9b939aa52f6a8b53bf0e140b03a16dd"
     assert bench_command.main(["--table", str(tmp_path)]) == 0
@@ -307,6 +309,31 @@ def test_vaco_bench_table_writes_a_v2_leaderboard_that_its_check_recomputes(tmp_
     assert "after the pre-registration (a5f50b2)" in (tmp_path / "leaderboard.md").read_text()
     assert bench_command.main(["--table", str(tmp_path), "--check"]) == 0
     assert bench_command.main(["--table", str(tmp_path), "--agree-with", "x.csv"]) == 2
+
+
+def test_a_board_without_exactly_its_registered_methods_gets_no_verdict_words(
+        tmp_path, monkeypatch):
+    family = robustness.FAMILIES["cpu", 2]
+    assert len(set(family)) == 17 and robustness.REFERENCE in family
+    for method in ("ppo_clip", "appo", "vaco"):
+        _method_dir(tmp_path / method, method, protocol="cpu")
+    monkeypatch.setattr(robustness, "read", lambda directory: (synthetic_runs(), RANDOM))
+    monkeypatch.setattr(preregistration, "descends_from", lambda commit, ancestor: True)
+    assert robustness.family(tmp_path) == family
+    r = robustness._recompute(tmp_path, None)
+    assert r.status == "incomplete" and not r.pre_registered
+    assert r.status_words.startswith("made at ccccccc, after the pre-registration (a5f50b2); "
+                                     "its family names 17 methods, 14 without runs here (")
+    assert set(r.comparisons["verdict"]) == {"Holm p < 0.05, estimate > 0"}
+    assert "exploratory, without verdict words." in robustness.markdown(r)
+    # A method the family does not name is as much a different family as one missing.
+    monkeypatch.setitem(robustness.FAMILIES, ("cpu", 2), ("ppo_clip", "appo"))
+    r = robustness._recompute(tmp_path, None)
+    assert r.status == "incomplete" and r.status_words.endswith(
+        "its family names 2 methods, 1 here it does not name (vaco): Holm's correction over "
+        "these is not the registered test")
+    monkeypatch.setitem(robustness.FAMILIES, ("cpu", 2), ("ppo_clip", "appo", "vaco"))
+    assert robustness._recompute(tmp_path, None).status == "after"
 
 
 def _method_dir(path, method, protocol="tiny", version=2):

@@ -12,8 +12,9 @@ Per task, every run's final score and AUC are normalised, random = 0 and synchro
   Spearman's ρ with the Spearman–Brown correction 2ρ/(1 + ρ), and every verdict that differs.
 
 Verdict words ("higher", "lower", "no difference shown") only when every run was made at a commit
-that descends from the protocol's pre-registration (`PREREGISTRATIONS`); otherwise each test says
-what its adjusted p shows ("Holm p < 0.05, estimate > 0"), and the report says why.
+that descends from the protocol's pre-registration (`PREREGISTRATIONS`), and the runs hold exactly
+the methods it names (`FAMILIES`); otherwise each test says what its adjusted p shows ("Holm
+p < 0.05, estimate > 0"), and the report says why.
 
 A section that cannot be computed (no reference runs, a method without synchronous runs) is
 left out of the tables and named, with the reason, in the report's notes: a report never stops
@@ -41,6 +42,12 @@ SETTING = ("k", "sampling", "K")
 PREREGISTRATIONS = {("cpu", 2): "a5f50b2db9b939aa52f6a8b53bf0e140b03a16dd"}
 """(protocol, version) → the commit that pre-registered its tests (docs/preregistrations.md): data
 beside the protocols, so naming it changes no protocol's definition or comparability key."""
+FAMILIES = {("cpu", 2): ("vaco", "ppo_clip", "ppo_kl", "spo", "impala", "pg", "decoupled_ppo",
+                         "appo", "icepop", "cispo", "dppo_tv", "m2po", "topr", "geppo",
+                         "gae+tv_filter", "ppo_kl_adaptive", "ppo_kl_adaptive_learner")}
+"""(protocol, version) → the methods its pre-registration names (`bench.LEADERBOARD_METHODS` at
+that commit). Its tests are exactly these: Holm's correction over fewer or more methods is not
+the registered test, so a board without exactly these methods gets no verdict words."""
 TABLES = ("scores.csv", "aggregates.csv", "improvement.csv", "retention.csv", "comparisons.csv",
           "reliability.csv", "cost.csv")
 """The files `write` makes that `check` recomputes (leaderboard.md is written from them)."""
@@ -57,7 +64,8 @@ class Spec:
     largest constant lag (column → value each); the pre-registration commit of its tests
     (`registration`; empty: none, every test exploratory) and the ancestry check that says
     whether a run's commit descends from it (`descends(commit, ancestor)`; None: git's,
-    `preregistration.descends_from`)."""
+    `preregistration.descends_from`); the methods it names (`family`; empty: whatever methods
+    the runs hold)."""
 
     reference: str = REFERENCE
     base: Mapping = dataclasses.field(default_factory=lambda: {"k": 0, "sampling": "oldest", "K": 4})
@@ -66,6 +74,7 @@ class Spec:
     reps: int = 2000
     seed: int = 0
     registration: str = ""
+    family: tuple = ()
     descends: Callable | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @classmethod
@@ -97,7 +106,8 @@ class Report:
     notes: list = dataclasses.field(default_factory=list)
     status: str = "none"
     """Whether the runs were made after the pre-registration: "after" (verdict words), "before",
-    "unknown" or "none" (no pre-registration named); `status_words` says it in words."""
+    "unknown", "none" (no pre-registration named) or "incomplete" (made after it, but not
+    exactly the methods it names); `status_words` says it in words."""
     status_words: str = ""
     left_out: list = dataclasses.field(default_factory=list)
     """Methods of a leaderboard a board beside it (`beside`) leaves out, each with why."""
@@ -181,12 +191,25 @@ def retention(scored: pd.DataFrame, spec: Spec) -> pd.DataFrame:
 
 def status(runs: pd.DataFrame, spec: Spec) -> tuple[str, str]:
     """(status, in words) of `runs` (their `commit`) against `spec.registration`
-    (`preregistration.status`; "none" when the spec names no pre-registration)."""
+    (`preregistration.status`; "none" when the spec names no pre-registration); "incomplete"
+    when they were made after it but their methods are not exactly `spec.family`."""
     if not spec.registration:
         return "none", ("no pre-registration named for these runs' protocol "
                         "(`robustness.PREREGISTRATIONS`)")
-    return preregistration.status(runs["commit"] if "commit" in runs else [], spec.registration,
-                                  spec.descends)
+    found = preregistration.status(runs["commit"] if "commit" in runs else [], spec.registration,
+                                   spec.descends)
+    present = set(runs["method"]) if "method" in runs else set()
+    missing = [m for m in spec.family if m not in present]
+    extra = sorted(present - set(spec.family)) if spec.family else []
+    if found[0] != "after" or not (missing or extra):
+        return found
+    return "incomplete", (f"{found[1]}; its family names {len(spec.family)} methods, "
+                          + "; ".join(part for part in (
+                              f"{len(missing)} without runs here ({', '.join(missing)})"
+                              if missing else "",
+                              f"{len(extra)} here it does not name ({', '.join(extra)})"
+                              if extra else "") if part)
+                          + ": Holm's correction over these is not the registered test")
 
 
 def comparisons(scored: pd.DataFrame, spec: Spec, pre_registered: bool = False) -> pd.DataFrame:
@@ -353,6 +376,15 @@ def registration(directory: str | Path) -> str:
     return found.pop() if len(found) == 1 else ""
 
 
+def family(directory: str | Path) -> tuple:
+    """The methods the pre-registration of a leaderboard directory's protocol names
+    (`FAMILIES`); empty when none is named or its methods differ in protocol."""
+    found = {(info.get("protocol"), info.get("protocol_version", 1))
+             for info in (json.loads(path.read_text())
+                          for path in Path(directory).glob(f"*/{bench.BENCH_FILE}"))}
+    return FAMILIES.get(found.pop(), ()) if len(found) == 1 else ()
+
+
 def costs(directory: str | Path) -> pd.DataFrame | None:
     """Per method of a leaderboard `directory`: the learning rate it ran at, and the wall,
     compile and training seconds of its learning-rate choice and of its scored runs, each the
@@ -392,7 +424,8 @@ def _recompute(directory: str | Path, spec: Spec | None) -> Report:
     """The report of `directory`'s per-run files, with what each method cost; without a `spec`,
     the runs' own with the pre-registration of the directory's protocol."""
     runs, random = read(directory)
-    out = report(runs, random, spec or Spec.of(runs, registration=registration(directory)))
+    out = report(runs, random, spec or Spec.of(runs, registration=registration(directory),
+                                                family=family(directory)))
     out.cost = costs(directory)
     return out
 
