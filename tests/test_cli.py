@@ -169,11 +169,15 @@ def test_cli_refuses_to_overwrite_a_finished_run(run_dir):
 
 
 def test_plot_runs_reads_the_cli_output_and_reports_final_returns_per_seed(run_dir, tmp_path):
+    import matplotlib.pyplot as plt
+
     from vaco_jax.commands import plot_runs
 
     png = tmp_path / "curves.png"
+    open_figures = plt.get_fignums()
     assert plot_runs.main([str(run_dir), "--out", str(png)]) == 0
     table = plot_runs.plot([run_dir], png)
+    assert plt.get_fignums() == open_figures   # a written figure is closed
     final = json.loads((run_dir / "summary.json").read_text())["final_eval_return"]
     assert png.stat().st_size > 10_000
     (row,) = table.to_dict("records")
@@ -211,11 +215,15 @@ def test_metrics_rows_carry_the_lag_diagnostics_to_the_loggers(run_dir):
 
 
 def test_plot_diagnostics_reads_the_cli_output(run_dir, tmp_path):
+    import matplotlib.pyplot as plt
+
     from vaco_jax.commands import plot_diagnostics
 
     png = tmp_path / "diagnostics.png"
+    open_figures = plt.get_fignums()
     assert plot_diagnostics.main([str(run_dir), "--out", str(png)]) == 0
     assert png.stat().st_size > 10_000
+    assert plt.get_fignums() == open_figures
 
 
 def test_dry_run_compiles_reports_memory_and_writes_nothing(run_dir, tmp_path, capsys):

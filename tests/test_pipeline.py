@@ -159,7 +159,7 @@ def test_a_figure_is_stored_in_256_colours_that_look_as_matplotlib_drew_it(tmp_p
     drawn = io_.BytesIO()
     fig.savefig(drawn, format="png", dpi=100)
     path = figures.save(fig, tmp_path / "f.png", dpi=100)
-    plt.close(fig)
+    assert fig.number not in plt.get_fignums()   # written and closed
     with Image.open(drawn) as image:
         full = np.asarray(image.convert("RGB"), dtype=np.int16)
     with Image.open(path) as stored:

@@ -484,7 +484,6 @@ def plot(summary, path, title="") -> list[Path]:
     beside another name, `<path stem>_backward_lag.png`); returns the paths written."""
     import matplotlib
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from vaco_jax.pipeline import figures
 
     path = Path(path)
@@ -504,7 +503,6 @@ def plot(summary, path, title="") -> list[Path]:
             drawn.append((fig, path.with_name(f"{stem}{suffix}{path.suffix}")))
     for fig, where in drawn:
         figures.save(fig, where, dpi=120)
-        plt.close(fig)
     return [where for _, where in drawn]
 
 

@@ -394,18 +394,13 @@ def figure(card: Card):
 def write(card: Card, out: str | Path, log=None) -> list[Path]:
     """scorecard.json, scorecard.md and scorecard.png in `out`: what can be written (a file that
     cannot is said in `log`, never raised)."""
-    import matplotlib.pyplot as plt
     import sys
 
     out = Path(out)
     log = log or (lambda message: print(message, file=sys.stderr))
 
     def png(path):
-        fig = figure(card)
-        try:
-            figures.save(fig, path, dpi=120)
-        finally:
-            plt.close(fig)
+        figures.save(figure(card), path, dpi=120)
     written = []
     for name, step in ((f"{SCORECARD}.json", lambda p: io.write_json_atomic(p, card.to_json())),
                        (f"{SCORECARD}.md", lambda p: io.write_bytes_atomic(p, markdown(card).encode())),
@@ -551,8 +546,6 @@ def write_board(directory: str | Path, out: str | Path | None = None, *,
                 scorecards: bool = True) -> list[Path]:
     """leaderboard.csv, .md and .png and primary.csv (the families) of the LLM leaderboard
     `directory` (into `out`, default the directory), and each entry's scorecard."""
-    import matplotlib.pyplot as plt
-
     directory = Path(directory)
     out = Path(out or directory)
     contents, table, cards = board_files(directory)
@@ -563,7 +556,6 @@ def write_board(directory: str | Path, out: str | Path | None = None, *,
     try:
         fig = board_figure(table, cards)
         figures.save(fig, out / f"{LEADERBOARD}.png", dpi=120, bbox_inches="tight")
-        plt.close(fig)
         written.append(out / f"{LEADERBOARD}.png")
     except Exception as error:  # noqa: BLE001 -- the tables stand without the figure
         print(f"note: {out / f'{LEADERBOARD}.png'} was not drawn ({type(error).__name__}: {error})")

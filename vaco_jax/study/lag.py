@@ -1183,7 +1183,6 @@ def save_lag_figures(report, out: Path, dpi: int = 120) -> tuple[dict[str, str],
     drawn, rule = lag_report_figures(report)
     for name, (fig, _) in drawn.items():
         figures.save(fig, Path(out) / name, dpi=dpi)
-        plt.close(fig)
     pooled = (" In the pooled column, a method pooled over fewer tasks than the others is dashed "
               "with hollow markers, and its legend entry says over how many.")
     return {name: caption for name, (_, caption) in drawn.items()}, rule + pooled

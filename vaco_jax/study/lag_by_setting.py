@@ -800,7 +800,6 @@ def save_settings_figures(report, out: Path, dpi: int = 120) -> dict[str, str]:
                                       "lag")
     for name, (fig, _) in drawn.items():
         figures.save(fig, Path(out) / name, dpi=dpi)
-        plt.close(fig)
     return {name: caption for name, (_, caption) in drawn.items()}
 
 

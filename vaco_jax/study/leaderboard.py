@@ -230,6 +230,5 @@ def write(directory: str | Path, agree_with: str | Path | None = None, *,
         if frame.task.nunique() > 1 else frame
     fig = leaderboard_figure(pooled)
     figures.save(fig, directory / "leaderboard.png", dpi=120, bbox_inches="tight")
-    plt.close(fig)
     return [directory / "leaderboard.md", directory / "leaderboard.csv", directory / "leaderboard.png",
             *written]

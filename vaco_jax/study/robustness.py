@@ -28,7 +28,6 @@ import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
@@ -546,9 +545,7 @@ def write(r: Report, out: str | Path) -> list[Path]:
             written.append(out / name)
     if r.aggregates is not None:   # drawn first: a figure that fails is named in leaderboard.md
         def draw():
-            fig = figure(r)
-            figures.save(fig, out / "leaderboard.png", dpi=120)
-            plt.close(fig)
+            figures.save(figure(r), out / "leaderboard.png", dpi=120)
             return out / "leaderboard.png"
         png = _section(r.notes, "figure", draw)
         if png:

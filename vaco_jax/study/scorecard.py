@@ -515,8 +515,4 @@ def write(card: Scorecard, out: str | Path, leaderboard: dict[str, BenchResult] 
 
 
 def _figure(card: Scorecard, leaderboard: dict, path: Path) -> None:
-    fig = scorecard_figure(card, leaderboard)
-    try:
-        figures.save(fig, path, dpi=120, bbox_inches="tight")
-    finally:
-        plt.close(fig)
+    figures.save(scorecard_figure(card, leaderboard), path, dpi=120, bbox_inches="tight")

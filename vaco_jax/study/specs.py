@@ -22,7 +22,6 @@ import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
@@ -375,7 +374,6 @@ def capacity_report(results: pd.DataFrame, out: Path, *, reps: int = 2000, seed:
 
     def save(fig, name):
         figures.save(fig, out / name, dpi=120)
-        plt.close(fig)
         written.append(out / name)
 
     def table(frame, name):
