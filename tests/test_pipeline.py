@@ -170,6 +170,28 @@ def test_a_figure_is_stored_in_256_colours_that_look_as_matplotlib_drew_it(tmp_p
     assert path.stat().st_size < 0.6 * len(drawn.getvalue())
 
 
+def test_a_transparent_figure_is_stored_transparent(tmp_path):
+    import io as io_
+
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    from vaco_jax.pipeline import figures
+
+    fig, ax = plt.subplots(figsize=(3, 2))
+    ax.plot([0, 1], [0, 1])
+    drawn = io_.BytesIO()
+    fig.savefig(drawn, format="png", dpi=80, transparent=True)
+    path = figures.save(fig, tmp_path / "t.png", dpi=80, transparent=True)
+    with Image.open(drawn) as image:
+        full = np.asarray(image.convert("RGBA"), dtype=np.int16)
+    with Image.open(path) as stored:
+        assert stored.mode == "P"
+        pixels = np.asarray(stored.convert("RGBA"), dtype=np.int16)
+    assert full[0, 0, 3] == 0 and pixels[0, 0, 3] == 0   # the corner is see-through in both
+    assert np.abs(pixels - full).mean() < 1.0
+
+
 @pytest.fixture(scope="module")
 def report():
     return robustness.report(synthetic_runs(), RANDOM, AFTER)

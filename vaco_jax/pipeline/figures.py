@@ -15,7 +15,7 @@ from PIL import Image
 def save(fig, path, *, dpi: int = 120, **savefig_kwargs) -> Path:
     """Writes `fig` to `path` and closes it, written or not: a saved figure is finished, and a
     report that draws many never holds them open. A PNG is stored in at most 256 colours: a plot
-    looks the same at about a third of the bytes. Other formats (`.pdf`, `.svg`) are written as
+    looks the same at about a third of the bytes (a transparent one keeps its transparency). Other formats (`.pdf`, `.svg`) are written as
     matplotlib writes them. To show a figure as well (a notebook), show it before saving it."""
     path = Path(path)
     try:
@@ -25,7 +25,12 @@ def save(fig, path, *, dpi: int = 120, **savefig_kwargs) -> Path:
         buffer = io.BytesIO()
         fig.savefig(buffer, format="png", dpi=dpi, **savefig_kwargs)
         with Image.open(buffer) as drawn:
-            drawn.convert("RGB").quantize(colors=256).save(path, format="PNG", optimize=True)
+            drawn = drawn.convert("RGBA")
+            if drawn.getextrema()[3][0] < 255:   # transparent somewhere: a palette with alpha
+                stored = drawn.quantize(colors=256, method=Image.Quantize.FASTOCTREE)
+            else:
+                stored = drawn.convert("RGB").quantize(colors=256)
+            stored.save(path, format="PNG", optimize=True)
         return path
     finally:
         plt.close(fig)
