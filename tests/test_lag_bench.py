@@ -162,6 +162,7 @@ def test_every_record_keeps_what_its_cells_compute(board):
     assert key["versions"]["jax"] == jax.__version__ and "vaco_jax" not in key["versions"]
     records = sweep.load_cells(board / "vaco" / bench.RUNS)
     assert dict(zip(records.cell, records.program)) == key["programs"]
+    assert (records.others_cpu_seconds >= 0).all()   # how busy the machine was meanwhile
     card = json.loads((board / "vaco" / "scorecard.json").read_text())
     assert card["comparability"] == key
 

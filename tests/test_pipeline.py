@@ -462,3 +462,35 @@ def test_the_leaderboard_states_each_methods_cost_summed_over_its_cells_records(
     assert "| ppo_clip | 0.003 | undefined | 3.0 | h |" in text
     assert ("Chose the largest learning rate of the grid (a better one may lie beyond it): "
             "vaco.") in text and "smallest" not in text
+    assert "other processes" not in text   # no cell recorded it
+    # Cells that recorded how much CPU other processes used meanwhile: the sum, in minutes.
+    io.append_jsonl(tmp_path / "vaco" / "runs" / "cells.jsonl", [
+        {**cell, "cell": "c1", "wall_seconds": 30.0, "train_seconds": 20.0,
+         "others_cpu_seconds": 90.0}])
+    cost = robustness.costs(tmp_path).set_index("method")
+    assert "runs_others_cpu_seconds" not in cost   # vaco's first cell did not record it
+    (tmp_path / "vaco" / "runs" / "cells.jsonl").unlink()
+    io.append_jsonl(tmp_path / "vaco" / "runs" / "cells.jsonl", [
+        {**cell, "cell": f"c{i}", "wall_seconds": 30.0, "train_seconds": 20.0,
+         "others_cpu_seconds": 90.0 * i} for i in (1, 2)])
+    r = robustness.Report(robustness.Spec(), cost=robustness.costs(tmp_path))
+    assert r.cost.set_index("method").loc["vaco", "runs_others_cpu_seconds"] == 270.0
+    assert "| vaco | 0.003 | 10.0 | 1.0 | h | undefined | 4.5 |" in robustness.markdown(r)
+
+
+def test_a_cell_record_says_how_much_cpu_other_processes_used_meanwhile():
+    import os
+    import subprocess
+    import sys
+
+    from vaco_jax import io
+    if io.cpu_seconds() is None:
+        pytest.skip("no /proc/stat on this system")
+    waited = lambda: os.times().children_user + os.times().children_system  # noqa: E731
+    before, since = waited(), io.cpu_seconds()
+    subprocess.run([sys.executable, "-c", "import time\nt = time.process_time()\n"
+                    "while time.process_time() - t < 0.5: pass"], check=True)
+    child = waited() - before   # the CPU seconds the busy child used
+    assert io.others_cpu_seconds(since) >= 0.8 * child > 0.3
+    assert io.others_cpu_seconds(None) is None
+    assert io.cpu_seconds("/nonexistent") is None

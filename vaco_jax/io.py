@@ -80,6 +80,30 @@ def host_tag(cpuinfo: str = "/proc/cpuinfo") -> str:
     return f"{platform.machine()}-{hashlib.sha256(description.encode()).hexdigest()[:12]}"
 
 
+def cpu_seconds(stat: str = "/proc/stat") -> tuple[float, float] | None:
+    """(the CPU seconds every process on this machine has been busy since boot, this process's
+    own, all its threads): the difference of two readings says what other processes used in
+    between (`others_cpu_seconds`). None where `stat` (Linux `/proc/stat`) cannot be read."""
+    try:
+        with open(stat) as file:
+            fields = file.readline().split()
+        user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields[1:9])
+    except (OSError, ValueError):
+        return None
+    own = os.times()
+    busy = (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+    return busy, own.user + own.system
+
+
+def others_cpu_seconds(since: tuple[float, float] | None) -> float | None:
+    """The CPU seconds that other processes (this one's children too) used since the reading
+    `since` (`cpu_seconds`): near 0 on a quiet machine. None without both readings."""
+    now = cpu_seconds()
+    if since is None or now is None:
+        return None
+    return round(max(0.0, (now[0] - since[0]) - (now[1] - since[1])), 2)
+
+
 def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
     """The host CPU's model name (Linux `/proc/cpuinfo`; elsewhere what `platform` reports)."""
     lines = _cpuinfo_lines(cpuinfo, ("model name", "Model", "Hardware"))

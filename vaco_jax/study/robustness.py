@@ -388,7 +388,8 @@ def costs(directory: str | Path) -> pd.DataFrame | None:
     """Per method of a leaderboard `directory`: the learning rate it ran at, and the wall,
     compile and training seconds of its learning-rate choice and of its scored runs, each the
     sum over the finished cells' records (`cells.jsonl`, kept across resumed calls); the hosts
-    they ran on. None when no method has a cell record."""
+    they ran on. Where every cell recorded it, the CPU seconds other processes used meanwhile
+    (`others_cpu_seconds`: how quiet the machine was). None when no method has a cell record."""
     rows = []
     for path in sorted(Path(directory).glob(f"*/{bench.BENCH_FILE}")):
         info, row, hosts = json.loads(path.read_text()), {}, set()
@@ -400,6 +401,9 @@ def costs(directory: str | Path) -> pd.DataFrame | None:
                     **{f"{phase}_{k}": float(cells[k].sum())
                        for k in ("wall_seconds", "compile_seconds", "train_seconds")},
                     f"{phase}_env_steps": int((cells["runs"] * cells["env_steps_per_run"]).sum())}
+            others = cells.get("others_cpu_seconds")
+            if others is not None and others.notna().all():
+                row[f"{phase}_others_cpu_seconds"] = float(others.sum())
             hosts |= set(map(tables.host, cells["host"]))
         if row:
             rows.append({"method": info["method"], "learning_rate": info.get("learning_rate"),
@@ -496,11 +500,18 @@ def markdown(r: Report) -> str:
                       ["method", "verdict_a", "verdict_b"]].itertuples(index=False)) or "none")
                   + ".", ""]
     if r.cost is not None:
-        lines += ["Cost per method (wall minutes, the sum over its cells; machine named by host):",
-                  "", tables.cost(r.cost, {
-                      "method": "method", "learning rate": "learning_rate",
-                      "choice of learning rate": "tuning_wall_seconds",
-                      "scored runs": "runs_wall_seconds", "hosts": "hosts"}), ""]
+        columns = {"method": "method", "learning rate": "learning_rate",
+                   "choice of learning rate": "tuning_wall_seconds",
+                   "scored runs": "runs_wall_seconds", "hosts": "hosts"}
+        quiet = [c for c in ("tuning_others_cpu_seconds", "runs_others_cpu_seconds")
+                 if c in r.cost]
+        if quiet:   # recorded by cells made since cells.jsonl holds it
+            columns |= {"other processes, choice": "tuning_others_cpu_seconds",
+                        "other processes, runs": "runs_others_cpu_seconds"}
+        lines += ["Cost per method (wall minutes, the sum over its cells; machine named by host"
+                  + ("; other processes: the CPU minutes the machine's other processes used "
+                     "meanwhile, near 0 on a quiet machine" if quiet else "") + "):",
+                  "", tables.cost(r.cost, columns), ""]
         for end in ("largest", "smallest"):
             at = sorted(r.cost.loc[r.cost["grid_edge"] == end, "method"]) \
                 if "grid_edge" in r.cost else []

@@ -239,7 +239,7 @@ def run_cell(cell: Cell, progress: Callable[[int, int], None] | None = None, *,
     metrics: the loggers' hook (`run_sweep`), which sees the cell's progress as it runs.
     `compile_status` is shown while the cell's programs are built and compiled (`run_sweep`).
     """
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), io.cpu_seconds()
     config = cell.config
     with compile_status or contextlib.nullcontext():
         program = build_cell_program(cell)
@@ -295,6 +295,7 @@ def run_cell(cell: Cell, progress: Callable[[int, int], None] | None = None, *,
         "env_steps_per_run": config.env_steps, "compile_seconds": compile_seconds,
         "train_seconds": train_seconds, **timer.seconds(),
         "wall_seconds": time.perf_counter() - start,
+        "others_cpu_seconds": io.others_cpu_seconds(cpu_start),
         "sps": steps / train_seconds, "diverged_runs": _diverged(cell, health),
         "resumed_from_chunk": done if restored is not None else None,
         "devices": program.layout.describe(), "processes": jax.process_count(),
