@@ -15,8 +15,9 @@ from PIL import Image
 def save(fig, path, *, dpi: int = 120, **savefig_kwargs) -> Path:
     """Writes `fig` to `path` and closes it, written or not: a saved figure is finished, and a
     report that draws many never holds them open. A PNG is stored in at most 256 colours: a plot
-    looks the same at about a third of the bytes (a transparent one keeps its transparency). Other formats (`.pdf`, `.svg`) are written as
-    matplotlib writes them. To show a figure as well (a notebook), show it before saving it."""
+    looks the same at about a third of the bytes (a transparent one keeps its transparency).
+    Other formats (`.pdf`, `.svg`) are written as matplotlib writes them. To show a figure as
+    well (a notebook), show it before saving it."""
     path = Path(path)
     try:
         if path.suffix.lower() != ".png":

@@ -202,13 +202,11 @@ def status(runs: pd.DataFrame, spec: Spec) -> tuple[str, str]:
     extra = sorted(present - set(spec.family)) if spec.family else []
     if found[0] != "after" or not (missing or extra):
         return found
+    parts = ([f"{len(missing)} without runs here ({', '.join(missing)})"] if missing else []) \
+        + ([f"{len(extra)} here it does not name ({', '.join(extra)})"] if extra else [])
     return "incomplete", (f"{found[1]}; its family names {len(spec.family)} methods, "
-                          + "; ".join(part for part in (
-                              f"{len(missing)} without runs here ({', '.join(missing)})"
-                              if missing else "",
-                              f"{len(extra)} here it does not name ({', '.join(extra)})"
-                              if extra else "") if part)
-                          + ": Holm's correction over these is not the registered test")
+                          f"{'; '.join(parts)}: Holm's correction over these is not the "
+                          f"registered test")
 
 
 def comparisons(scored: pd.DataFrame, spec: Spec, pre_registered: bool = False) -> pd.DataFrame:
@@ -359,28 +357,29 @@ def beside(method_dir: str | Path, board: str | Path,
     return out
 
 
+def _protocols(directory: str | Path) -> set[tuple[str, int]]:
+    """The (protocol, version) pairs of a leaderboard directory's methods (their bench.json)."""
+    return {(info.get("protocol"), info.get("protocol_version", 1))
+            for info in (json.loads(path.read_text())
+                         for path in Path(directory).glob(f"*/{bench.BENCH_FILE}"))}
+
+
 def protocol_version(directory: str | Path) -> int | None:
     """The newest protocol version among a leaderboard directory's methods (None: no method)."""
-    versions = [json.loads(path.read_text()).get("protocol_version", 1)
-                for path in Path(directory).glob(f"*/{bench.BENCH_FILE}")]
-    return max(versions) if versions else None
+    return max((version for _, version in _protocols(directory)), default=None)
 
 
 def registration(directory: str | Path) -> str:
     """The pre-registration commit of a leaderboard directory's protocol (`PREREGISTRATIONS`,
     from each method's bench.json); empty when none is named or its methods differ in it."""
-    found = {PREREGISTRATIONS.get((info.get("protocol"), info.get("protocol_version", 1)), "")
-             for info in (json.loads(path.read_text())
-                          for path in Path(directory).glob(f"*/{bench.BENCH_FILE}"))}
+    found = {PREREGISTRATIONS.get(protocol, "") for protocol in _protocols(directory)}
     return found.pop() if len(found) == 1 else ""
 
 
 def family(directory: str | Path) -> tuple:
     """The methods the pre-registration of a leaderboard directory's protocol names
     (`FAMILIES`); empty when none is named or its methods differ in protocol."""
-    found = {(info.get("protocol"), info.get("protocol_version", 1))
-             for info in (json.loads(path.read_text())
-                          for path in Path(directory).glob(f"*/{bench.BENCH_FILE}"))}
+    found = _protocols(directory)
     return FAMILIES.get(found.pop(), ()) if len(found) == 1 else ()
 
 
@@ -503,8 +502,7 @@ def markdown(r: Report) -> str:
         columns = {"method": "method", "learning rate": "learning_rate",
                    "choice of learning rate": "tuning_wall_seconds",
                    "scored runs": "runs_wall_seconds", "hosts": "hosts"}
-        quiet = [c for c in ("tuning_others_cpu_seconds", "runs_others_cpu_seconds")
-                 if c in r.cost]
+        quiet = any(c in r.cost for c in ("tuning_others_cpu_seconds", "runs_others_cpu_seconds"))
         if quiet:   # recorded by cells made since cells.jsonl holds it
             columns |= {"other processes, choice": "tuning_others_cpu_seconds",
                         "other processes, runs": "runs_others_cpu_seconds"}
