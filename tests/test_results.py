@@ -143,6 +143,19 @@ def test_the_llm_leaderboard_row_is_exploratory_without_the_whole_family(tmp_pat
     assert verdict == "none: exploratory (24 of the 48 tests present)"
 
 
+def test_the_v2_leaderboard_row_is_exploratory_without_verdict_words(tmp_path):
+    (tmp_path / "comparisons.csv").write_text(
+        "method,baseline,p_holm,verdict\nvaco,ppo_clip,0.01,\"Holm p < 0.05, estimate < 0\"\n"
+        "spo,ppo_clip,0.4,Holm p ≥ 0.05\n")
+    verdict = specs.STUDIES["leaderboard-v2"].verdict(tmp_path)
+    assert verdict == "none: exploratory (leaderboard.md says why)"
+    (tmp_path / "comparisons.csv").write_text(
+        "method,baseline,p_holm,verdict\nvaco,ppo_clip,0.01,lower\nspo,ppo_clip,0.4,"
+        "no difference shown\npg,ppo_clip,0.02,lower\n")
+    verdict = specs.STUDIES["leaderboard-v2"].verdict(tmp_path)
+    assert verdict == "family of 3: 2 lower, 1 no difference shown"
+
+
 def test_an_unknown_study_is_refused_naming_the_committed_ones(capsys):
     assert report_command.main(["--study", "nope"]) == 2
     assert "minatar-long" in capsys.readouterr().err

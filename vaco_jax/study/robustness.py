@@ -432,10 +432,10 @@ def _recompute(directory: str | Path, spec: Spec | None) -> Report:
     return out
 
 
-def write_leaderboard(directory: str | Path) -> list[Path]:
+def write_leaderboard(directory: str | Path, out: str | Path | None = None) -> list[Path]:
     """The leaderboard of `directory` (`read`), recomputed from its per-run files and written
-    into it: what `check` compares with."""
-    return write(_recompute(directory, None), directory)
+    into `out` (default: into it): what `check` compares with."""
+    return write(_recompute(directory, None), directory if out is None else out)
 
 
 def _words(setting: Mapping) -> str:

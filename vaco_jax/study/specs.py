@@ -26,8 +26,9 @@ import numpy as np
 import pandas as pd
 
 from vaco_jax import io
-from vaco_jax.pipeline import compare, estimates, figures, tables
-from vaco_jax.study import capacity, lag, lag_by_setting, leaderboard, plotting, references, sweep
+from vaco_jax.pipeline import compare, estimates, figures, preregistration, tables
+from vaco_jax.study import (capacity, lag, lag_by_setting, leaderboard, plotting, references,
+                            robustness, sweep)
 
 ROOT = Path(io.__file__).resolve().parent.parent
 RESULTS = "results/RESULTS.md"
@@ -187,6 +188,26 @@ def _scorecard_seeds(directory: str) -> str:
     return str(min(counts)) if min(counts) == max(counts) else f"{min(counts)}–{max(counts)}"
 
 
+def _board_v2_make(spec: Spec, out: Path) -> list[Path]:
+    return robustness.write_leaderboard(spec.directories[0], out)
+
+
+def board_v2_verdicts(directory: Path) -> str:
+    """The v2 leaderboard's pre-registered family (each method − PPO-Clip at k = 8), counted;
+    "none" when its comparisons carry no verdict words (runs not made after the registration, or
+    not exactly its methods: leaderboard.md's pre-registration line says which)."""
+    table = pd.read_csv(Path(directory) / "comparisons.csv")
+    if not table["verdict"].isin(preregistration.WORDS).all():
+        return "none: exploratory (leaderboard.md says why)"
+    counts = table["verdict"].value_counts()
+    return f"family of {len(table)}: " + ", ".join(f"{n} {v}" for v, n in counts.items())
+
+
+def _board_v2_seeds(directory: Path) -> str:
+    counts = pd.read_csv(Path(directory) / "scores.csv").groupby(["method", "task"])["seed"].nunique()
+    return str(counts.min()) if counts.min() == counts.max() else f"{counts.min()}–{counts.max()}"
+
+
 def _row(**cells) -> tuple[tuple[str, str], ...]:
     return tuple(cells.items())
 
@@ -280,6 +301,17 @@ for _spec in (
           After("agreement with controlled-lag", "agreement.md", "both ran. ", end=";")),
          _break_rule_verdict, lambda directory: _scorecard_seeds("results/lag-bench/cpu"),
          references="results/lag-cpu/lag_report/degradation.csv"),
+    Spec("leaderboard-v2", "Which methods learn best at a lag of 8, over five tasks?",
+         ("results/lag-bench/cpu-v2",), "per task: random 0, synchronous PPO-Clip 1",
+         "each method − PPO-Clip at k = 8, mean normalised AUC (sign-flip, Holm over 16)",
+         "results/lag-bench/cpu-v2", ("leaderboard.md", *robustness.TABLES), "0a5f72c",
+         _board_v2_make,
+         (Cell("VACO's IQM of normalised AUC at k = 8", "leaderboard.md", "IQM AUC",
+               _row(method="vaco")),
+          Cell("PPO-Clip's", "leaderboard.md", "IQM AUC", _row(method="ppo_clip")),
+          After("split-half ρ", "leaderboard.md", "Spearman ρ = ", end=","),
+          After("Spearman–Brown", "leaderboard.md", "Spearman–Brown ", end=". ")),
+         board_v2_verdicts, _board_v2_seeds),
 ):
     STUDIES[_spec.name] = _spec
 
