@@ -22,7 +22,8 @@ CACHE_DIR = os.environ.get("VACO_JAX_TEST_CACHE", str(ROOT / ".jax_cache"))
 
 
 def test_the_notebooks_are_found():
-    assert {"quickstart.ipynb", "analysis.ipynb", "custom_env.ipynb"} <= {p.name for p in NOTEBOOKS}
+    assert {"quickstart.ipynb", "analysis.ipynb", "custom_env.ipynb", "leaderboard.ipynb"} <= {
+        p.name for p in NOTEBOOKS}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
