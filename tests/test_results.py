@@ -37,7 +37,8 @@ def test_text_numbers_compare_at_the_precision_they_are_printed():
 def test_every_committed_study_is_a_spec_with_its_report_files_committed():
     studies = report_command._studies()
     assert {"controlled-lag", "forward", "stepsize", "delta-lag", "leaderboard-v1",
-            "llm-forward-lag", "minatar-long", "minatar-space-invaders", "leaderboard-llm"} \
+            "llm-forward-lag", "minatar-long", "minatar-space-invaders", "leaderboard-llm",
+            "leaderboard-v2"} \
         <= set(studies)
     for spec in studies.values():
         assert len(spec.question.split()) <= 12, spec.question
@@ -141,6 +142,11 @@ def test_the_llm_leaderboard_row_is_exploratory_without_the_whole_family(tmp_pat
         "exploratory (24 of the 48 tests present)\n")
     verdict = report_command._studies()["leaderboard-llm"].verdict(tmp_path)
     assert verdict == "none: exploratory (24 of the 48 tests present)"
+
+
+def test_the_v2_leaderboard_row_counts_its_pre_registered_family():
+    verdict = specs.STUDIES["leaderboard-v2"].verdict(ROOT / "results/lag-bench/cpu-v2")
+    assert verdict == "family of 16: 11 lower, 5 no difference shown"
 
 
 def test_the_v2_leaderboard_row_is_exploratory_without_verdict_words(tmp_path):
