@@ -29,6 +29,7 @@ lists every config field and option with its default.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -183,7 +184,8 @@ def _train(config: Config, options: Options, out: Path, checkpoints: checkpoint.
             objective = algorithms.objective_record(algorithms.parse(config.algo).objective,
                                                     config.objective_hparams)
             io.write_json_atomic(out / "config.json", {"config": to_json_dict(config),
-                                                       "options": options,
+                                                       "options": dataclasses.replace(
+                                                           options, out=io.portable_path(out)),
                                                        "devices": layout.describe(), **record,
                                                        "objective": objective,
                                                        **checkpoint.registration_entry(config),
@@ -300,7 +302,7 @@ def _train(config: Config, options: Options, out: Path, checkpoints: checkpoint.
         "processes": jax.process_count(),
         "diverged_seeds": _diverged_seeds(config, health),
         "checkpoints_saved": saved,
-        "out": str(out),
+        "out": io.portable_path(out),
     }
     summary["env_steps_total"] = summary["env_steps"] * config.num_seeds
     if config.snapshot_sampling == "profile":

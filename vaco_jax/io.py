@@ -42,6 +42,24 @@ def library_versions() -> dict[str, str]:
     return versions
 
 
+def portable_path(path) -> str:
+    """`path` as a result or a log records it: never this machine's absolute location. Inside the
+    checkout (or installation) that holds `vaco_jax`, relative to it (`vaco_jax/llm/...`,
+    `results/...`); else relative to the working directory when inside it; else under the home
+    directory as `~/...`. A path outside all three is kept as given."""
+    path = Path(path)
+    if not path.is_absolute():
+        return path.as_posix()
+    resolved = path.resolve()
+    for base in (Path(__file__).resolve().parent.parent, Path.cwd().resolve()):
+        if resolved.is_relative_to(base):
+            return resolved.relative_to(base).as_posix() or "."
+    home = Path.home().resolve()
+    if resolved.is_relative_to(home):
+        return "~/" + resolved.relative_to(home).as_posix()
+    return str(path)
+
+
 def provenance() -> dict[str, Any]:
     """Library versions, device, Python and git commit: what a result needs to be reproduced.
 

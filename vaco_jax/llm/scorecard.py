@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -141,6 +142,10 @@ def reference_entry(entry: Entry, leaderboard, notes: list) -> tuple[Entry | Non
         notes.append(f"normalised score and comparisons: no {proto.reference} to compare with "
                      f"(no leaderboard directory{f' at {leaderboard}' if leaderboard else ''})")
         return None, "none"
+
+    def shown(path):   # relative to the scorecard's directory: the same in every checkout
+        return Path(os.path.relpath(Path(path).resolve(), entry.directory.resolve())).as_posix()
+
     for path in sorted(Path(leaderboard).glob(f"*/{bench.BENCH_FILE}")):
         info = json.loads(path.read_text())
         if info.get("method") != proto.reference or path.parent.resolve() == entry.directory.resolve():
@@ -148,12 +153,12 @@ def reference_entry(entry: Entry, leaderboard, notes: list) -> tuple[Entry | Non
         reasons = bench.key_differences(entry.info.get("comparability") or {},
                                         info.get("comparability") or {})
         if reasons:
-            notes.append(f"normalised score and comparisons: {path.parent} ({proto.reference}) "
-                         f"is not comparable: {'; '.join(reasons)}")
+            notes.append(f"normalised score and comparisons: {shown(path.parent)} "
+                         f"({proto.reference}) is not comparable: {'; '.join(reasons)}")
             return None, "none"
-        return load(path.parent), f"{path.parent} at k = 0, N = 1"
-    notes.append(f"normalised score and comparisons: {leaderboard} holds no {proto.reference} "
-                 f"entry")
+        return load(path.parent), f"{shown(path.parent)} at k = 0, N = 1"
+    notes.append(f"normalised score and comparisons: {shown(leaderboard)} holds no "
+                 f"{proto.reference} entry")
     return None, "none"
 
 

@@ -186,14 +186,16 @@ def _load(config, params_path: Path, info_path: Path, log):
     params = serialization.from_bytes(template, data)
     info = {**json.loads(info_path.read_text()), "digest": _bytes_digest(data),   # of what was read
             "sha256": _sha256(data)}
-    log(f"warm start: loaded from the cache, {params_path} (held-out accuracy "
+    log(f"warm start: loaded from the cache, {io.portable_path(params_path)} (held-out accuracy "
         f"{info['base_accuracy']:.3f}, parameters {info['digest']}, sha256 {info['sha256']})")
-    return params, {**info, "cached": True, "origin": "cache", "path": str(params_path)}
+    return params, {**info, "cached": True, "origin": "cache",
+                    "path": io.portable_path(params_path)}
 
 
 def _train(config, train_set, test_set, params_path: Path, info_path: Path, log, compiler_options):
     """Train the warm start, measure its held-out greedy accuracy, write both files."""
-    log(f"warm start: training {config.sft.steps} SFT steps (cache miss: {params_path})")
+    log(f"warm start: training {config.sft.steps} SFT steps (cache miss: "
+        f"{io.portable_path(params_path)})")
     start = time.perf_counter()
     train = jax.jit(make_sft(config), compiler_options=compiler_options)
     params, losses = train(jax.random.PRNGKey(config.sft.seed), train_set)
@@ -212,9 +214,9 @@ def _train(config, train_set, test_set, params_path: Path, info_path: Path, log,
     io.write_json_atomic(info_path, info)   # written last: its presence marks a complete entry
     log(f"warm start: trained in {seconds:.0f} s, loss {info['first_loss']:.3f} -> "
         f"{info['final_loss']:.3f}, held-out accuracy {accuracy:.3f}, parameters {info['digest']}, "
-        f"sha256 {info['sha256']}; cached at {params_path}")
+        f"sha256 {info['sha256']}; cached at {io.portable_path(params_path)}")
     return params, {**io.to_jsonable(info), "cached": False, "origin": "trained",
-                    "path": str(params_path)}
+                    "path": io.portable_path(params_path)}
 
 
 # --- shipped warm starts ------------------------------------------------------------------------
@@ -254,9 +256,9 @@ def load_shipped(config, train_set: ProblemSet, test_set: ProblemSet, directory=
             f"train your own (`--train-warm-start`)")
     info = {k: record[k] for k in ("base_accuracy", "final_loss", "first_loss", "seconds", "key")}
     info.update(digest=found[:16], sha256=found, cached=True, origin="shipped", preset=name,
-                path=str(params_path))
+                path=io.portable_path(params_path))
     log(f"warm start: shipped {name}, sha256 {found} (held-out accuracy "
-        f"{info['base_accuracy']:.3f}, parameters {info['digest']}; {params_path}): no supervised "
+        f"{info['base_accuracy']:.3f}, parameters {info['digest']}; {info['path']}): no supervised "
         f"training")
     return params, info
 
