@@ -13,12 +13,13 @@ SOURCES = ("vaco_jax", "experiments", "benchmarks", "tests")
 
 # The layers, lowest first: a module may import its own layer and the layers below it. A module
 # belongs to the longest entry that names it or a package above it. `vaco_jax` is the core, one
-# layer whose own order the acyclicity check keeps. In the study layer, statistics and sweeps come
-# first, then the analysis pipeline (runs, scores, estimates, pre-registered tests: never its
-# tables or figures), its tables and figures, the generic figures, then the studies, which draw
-# their own figures with them.
+# layer whose own order the acyclicity check keeps. Above it the analysis (statistics, estimands,
+# reports: numeric libraries and `vaco_jax.io` only); then the study layer's sweeps, the analysis
+# pipeline (runs, scores: never its tables or figures), its tables and figures, the generic
+# figures, then the studies, which draw their own figures with them.
 LAYERS = (
     {"vaco_jax"},
+    {"vaco_jax.analysis"},
     {"vaco_jax.study"},
     {"vaco_jax.pipeline"},
     {"vaco_jax.pipeline.tables", "vaco_jax.pipeline.figures"},

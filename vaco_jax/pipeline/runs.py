@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from vaco_jax.study import presets, stats, sweep
+from vaco_jax.analysis import stats
+from vaco_jax.study import presets, sweep
 
 LAST_EVALS = 3
 """A run's final score averages its last this many evaluations."""

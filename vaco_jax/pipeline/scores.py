@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from vaco_jax.pipeline import runs as runs_
-from vaco_jax.study import stats
+from vaco_jax.analysis import stats
 
 METRICS = ("final", "auc")
 
