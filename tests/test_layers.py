@@ -6,6 +6,7 @@ module imports a layer above its own."""
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,6 +33,12 @@ LAYERS = (
     {"experiments", "benchmarks"},
     {"tests"},
 )
+
+
+ANALYSIS = "vaco_jax.analysis"
+ANALYSIS_MAY_IMPORT = ("numpy", "scipy", "pandas", "rliable", "matplotlib", "vaco_jax.io", ANALYSIS)
+"""Besides Python's standard library, all that `vaco_jax/analysis/` may import: the numeric
+libraries, the one reader of result files and itself (never a study, a sweep or the trainer)."""
 
 
 def module_name(path: Path) -> str:
@@ -152,6 +159,22 @@ def test_no_module_imports_a_layer_above_its_own():
               for imported in sorted(targets) if layer(imported) > layer(importer)]
     order = "; ".join(f"{i}: {', '.join(sorted(members))}" for i, members in enumerate(LAYERS))
     assert not upward, f"imports of a higher layer (layers {order}):\n" + "\n".join(upward)
+
+
+def foreign_imports(name: str, path: Path) -> list[str]:
+    """What the analysis module `name` imports beyond `ANALYSIS_MAY_IMPORT` and the standard
+    library."""
+    return sorted(n for n in imported_names(name, path)
+                  if n.split(".")[0] not in sys.stdlib_module_names
+                  and not any(n == a or n.startswith(a + ".") for a in ANALYSIS_MAY_IMPORT))
+
+
+def test_the_analysis_imports_only_numeric_libraries_and_io(tmp_path):
+    found = {name: foreign_imports(name, path) for name, path in modules().items()
+             if name == ANALYSIS or name.startswith(ANALYSIS + ".")}
+    assert len(found) >= 8 and not any(found.values()), found
+    injected = _write(tmp_path / "injected.py", "def late():\n    from vaco_jax.study import stats\n")
+    assert foreign_imports(f"{ANALYSIS}.injected", injected) == ["vaco_jax.study.stats"]
 
 
 def test_the_checks_see_a_deferred_relative_import_and_a_circle(tmp_path):

@@ -1,11 +1,10 @@
-"""Whether a committed report file still says what its regeneration says, number by number.
-
-A CSV file is compared cell by cell: equal text, or two numbers within a relative tolerance of
-`REL_TOL` or an absolute one of `ABS_TOL` (its floats are printed at full precision, and the last
-digits move between machines and library versions). Any other text file (markdown) is split into its words and its numbers: the
-words must be identical (a verdict is words), and each number equal at the precision it is printed
-(`+0.05` and `0.05`, `-0.00` and `0.00` are the same number; `0.05` and `0.06` are not). Figures
-are not compared."""
+"""Whether a committed generated file still says what its regeneration says: one rule for every
+file. Numbers match within a relative `REL_TOL` or an absolute `ABS_TOL` (full-precision floats'
+last digits move between machines and library versions; a number printed at two decimals matches
+only itself: `+0.05` and `0.05` are the same, `0.05` and `0.06` are not); all other text matches
+exactly (a verdict is words). A CSV file is compared cell by cell, any other text file line by
+line, split into words and numbers. Figures are not compared. `check_files` compares
+regenerations held in memory and names each file and its first differing value."""
 
 from __future__ import annotations
 
@@ -13,6 +12,7 @@ import csv
 import io
 import math
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 REL_TOL = 1e-9
@@ -74,7 +74,7 @@ def text_difference(committed: str, made: str) -> str | None:
         if words_a != words_b or len(numbers_a) != len(numbers_b):
             return f"line {line}: {a.strip()[:160]!r} committed, {b.strip()[:160]!r} made"
         for x, y in zip(numbers_a, numbers_b):
-            if x != y and _number(x) != _number(y):
+            if not _same_cell(x, y):
                 return f"line {line}: {x} committed, {y} made"
     if old_words != new_words or len(old_numbers) != len(new_numbers):
         return (f"{len(committed.splitlines())} lines committed, "
@@ -84,11 +84,22 @@ def text_difference(committed: str, made: str) -> str | None:
 
 def difference(committed: Path, made: Path) -> str | None:
     """How the committed file differs from the one made (None: the same); figures: None."""
+    if made.exists() or committed.suffix in FIGURES or not committed.exists():
+        return _file_difference(committed, made.read_text() if made.exists() else "")
+    return "not made by the regeneration"
+
+
+def _file_difference(committed: Path, made: str) -> str | None:
     if committed.suffix in FIGURES:
         return None
     if not committed.exists():
         return "missing (the regeneration makes it)"
-    if not made.exists():
-        return "not made by the regeneration"
-    old, new = committed.read_text(), made.read_text()
-    return (csv_difference if committed.suffix == ".csv" else text_difference)(old, new)
+    return (csv_difference if committed.suffix == ".csv" else text_difference)(
+        committed.read_text(), made)
+
+
+def check_files(root: str | Path, made: Mapping[str, str]) -> list[str]:
+    """One line per file of `made` (a path under `root` → its regenerated text) whose committed
+    version differs: "path: its first difference"; [] when every one matches."""
+    found = ((name, _file_difference(Path(root) / name, text)) for name, text in made.items())
+    return [f"{name}: {differs}" for name, differs in found if differs]

@@ -1,4 +1,4 @@
-"""The estimates every study reports, one definition each, on scored runs (`scores.normalised`).
+"""Estimates of seeds paired across conditions, one definition each, on a table of scored runs.
 
     estimate              any statistic of conditions' seed means (`mean_of`, `ratio_of`,
                           `difference_of_ratios`), per task and pooled over tasks (the mean of the
@@ -7,7 +7,6 @@
     retention(at)         mean score at a setting ÷ mean score at the base setting (the method's
                           own synchronous score), paired by seed: `estimate` of `ratio_of`
     paired_differences    a − b per seed, per task, and pooled: the per-seed mean over tasks
-    break_lag             the smallest constant lag whose retention is below BREAK_LEVEL
     welch_difference      mean(a) − mean(b) of unpaired arms, Welch's t interval and p
 
 Seed s uses the same key in every setting and method (common random numbers), so a comparison
@@ -23,8 +22,6 @@ from scipy import stats as scipy_stats
 
 from vaco_jax.analysis import stats
 
-BREAK_LEVEL = 0.8
-"""A method breaks at the smallest lag whose retention is below this."""
 POOLED = "pooled"
 REPS = 10_000
 ESTIMATE = ("point", "low", "high", "seeds", "tasks")
@@ -213,25 +210,16 @@ def paired_differences(runs: pd.DataFrame, value: str, a: Mapping,
     """task → the seed-indexed differences `a` − `b` of `value` (tasks with at least 2 common
     seeds: `paired`), and, when several tasks, POOLED → the per-seed mean over them on the seeds
     they all have."""
-    per_task = {task: m[0] - m[1] for task, m in paired(runs, value, [a, b]).items()}
+    return with_pooled_seeds({task: m[0] - m[1] for task, m in paired(runs, value, [a, b]).items()})
+
+
+def with_pooled_seeds(per_task: dict[str, pd.Series]) -> dict[str, pd.Series]:
+    """task → seed-indexed values, and, when several tasks, POOLED → their per-seed mean on the
+    seeds every task has."""
     if len(per_task) > 1:
         common = sorted(set.intersection(*(set(d.index) for d in per_task.values())))
         per_task[POOLED] = sum(d[common] for d in per_task.values()) / len(per_task)
     return per_task
-
-
-def break_lag(lags, retentions, highs, level: float = BREAK_LEVEL) -> tuple[str, str]:
-    """(break lag, confidently broken): the smallest lag of `lags` whose retention is below
-    `level`, and the smallest whose interval's upper end is; "none" if no lag is, "undefined" if
-    no retention is defined."""
-    order = np.argsort(lags)
-    lags, retentions, highs = (np.asarray(x)[order] for x in (lags, retentions, highs))
-    if np.isnan(np.asarray(retentions, np.float64)).all():
-        return "undefined", "undefined"
-
-    def first(mask):
-        return str(int(lags[mask][0])) if mask.any() else "none"
-    return first(retentions < level), first(highs < level)
 
 
 def welch_difference(a, b, confidence: float = 0.95) -> tuple[float, float, float, float]:

@@ -60,10 +60,17 @@ def iqm(scores: np.ndarray) -> float:
     return np.mean(np.partition(flat, (low, high - 1))[low:high])
 
 
+def task_iqm_mean(scores: np.ndarray) -> float:
+    """The mean over tasks of each task's IQM over runs: every task weighs the same."""
+    scores = np.asarray(scores)
+    return float(np.mean([iqm(scores[:, task]) for task in range(scores.shape[1])]))
+
+
 AGGREGATES = {"median": rly_metrics.aggregate_median, "iqm": iqm,
               "mean": rly_metrics.aggregate_mean,
-              "optimality_gap": rly_metrics.aggregate_optimality_gap}
-"""Each of `METRICS` of a `[num_runs, num_tasks]` score matrix."""
+              "optimality_gap": rly_metrics.aggregate_optimality_gap,
+              "task_iqm_mean": task_iqm_mean}
+"""Each of `METRICS` (and the mean of per-task IQMs) of a `[num_runs, num_tasks]` score matrix."""
 
 
 def aggregate(scores: np.ndarray, metrics: Sequence[str] = METRICS) -> np.ndarray:

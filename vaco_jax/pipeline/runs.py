@@ -2,7 +2,7 @@
 
 Columns: study, task, method, k (constant lag: capacity − 1), sampling, K (epochs), lr, delta,
 seed, final (mean of the last `last_evals` evaluation returns), auc (the normalised area under
-the return curve, `stats.area_under_curve`), diverged, commit, and the run's curve (`steps`,
+the return curve: `analysis.schema.final_and_auc`), diverged, commit, and the run's curve (`steps`,
 `returns`). A run diverges from the first evaluation the sweep marks diverged or whose return is
 not finite; its returns are NaN from then on, and so are its final and AUC (`scores` counts them
 as a random policy's)."""
@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from vaco_jax.analysis import stats
+from vaco_jax.analysis import schema
 from vaco_jax.study import presets, sweep
 
-LAST_EVALS = 3
+LAST_EVALS = schema.LAST_EVALS
 """A run's final score averages its last this many evaluations."""
 RUN = ("study", "task", "method", "k", "sampling", "K", "lr", "delta", "seed")
 COLUMNS = (*RUN, "budget", "final", "auc", "diverged", "diverged_at_step", "evaluations", "commit",
@@ -97,11 +97,10 @@ def tidy(evaluation_rows: pd.DataFrame, last_evals: int = LAST_EVALS, *,
         diverged = group["diverged"].to_numpy(bool)
         steps = group["step"].to_numpy(np.float64)
         returns = np.where(diverged, np.nan, group["eval_return"].to_numpy(np.float64))
-        failed = bool(diverged.any())
+        final, auc, failed = schema.final_and_auc(returns, steps, last_evals)
         rows.append({**dict(zip(run, key)),
                      "budget": int(group["budget"].iloc[0]) if "budget" in group else None,
-                     "final": np.nan if failed else float(returns[-last_evals:].mean()),
-                     "auc": np.nan if failed else float(stats.area_under_curve(returns, steps)),
+                     "final": final, "auc": auc,
                      "diverged": failed,
                      "diverged_at_step": int(steps[diverged].min()) if failed else None,
                      "evaluations": len(group),

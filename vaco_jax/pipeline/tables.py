@@ -1,4 +1,4 @@
-"""Generic tables, with the one interval formatter every report uses.
+"""Generic tables, with the one interval formatter every report uses (`analysis.report`'s).
 
 An undefined point (NaN: e.g. a retention whose synchronous score is not above random) reads
 "undefined", and an undefined interval "[n/a]": a reader is told a number does not exist, not
@@ -11,42 +11,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from vaco_jax.pipeline.estimates import POOLED
-
-UNDEFINED = "undefined"
-
-
-def interval(point, low, high, digits: int = 2, sign: bool = False) -> str:
-    """"0.50 [0.41, 0.62]"; "undefined" for a NaN point, "0.50 [n/a]" for a NaN interval."""
-    if point is None or not np.isfinite(point):
-        return UNDEFINED
-    form = f"{{:{'+' if sign else ''}.{digits}f}}"
-    if not (np.isfinite(low) and np.isfinite(high)):
-        return f"{form.format(point)} [n/a]"
-    return f"{form.format(point)} [{form.format(low)}, {form.format(high)}]"
-
-
-def intervals(frame: pd.DataFrame, point: str, low: str = "low", high: str = "high",
-              digits: int = 2, sign: bool = False) -> list[str]:
-    """`interval` of every row of `frame`."""
-    return [interval(p, lo, hi, digits, sign)
-            for p, lo, hi in zip(frame[point], frame[low], frame[high])]
-
-
-def _cell(value, digits: int) -> str:
-    if isinstance(value, (float, np.floating)):
-        return UNDEFINED if not np.isfinite(value) else f"{value:.{digits}g}" if (
-            abs(value) < 1e-3 and value != 0) else f"{value:.{digits}f}"
-    return str(value)
-
-
-def markdown(frame: pd.DataFrame, columns: Sequence[str] | None = None, digits: int = 3) -> str:
-    """A GitHub markdown table of `frame`'s `columns` (default: all); floats at `digits`."""
-    columns = list(columns or frame.columns)
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(_cell(v, digits) for v in row) + " |"
-              for row in frame[columns].itertuples(index=False)]
-    return "\n".join(lines)
+from vaco_jax.analysis.paired import POOLED
+from vaco_jax.analysis.report import UNDEFINED, interval, intervals, markdown  # noqa: F401
 
 
 def host(record) -> str:
