@@ -115,15 +115,13 @@ def _tested(spec: Mapping, estimand: str, tests: list[dict]) -> pd.DataFrame:
          "p_holm": r.p_holm, "verdict": r.verdict} for r in table.itertuples()])
 
 
-def _in_family(spec: Mapping, task: str, tasks: int) -> bool:
-    which = spec.get("family", "pooled")
-    return which != "none" and (task == POOLED) == (which == "pooled" and tasks > 1)
-
-
 def _tests(spec: Mapping, per_method: dict, setting: Mapping) -> list[dict]:
-    """method → task → seed-indexed differences, as a family's entries."""
+    """method → task → seed-indexed differences, as a family's entries: the family is the pooled
+    rows (`family` "pooled"; a lone task's row when there is one), the tasks' or "none"."""
+    which = spec.get("family", "pooled")
     return [{"method": method, "task": task, "setting": label(setting), "differences": d,
-             "family": _in_family(spec, task, len(by_task) - (POOLED in by_task))}
+             "family": which != "none" and (task == POOLED) == (
+                 which == "pooled" and len(by_task) - (POOLED in by_task) > 1)}
             for method, by_task in per_method.items() for task, d in by_task.items()]
 
 

@@ -159,9 +159,8 @@ def from_llm(table: pd.DataFrame, study: str = "llm", task: str = "llm",
     frame = table.rename(columns={"n": "N", "objective": "method", "final_accuracy": "final"})
     frame["sampling"] = frame.get("lag_sampling", pd.Series("constant", index=frame.index)).map(
         lambda s: LLM_SAMPLING.get(s, s))
-    frame["k"] = frame.get("k", 0)
-    frame["auc"] = [stats.area_under_curve(a, s) if "eval_accuracy" in frame else np.nan
-                    for a, s in zip(frame.get("eval_accuracy", frame["final"]),
-                                    frame.get("eval_iterations", frame["final"]))]
-    frame["diverged"] = ~np.isfinite(frame["final"].astype(np.float64))
+    frame["k"], frame["diverged"] = frame.get("k", 0), ~np.isfinite(frame["final"].astype(float))
+    frame["auc"] = ([stats.area_under_curve(a, s) for a, s in zip(frame["eval_accuracy"],
+                                                                   frame["eval_iterations"])]
+                    if "eval_accuracy" in frame else np.nan)
     return conform(frame, ("final_sampled_accuracy",), study=study, task=task, commit=commit)
