@@ -209,10 +209,36 @@ class Trainer:
         started = self.vec_env.start(state.env_state, start_key)
         snapshots, snapshot_age = ring_buffer.sample(state.buffer, sample_key, config.num_actors,
                                                      config.snapshot_sampling, hp.lag_profile)
-        env_state, traj = rollout.collect(
-            self.vec_env, self.actor, started, snapshots, rollout_key,
-            unroll_length=config.unroll_length, num_actors=config.num_actors,
-            normalize_obs=config.normalize_observations)
+        env_state, traj = self.act(self.vec_env, started, snapshots, rollout_key)
+
+        # Learn: realign, update, publish the new snapshot (`learn`).
+        learned, metrics, update_metrics = self.learn(state, traj, snapshot_age, update_key)
+        # Episodes that ended in a non-finite reward or observation (zeroed by `VecEnv.step`).
+        metrics["nonfinite_episodes"] = episodes_nonfinite(started, env_state)
+        new_state = learned.replace(env_state=env_state, key=key,
+                                    iteration=state.iteration + 1,
+                                    env_steps=state.env_steps + config.batch_size)
+        return guard_divergence(state, new_state, update_metrics, traj), metrics
+
+    def act(self, vec_env: VecEnv, env_state: EnvState, snapshots, key):
+        """The actors' part of an iteration: `unroll_length` steps of `vec_env`'s started envs,
+        actor group g (a block of consecutive envs) acting with `snapshots[g]` (a leading
+        `[groups]` axis). `(env_state, traj)`, the trajectory `[T, num_envs, ...]`. The fused
+        iteration calls it for every group at once; `actor_learner` for one group at a time."""
+        return rollout.collect(
+            vec_env, self.actor, env_state, snapshots, key,
+            unroll_length=self.config.unroll_length,
+            num_actors=jax.tree.leaves(snapshots)[0].shape[0],
+            normalize_obs=self.config.normalize_observations)
+
+    def learn(self, state: TrainState, traj: rollout.Transition, snapshot_age, update_key):
+        """The learner's part of an iteration on the batch `traj` `[T, num_envs, ...]`, made by
+        actor groups whose snapshots were `snapshot_age` `[num_actors]` learner iterations old:
+        realign, K × M updates with `update_key`, fold the batch into the normaliser, push the new
+        snapshot. `(state with the new params, optimiser state, normaliser, buffer and β_KL,
+        the iteration's metrics, the update's metrics)`; the caller advances the key and the
+        counters and guards against divergence (`iteration`, `actor_learner`)."""
+        config, hp = self.config, state.hparams
 
         # Align: the learner's view of the batch with θ_T, φ_T, computed once (SPEC §3.1).
         batch, lag_metrics = self.realign(state.params, state.normalizer, traj, hp)
@@ -261,15 +287,10 @@ class Trainer:
                 minibatch_of_env.reshape(config.num_actors, -1).max(axis=1)),
             "episode_return_sum": jnp.sum(traj.episode_return),
             "episodes": episodes_ended.astype(jnp.float32),
-            # Episodes that ended in a non-finite reward or observation (zeroed by `VecEnv.step`).
-            "nonfinite_episodes": jnp.sum(env_state.nonfinite_episodes
-                                          - started.nonfinite_episodes).astype(jnp.float32),
         }
-        new_state = state.replace(
-            params=params, opt_state=opt_state, normalizer=normalizer, env_state=env_state,
-            buffer=buffer, key=key, iteration=state.iteration + 1,
-            env_steps=state.env_steps + config.batch_size, kl_coef=kl_coef)
-        return guard_divergence(state, new_state, update_metrics, traj), metrics
+        learned = state.replace(params=params, opt_state=opt_state, normalizer=normalizer,
+                                buffer=buffer, kl_coef=kl_coef)
+        return learned, metrics, update_metrics
 
     @property
     def adapts_learning_rate(self) -> bool:
@@ -463,6 +484,12 @@ class Trainer:
         state = self.init(key, hparams)
         return jax.lax.scan(lambda s, _: self.run_chunk(s), state, None,
                             length=self.config.num_evals)
+
+
+def episodes_nonfinite(started: EnvState, env_state: EnvState) -> jax.Array:
+    """Episodes that ended in a non-finite reward or observation between two env states (they
+    are zeroed and counted by `VecEnv.step`), as a float32 scalar."""
+    return jnp.sum(env_state.nonfinite_episodes - started.nonfinite_episodes).astype(jnp.float32)
 
 
 def guard_divergence(old: TrainState, new: TrainState, update_metrics,
