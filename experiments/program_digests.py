@@ -4,8 +4,8 @@ the same programs (a refactor) or not (a change of behaviour).
     python -m experiments.program_digests digests.json                  # this checkout's
     python -m experiments.program_digests digests.json --compare other.json
 
-A digest is `bench.program_digest`: the cell's config and runs plus the StableHLO of its programs
-without source locations. It covers the protocol's cells on `--env` (default: its first task) of
+A digest is the cell's key (`keys.cell_key`): its config and runs, the values its programs
+receive and what they compute. It covers the protocol's cells on `--env` (default: its first task) of
 every method in `bench.LEADERBOARD_METHODS`, and each built-in objective's fingerprint. With
 `--compare`, prints every key whose digest differs and exits 1 when one does."""
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 def digests(protocol: str, env: str) -> dict[str, str]:
     from vaco_jax import algorithms
-    from vaco_jax.study import bench
+    from vaco_jax.study import bench, keys
 
     out = {f"objective/{name}": algorithms.objective_fingerprint(objective)
            for name, objective in algorithms.OBJECTIVES.items()}
@@ -28,7 +28,7 @@ def digests(protocol: str, env: str) -> dict[str, str]:
     for method in bench.LEADERBOARD_METHODS:
         for cell in bench.bench_cells(method, proto):
             if cell.env == env:
-                out[f"{method.name}/{cell.cell_id}"] = bench.program_digest(cell)
+                out[f"{method.name}/{cell.cell_id}"] = keys.cell_key(cell)
                 print(f"{method.name}/{cell.cell_id}: {out[f'{method.name}/{cell.cell_id}']}",
                       flush=True)
     return out

@@ -102,8 +102,8 @@ def _default_setting() -> str:
 
 
 # JAX settings that change what a traced program computes (the key of a stored program holds them).
-_TRACE_SETTINGS = ("jax_enable_x64", "jax_default_matmul_precision", "jax_default_prng_impl",
-                   "jax_threefry_partitionable", "jax_debug_nans", "jax_debug_infs")
+TRACE_SETTINGS = ("jax_enable_x64", "jax_default_matmul_precision", "jax_default_prng_impl",
+                  "jax_threefry_partitionable", "jax_debug_nans", "jax_debug_infs")
 
 
 def program_key(*parts) -> str:
@@ -112,7 +112,7 @@ def program_key(*parts) -> str:
     of everything else it depends on: this package's source, the library versions, the JAX
     settings above, `XLA_FLAGS` and the kind of host CPU."""
     context = (io.source_hash(), io.library_versions(), host_tag(), os.environ.get("XLA_FLAGS", ""),
-               [(name, getattr(jax.config, name, None)) for name in _TRACE_SETTINGS])
+               [(name, getattr(jax.config, name, None)) for name in TRACE_SETTINGS])
     return hashlib.sha256(repr((parts, context)).encode()).hexdigest()[:24]
 
 

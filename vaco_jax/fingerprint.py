@@ -67,14 +67,45 @@ def fingerprint(*roots, packages=()) -> Fingerprint:
 
 def stablehlo_text(lowered) -> str:
     """A lowered program's StableHLO without source locations, its functions renamed in order of
-    appearance (`@f0`, `@f1`, ...): what it computes, not where its code is or what its Python
-    functions are called. A comment, a docstring, a moved line or a renamed helper keeps it."""
-    text = lowered.as_text(debug_info=False)
+    appearance (`rename_symbols`)."""
+    return rename_symbols(lowered.as_text(debug_info=False))
+
+
+def rename_symbols(text: str) -> str:
+    """StableHLO text with its symbols renamed in order of appearance (`@f0`, `@f1`, ...): a
+    comment, a docstring, a moved line or a renamed helper keeps it. It still depends on how JAX
+    split the program into private functions, which can depend on what the process lowered
+    before: `module_digest` does not."""
     names: dict[str, str] = {}
     return _SYMBOL.sub(lambda m: names.setdefault(m.group(0), f"@f{len(names)}"), text)
 
 
+def module_digest(text: str) -> str:
+    """A hash (16 hex digits) of what a StableHLO module computes, whatever its functions are
+    called, in which order they are printed, and whether JAX emitted one private helper or two
+    identical copies of it (which depends on what the process lowered before). Each function is
+    hashed by its signature and body with every call replaced by the callee's hash (a Merkle
+    hash over the call graph); the module, by its attributes and its public functions' hashes."""
+    header, _, rest = text.partition("\n")
+    functions = {name: (visibility, body) for visibility, name, body in _FUNCTION.findall(rest)}
+    digests: dict[str, str] = {}
+
+    def digest(name: str) -> str:
+        if name not in digests:
+            body = _SYMBOL.sub(lambda m: (f"@{digest(m.group(0)[1:])}" if m.group(0)[1:] in functions
+                                          else m.group(0)), functions[name][1])
+            digests[name] = hashlib.sha256(body.encode()).hexdigest()
+        return digests[name]
+
+    public = [digest(name) for name, (visibility, _) in functions.items() if visibility == "public"]
+    module = _SYMBOL.sub("@module", header, count=1)
+    return hashlib.sha256(repr((module, public)).encode()).hexdigest()[:16]
+
+
 _SYMBOL = re.compile(r"@[A-Za-z_][\w.$-]*")
+# A top-level function of a module: `  func.func <visibility> @<name>(...) ... {` to `  }`.
+_FUNCTION = re.compile(r"^  func\.func (public|private) @([A-Za-z_][\w.$-]*)(.*?)^  \}$",
+                       re.M | re.S)
 
 
 def top_level_package(obj) -> str:

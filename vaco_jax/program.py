@@ -356,13 +356,12 @@ def program_config(config: Config) -> Config:
     return dataclasses.replace(config, **shared)
 
 
-def lowered_text(config: Config, num_runs: int, *, env=None, networks=None) -> str:
+def lowered_texts(config: Config, num_runs: int, *, env=None, networks=None) -> list[str]:
     """What `num_runs` runs of `config` compute: the StableHLO of their init, learner and
-    evaluation programs (`fingerprint.stablehlo_text`: no source locations), lowered for the CPU
-    on one device and without placement, so that neither the machine nor the device count
-    changes it. The hyper-parameters and seeds are arguments of these programs, not part of
-    them: a caller that keys results by this adds their values (e.g. `sweep.Cell.fingerprint`).
-    Tracing and lowering only: nothing is compiled."""
+    evaluation programs, without source locations, lowered for the CPU on one device and without
+    placement, so that neither the machine nor the device count changes it. The hyper-parameters
+    and seeds are arguments of these programs, not part of them: a caller that keys results by
+    this adds their values (`study.keys`). Tracing and lowering only: nothing is compiled."""
     trainer = Trainer(program_config(config), env, networks=networks)
     batched_init = jax.vmap(trainer.init)
     args = (seed_keys(range(num_runs)), stack_hparams([trainer.config.hparams()] * num_runs))
@@ -371,8 +370,14 @@ def lowered_text(config: Config, num_runs: int, *, env=None, networks=None) -> s
               jax.jit(jax.vmap(trainer.learn_chunk)).trace(state),
               jax.jit(jax.vmap(trainer.evaluate)).trace(state.params["actor"], state.normalizer,
                                                         state.key))
-    return "\n".join(fingerprint_lib.stablehlo_text(t.lower(lowering_platforms=("cpu",)))
-                     for t in traced)
+    return [t.lower(lowering_platforms=("cpu",)).as_text(debug_info=False) for t in traced]
+
+
+def lowered_text(config: Config, num_runs: int, *, env=None, networks=None) -> str:
+    """`lowered_texts` as one text, its functions renamed in order of appearance
+    (`fingerprint.rename_symbols`)."""
+    return "\n".join(fingerprint_lib.rename_symbols(text) for text in
+                     lowered_texts(config, num_runs, env=env, networks=networks))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -171,6 +171,11 @@ def main(argv: list[str] | None = None, prog: str = "vaco-bench") -> int:
             tuning = bench.run_tuning(method, proto, out, shard=shard, progress=args.progress,
                                       allow_code_change=args.allow_code_change,
                                       max_cells=args.max_cells)
+        except KeyboardInterrupt:
+            from vaco_jax.commands.sweep import interrupted
+
+            print(interrupted(out, prog, sys.argv[1:] if argv is None else argv), file=sys.stderr)
+            return 130
         except (ConfigError, SweepError, CheckpointError) as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
@@ -186,10 +191,17 @@ def main(argv: list[str] | None = None, prog: str = "vaco-bench") -> int:
         runtime.start(runtime.Cluster(), compile_cache=args.compile_cache)
         try:
             # Before anything runs: whether the scorecard will be compared with the leaderboard.
-            print(bench.leaderboard_comparability(leaderboard_dir, proto), file=sys.stderr)
+            print(bench.leaderboard_comparability(
+                leaderboard_dir, proto, log=lambda line: print(line, file=sys.stderr, flush=True)),
+                file=sys.stderr)
             bench.run_bench(method, proto, out, shard=shard, progress=args.progress,
                             allow_code_change=args.allow_code_change, max_cells=args.max_cells,
                             lag_profile=lag_profile, learning_rate_given=args.learning_rate)
+        except KeyboardInterrupt:
+            from vaco_jax.commands.sweep import interrupted
+
+            print(interrupted(out, prog, sys.argv[1:] if argv is None else argv), file=sys.stderr)
+            return 130
         except (ConfigError, SweepError, CheckpointError) as error:
             print(f"error: {error}", file=sys.stderr)
             return 2

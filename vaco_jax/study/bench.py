@@ -12,8 +12,8 @@ with optional config overrides (`ppo_kl` with `kl_adaptive=True`). Seed s of eve
 seed vmapped in it); `run_bench` runs them with the sweep machinery (`vaco_jax.study.sweep`:
 resumable cell by cell, shardable over processes) into `<out>/runs/`, and records in
 `<out>/bench.json` the method, the protocol and its **comparability key**: the protocol's
-version, the libraries' versions and what each cell computes (`cell_key`: the StableHLO of its
-programs, without source locations, and its runs' hyper-parameters and seeds). Two results may be
+version, the libraries' versions and each cell's key (`vaco_jax.study.keys`: its config and
+runs, the values its programs receive and what they compute). Two results may be
 compared when both are what one checkout computes (`computed_here`): a docstring or a refactor
 keeps a leaderboard comparable, a change of behaviour does not. The scorecard itself is
 `vaco_jax.study.scorecard`.
@@ -36,7 +36,7 @@ from typing import Any
 from vaco_jax import algorithms, cache, io, program, runtime
 from vaco_jax.config import Config, validate, with_lag_profile
 from vaco_jax.errors import ConfigError
-from vaco_jax.study import sweep
+from vaco_jax.study import keys, sweep
 from vaco_jax.study.sweep import KEY_LIBRARIES, Cell, Run, key_versions
 
 BENCH_FILE = "bench.json"
@@ -51,14 +51,6 @@ def committed_leaderboard(protocol: str, version: int = 1) -> Path:
     installed without one): found from any directory."""
     name = protocol if version == 1 else f"{protocol}-v{version}"
     return Path(io.__file__).resolve().parent.parent / "results" / "lag-bench" / name
-
-
-# Modules that read results but never make them: editing them leaves every benchmark result valid.
-ANALYSIS_ONLY = ("pipeline/", "study/robustness.py", "study/capacity.py", "study/lag.py",
-                 "study/plotting.py", "study/scorecard.py", "study/stats.py",
-                 "study/lag_by_setting.py", "study/leaderboard.py", "study/specs.py", "loggers.py",
-                 "llm/", "commands/report.py", "commands/plot_sweep.py",
-                 "commands/plot_diagnostics.py", "commands/plot_llm.py", "commands/plot_runs.py")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -438,16 +430,11 @@ def _v1_cells(method: Method, proto: Protocol, lag_profile=()) -> list[Cell]:
 
 # --- the code that makes a result ----------------------------------------------------------------
 def result_sources() -> dict[str, str]:
-    """A hash (12 hex digits) per source file of the package that can change a result (every
-    module but `ANALYSIS_ONLY`), by path relative to the package."""
+    """A hash (12 hex digits) per source file of the package that can change a result
+    (`keys.result_files`), by path relative to the package."""
     package = Path(io.__file__).resolve().parent
-    out = {}
-    for path in sorted(package.rglob("*.py")):
-        relative = path.relative_to(package).as_posix()
-        if any(relative == a or (a.endswith("/") and relative.startswith(a)) for a in ANALYSIS_ONLY):
-            continue
-        out[relative] = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
-    return out
+    return {path.relative_to(package).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+            for path in keys.result_files()}
 
 
 def result_code(sources: dict[str, str]) -> str:
@@ -461,45 +448,20 @@ def code_difference(ours: dict[str, str], theirs: dict[str, str]) -> list[str]:
 
 
 # --- what a result computes: whether two results may be compared --------------------------------
-# Besides its programs, the versions of `sweep.KEY_LIBRARIES` (`key_versions`) key a result.
-def program_digest(cell: Cell) -> str:
-    """What `cell` computes, as a hash (16 hex digits): its config and runs (`Cell.fingerprint`,
-    which holds the hyper-parameters and seeds its programs take as arguments) and the StableHLO
-    of its programs without source locations (`program.lowered_text`). A comment, a docstring or
-    a refactor that computes the same keeps it; a change of behaviour does not. Lowered every
-    call: `cell_key` keeps it per checkout."""
-    text = program.lowered_text(cell.config, len(cell.runs))
-    return hashlib.sha256(f"{cell.fingerprint()}\0{text}".encode()).hexdigest()[:16]
-
-
-def cell_key(cell: Cell) -> str:
-    """`program_digest(cell)`, kept in the per-user cache under everything its lowering depends
-    on (this package's source, the library versions, JAX's settings: `cache.program_key`), so a
-    checkout lowers each cell once. A cell of a user objective is lowered every time (its code is
-    not in the package's source)."""
-    if not algorithms.is_builtin(algorithms.parse(cell.config.algo).objective):
-        return program_digest(cell)
-    path = cache.user_dir("program-keys") / f"{cache.program_key('bench cell', cell.fingerprint())}"
-    try:
-        return path.read_text().strip()
-    except OSError:
-        pass
-    key = program_digest(cell)
-    try:
-        io.write_bytes_atomic(path, key.encode())
-    except OSError:   # a read-only cache costs only time
-        pass
-    return key
-
-
+# A cell's key (`keys`): its config and runs, the values its programs receive, what they compute.
 def comparability_key(method: Method, proto: Protocol, lag_profile=(),
-                      learning_rate: float | None = None) -> dict:
+                      learning_rate: float | None = None, *, log=None) -> dict:
     """What decides whether a result of `method` on `proto` (and `lag_profile`, and on a protocol
     that tunes `learning_rate`) may be compared with another: the protocol and its version, the
-    `KEY_LIBRARIES`' versions, and each cell's `cell_key`."""
+    `KEY_LIBRARIES`' versions, and each cell's key (`keys.cell_records`) with its parts and the
+    code digest that lets a checkout of the same code check them without lowering."""
     cells = bench_cells(method, proto, lag_profile, learning_rate=learning_rate)
-    return {"protocol": proto.name, "protocol_version": proto.version, "versions": key_versions(),
-            "programs": {cell.cell_id: cell_key(cell) for cell in cells}}
+    records = keys.cell_records(cells, log=log)
+    return {"scheme": keys.SCHEME, "protocol": proto.name, "protocol_version": proto.version,
+            "versions": key_versions(), "code": keys.code_digest(),
+            "programs": {cell_id: r["key"] for cell_id, r in records.items()},
+            "cells": {cell_id: {"program": r["program"], "inputs": r["inputs"]}
+                      for cell_id, r in records.items()}}
 
 
 def _method_of(info: dict) -> Method:
@@ -508,10 +470,11 @@ def _method_of(info: dict) -> Method:
     return Method(info["algo"], overrides, info["method"] if info["method"] != info["algo"] else "")
 
 
-def computed_here(info: dict) -> tuple[bool, str]:
+def computed_here(info: dict, *, log=None) -> tuple[bool, str]:
     """Whether the result `info` (a `bench.json`) describes is what this checkout computes, and
-    why: its protocol version, library versions and every cell's program (lowered here,
-    `cell_key`) are this checkout's. A result recorded before programs were keyed is this
+    why: its protocol version, library versions and every cell's key (`keys`: lowered here
+    unless its code digest is this checkout's or the per-user cache has it; `log` says so) are
+    this checkout's. A result recorded before programs were keyed is this
     checkout's only if its result code is (`result_sources`)."""
     proto = VERSIONS.get((info["protocol"], info["protocol_version"]))
     if proto is None:
@@ -538,6 +501,10 @@ def computed_here(info: dict) -> tuple[bool, str]:
                        f"{info.get('result_code')} at commit "
                        f"{str(info.get('git_commit') or 'unrecorded')[:7]}, its files differing "
                        f"from this checkout's in {shown})")
+    if key.get("scheme") != keys.SCHEME:
+        return False, (f"keyed by an older scheme (scheme {key.get('scheme', 1)}: without the values "
+                       f"its programs receive), which cannot tell: recompute its keys at commit "
+                       f"{str(info.get('git_commit') or 'unrecorded')[:7]} (experiments/rekey.py)")
     try:
         cells = bench_cells(_method_of(info), proto, tuple(info.get("lag_profile", ())),
                             learning_rate=info.get("learning_rate"))
@@ -547,19 +514,25 @@ def computed_here(info: dict) -> tuple[bool, str]:
     if sorted(recorded) != sorted(cell.cell_id for cell in cells):
         return False, (f"its cells ({', '.join(sorted(recorded))}) are not the ones planned here "
                        f"({', '.join(cell.cell_id for cell in cells)})")
+    ours = keys.cell_records(cells, key, log=log)
     for cell in cells:
-        if cell_key(cell) != recorded[cell.cell_id]:
-            return False, f"program of cell {cell.cell_id} differs"
-    return True, f"same programs, versions and protocol {proto.name} v{proto.version}"
+        if ours[cell.cell_id]["key"] != recorded[cell.cell_id]:
+            theirs = key.get("cells", {}).get(cell.cell_id, {})
+            what = [part for part in ("program", "inputs")
+                    if theirs.get(part) != ours[cell.cell_id][part]] or ["config or runs"]
+            return False, f"cell {cell.cell_id} differs ({' and '.join(what)})"
+    return True, f"same programs, inputs, versions and protocol {proto.name} v{proto.version}"
 
 
-def leaderboard_comparability(directory: Path, proto: Protocol) -> str:
+def leaderboard_comparability(directory: Path, proto: Protocol, *, log=None) -> str:
     """Said before a run: whether the methods of the leaderboard in `directory` on `proto` are
     what this checkout computes (`computed_here`), so that the scorecard compares with them, and
-    why; for those that are not, the two ways to a comparison."""
+    why; for those that are not, the two ways to a comparison. `log` is told each method checked
+    and each cell lowered (seconds each; none where the results' code digest is this checkout's)."""
     directory = Path(directory)
     entries = []
-    for path in sorted(directory.glob(f"*/{BENCH_FILE}")) if directory.is_dir() else []:
+    paths = sorted(directory.glob(f"*/{BENCH_FILE}")) if directory.is_dir() else []
+    for n, path in enumerate(paths, 1):
         info = json.loads(path.read_text())
         if info.get("protocol") != proto.name:
             continue
@@ -567,7 +540,9 @@ def leaderboard_comparability(directory: Path, proto: Protocol) -> str:
             entries.append((info, False, f"made on protocol {proto.name} "
                                          f"v{info.get('protocol_version')} (this run: v{proto.version})"))
         else:
-            entries.append((info, *computed_here(info)))
+            if log is not None:
+                log(f"checking leaderboard method {n}/{len(paths)}: {info['method']}")
+            entries.append((info, *computed_here(info, log=log)))
     where = f"leaderboard {directory}"
     if not entries:
         return f"{where}: no method on protocol {proto.name} to compare with"

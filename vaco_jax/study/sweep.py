@@ -208,6 +208,14 @@ def _config_dict(config: Config) -> dict:
 
 
 # --- running one cell ---------------------------------------------------------------------------
+def cell_inputs(cell: Cell):
+    """What the cell's programs receive besides their code, as `run_cell` feeds them: one PRNG
+    key per run (`program.seed_keys` of the runs' seeds) and the runs' stacked `HParams`. The
+    comparability key hashes them (`keys.inputs_digest`)."""
+    hparams = stack_hparams([r.config(cell.config).hparams() for r in cell.runs])
+    return program_lib.seed_keys([r.seed for r in cell.runs]), hparams
+
+
 def build_cell_program(cell: Cell, log=None) -> program_lib.TrainProgram:
     """The cell's program: every run vmapped, placed on every device, donating its state."""
     return program_lib.TrainProgram.build(cell.config, len(cell.runs), donate=True, log=log)
@@ -252,8 +260,7 @@ def run_cell(cell: Cell, progress: Callable[[int, int], None] | None = None, *,
     restored = (None if saved is None else
                 saved.restore(program.abstract_state, allow_code_change=allow_code_change))
     if restored is None:
-        hparams = stack_hparams([r.config(config).hparams() for r in cell.runs])
-        state = program.init_state(program_lib.seed_keys([r.seed for r in cell.runs]), hparams)
+        state = program.init_state(*cell_inputs(cell))
         history, done = None, 0
     else:
         state, history, done = restored.state, restored.history, restored.chunk
@@ -536,6 +543,13 @@ def _same_program(record: dict, programs: dict) -> bool:
             and all(versions.get(name) == value for name, value in key_versions().items()))
 
 
+def _same_scheme(theirs: str, ours: str) -> bool:
+    """Are two cell keys of one scheme (`keys.SCHEME`: the prefix before `:`), so that unequal
+    means another computation? A key of another scheme says nothing either way."""
+    return theirs.partition(":")[1] == ours.partition(":")[1] == ":" and \
+        theirs.partition(":")[0] == ours.partition(":")[0]
+
+
 def _check_programs(cells: Sequence[Cell], finished: dict, out: Path, programs: dict,
                     allow_code_change: bool) -> None:
     """Refuse (unless `allow_code_change`) to add cells to `out` where its finished cells were made
@@ -545,6 +559,7 @@ def _check_programs(cells: Sequence[Cell], finished: dict, out: Path, programs: 
         return
     differ = [(cell.cell_id, finished[cell.cell_id]["program"]) for cell in cells
               if finished.get(cell.cell_id, {}).get("program") and cell.cell_id in programs
+              and _same_scheme(finished[cell.cell_id]["program"], programs[cell.cell_id])
               and finished[cell.cell_id]["program"] != programs[cell.cell_id]]
     if differ:
         raise SweepError(
