@@ -130,6 +130,16 @@ def test_a_comment_keeps_the_key_and_a_change_of_behaviour_does_not():
         exec(compile(source, objectives.__file__, "exec"), objectives.__dict__)
 
 
+def test_the_code_digest_reads_the_modules_programs_are_traced_from_without_their_comments():
+    package = keys.program_files()[0].parent
+    names = {p.relative_to(package).as_posix() for p in keys.program_files()}
+    assert {"trainer.py", "objectives.py", "rollout.py", "envs.py", "program.py"} <= names
+    assert not any(n.startswith(("study/", "commands/", "llm/", "analysis/")) for n in names)
+    code = 'def f(x):\n    """Doc."""\n    return x + 1  # why\n'
+    assert keys.syntax_digest(code) == keys.syntax_digest("def f(x):\n\n    return x + 1\n")
+    assert keys.syntax_digest(code) != keys.syntax_digest("def f(x):\n    return x + 2\n")
+
+
 # --- checking a result -------------------------------------------------------------------------------
 @pytest.fixture()
 def recorded(monkeypatch, tmp_path):

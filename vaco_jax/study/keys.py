@@ -14,8 +14,8 @@ A cell's **key** is a hash of three parts:
 
 Lowering a cell takes seconds to a minute; a leaderboard has about two hundred cells. So each
 result also records the **code digest** of the checkout that made it (`code_digest`: the syntax
-trees of every module that can change a result, without comments or docstrings, with the library
-versions and JAX's trace settings). A checkout with the same code digest lowers nothing: it
+trees, without comments or docstrings, of every module its programs can be traced from, with the
+library versions and JAX's trace settings). A checkout with the same code digest lowers nothing: it
 computes each cell's inputs (milliseconds) and takes the recorded program part. Any other checkout
 lowers each cell once and keeps its program part in the per-user cache under its own code digest.
 So a comment or a docstring costs nothing, a refactor costs one lowering per cell and keeps every
@@ -64,6 +64,55 @@ def _under(relative: str, entry: str) -> bool:
     return relative == entry or (entry.endswith("/") and relative.startswith(entry))
 
 
+def program_files() -> list[Path]:
+    """The package's modules a cell's programs can be traced from: `vaco_jax.program` and every
+    module of the package it imports, directly or not (an import inside a function counts).
+    What lies outside (the commands, the sweeps, the protocols) makes a cell's config and inputs,
+    which its key hashes by value, never its programs."""
+    package = Path(io.__file__).resolve().parent
+    todo, seen = ["vaco_jax.program"], set()
+    while todo:
+        name = todo.pop()
+        path = _module_path(package, name)
+        if path is None or name in seen:
+            continue
+        seen.add(name)
+        todo.extend(_imports(name, path))
+    return sorted(_module_path(package, name) for name in seen)
+
+
+def _module_path(package: Path, name: str) -> Path | None:
+    parts = name.split(".")
+    if parts[0] != package.name:
+        return None
+    base = package.joinpath(*parts[1:])
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """The dotted names `path` (module `name`) imports anywhere, relative imports resolved;
+    `from a import b` as both `a` and `a.b` (a module or a name in `a`)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            out.add(base)
+            out.update(f"{base}.{alias.name}" for alias in node.names)
+        elif (isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "import_module"
+              and node.args and isinstance(node.args[0], ast.Constant)):
+            out.add(node.args[0].value)
+    return out
+
+
 def syntax_digest(source: str) -> str:
     """A hash of Python source as a syntax tree without docstrings or other bare strings (which
     compute nothing), comments, blank lines or line numbers."""
@@ -79,12 +128,13 @@ def syntax_digest(source: str) -> str:
 
 @functools.cache
 def code_digest() -> str:
-    """What this checkout's result-making code is (16 hex digits): the syntax of `result_files`,
-    by path, the `KEY_LIBRARIES`' versions, Python's minor version and JAX's trace settings.
-    Computed once per process (like `io.source_hash`)."""
+    """What this checkout's program-making code is (16 hex digits): the syntax of
+    `program_files`, by path, the `KEY_LIBRARIES`' versions, Python's minor version and JAX's
+    trace settings. Equal digests lower to equal programs. Computed once per process (like
+    `io.source_hash`)."""
     package = Path(io.__file__).resolve().parent
     parts = {path.relative_to(package).as_posix(): syntax_digest(path.read_text())
-             for path in result_files()}
+             for path in program_files()}
     context = (SCHEME, key_versions(), sys.version_info[:2],
                [(name, getattr(jax.config, name, None)) for name in cache.TRACE_SETTINGS])
     return hashlib.sha256(json.dumps([parts, repr(context)], sort_keys=True).encode()).hexdigest()[:16]
