@@ -47,6 +47,7 @@ import jax.numpy as jnp
 from vaco_jax import advantages as adv_lib
 from vaco_jax import fingerprint as fingerprint_lib
 from vaco_jax import objectives
+from vaco_jax import catalog
 from vaco_jax.catalog import ALGORITHM_DEFAULTS
 from vaco_jax.errors import ConfigError, invalid
 
@@ -347,10 +348,7 @@ def parse(name: str) -> Algorithm:
         raise invalid("algo", name, f"a user objective runs with an advantage estimator: write "
                                     f"'<estimator>+{name}' with estimator in {list(ESTIMATORS)} "
                                     f"(e.g. 'gae+{name}')")
-    raise invalid("algo", name, f"allowed values are {sorted(REGISTRY)} or a pairing "
-                                f"'<estimator>+<objective>' with estimator in {list(ESTIMATORS)} "
-                                f"and objective in {list(OBJECTIVES)} (e.g. {', '.join(ABLATIONS)}), "
-                                f"{_USER_ALLOWED}")
+    raise catalog.unknown_algo(name)
 
 
 # --- your own objectives -------------------------------------------------------------------------

@@ -62,3 +62,64 @@ ALGORITHM_DEFAULTS: dict[str, dict[str, Any]] = {
     # IMPALA (Espeholt et al. 2018) as its authors and Stoix run it: one pass over each batch.
     "impala": {"num_epochs": 1},
 }
+
+
+# --- names an algorithm can be given by (`vaco_jax.algorithms` registers them: its tests check
+# that these are its names), so that a misspelt `--algo` or `--env` is refused before JAX loads --
+ALGORITHM_NAMES = ("appo", "cispo", "decoupled_ppo", "dppo_tv", "geppo", "gspo", "icepop", "impala",
+                   "m2po", "pg", "ppo_clip", "ppo_kl", "spo", "tis", "topr", "vaco")
+ESTIMATOR_NAMES = ("gae", "vtrace_once", "vtrace_every")
+OBJECTIVE_NAMES = ("tv_filter", "ppo_clip", "ppo_kl", "spo", "impala_pg", "pg", "decoupled_ppo",
+                   "icepop", "cispo", "dppo_tv", "m2po", "topr", "geppo", "geppo_clip", "gspo")
+ABLATION_NAMES = ("gae+tv_filter", "vtrace_once+ppo_clip")
+USER_OBJECTIVE = ("a name given to vaco_jax.register_objective, or 'module:function' naming a "
+                  "function `fn(x: PolicyInputs, p: ObjectiveParams) -> (loss, metrics)` in an "
+                  "importable module")
+
+
+def unknown_algo(name: str):
+    """The error of an `algo` that names no algorithm, with the closest names."""
+    from vaco_jax.errors import did_you_mean, invalid
+
+    pairings = [f"{e}+{o}" for e in ESTIMATOR_NAMES for o in OBJECTIVE_NAMES]
+    return invalid("algo", name, f"allowed values are {sorted(ALGORITHM_NAMES)} or a pairing "
+                                 f"'<estimator>+<objective>' with estimator in "
+                                 f"{list(ESTIMATOR_NAMES)} and objective in {list(OBJECTIVE_NAMES)} "
+                                 f"(e.g. {', '.join(ABLATION_NAMES)}), {USER_OBJECTIVE}"
+                   + did_you_mean(name, [*ALGORITHM_NAMES, *pairings]))
+
+
+def unknown_env(name: str, registered=(), objects: str = "an env object"):
+    """The error of an `env` that names no env, with the closest names."""
+    from vaco_jax.errors import did_you_mean, invalid
+
+    if name.startswith(DMC_PREFIX):
+        return invalid("env", name, f"the DM Control Suite tasks are {list(DMC_ENVS)}"
+                       + did_you_mean(name, DMC_ENVS))
+    return invalid("env", name, f"allowed values are {sorted(MJX_ENVS + TOY_ENVS)}, "
+                                f"'{DMC_PREFIX}<Task>' (Task in {list(DMC_TASKS)}), "
+                                f"'{GYMNAX_PREFIX}<id>' (gymnax's envs), a name given to "
+                                f"vaco_jax.register_env (registered now: {sorted(registered)}), or "
+                                f"'module:factory' naming a function that returns {objects}"
+                   + did_you_mean(name, [*ENV_NAMES, *registered]))
+
+
+def check_names(env: str | None = None, algo: str | None = None) -> None:
+    """Refuse (`ConfigError`, with the closest names) an `env` or `algo` that can name nothing,
+    importing no JAX: what the command line checks first. A name this cannot judge (a user's
+    `module:function`, gymnax's envs, an objective of a pairing) is left to `config.validate`."""
+    import sys
+
+    envs, algorithms = sys.modules.get("vaco_jax.envs"), sys.modules.get("vaco_jax.algorithms")
+    registered_envs = sorted(getattr(envs, "_REGISTRY", {}))
+    if (isinstance(env, str) and env not in ENV_NAMES and env not in registered_envs
+            and not env.startswith(GYMNAX_PREFIX)
+            and (env.startswith(DMC_PREFIX) or ":" not in env)):
+        raise unknown_env(env, registered_envs)
+    if not isinstance(algo, str) or algo in ALGORITHM_NAMES:
+        return
+    estimator, plus, _ = algo.partition("+")
+    user = getattr(algorithms, "_USER_OBJECTIVES", {})
+    if (plus and estimator not in ESTIMATOR_NAMES) or (
+            not plus and ":" not in algo and algo not in user):
+        raise unknown_algo(algo)

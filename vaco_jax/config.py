@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import tyro
 
 from vaco_jax import catalog
-from vaco_jax.errors import ConfigError, check_types, invalid
+from vaco_jax.errors import ConfigError, check_types, did_you_mean, invalid
 
 if TYPE_CHECKING:
     from vaco_jax.hparams import HParams
@@ -280,6 +280,7 @@ class Config:
         starts from it, so `--env hopper --algo impala` runs (and `--help` shows) those defaults;
         `Config(env=...)` keeps the class defaults (inverted_pendulum's), as every stored config
         and preset was written against."""
+        catalog.check_names(env, fields.get("algo", cls.algo))   # a misspelt name, before JAX
         names = {f.name for f in dataclasses.fields(cls)}
         if env in catalog.ENV_NAMES:   # a built-in env: its row of the table
             env_defaults = dict(catalog.ENV_DEFAULTS.get(env, {}))
@@ -338,7 +339,11 @@ class Config:
         from vaco_jax.hparams import HParams
 
         leaves = {f.name for f in dataclasses.fields(HParams)} - {"objective", "slots"}
+        fields = [f.name for f in dataclasses.fields(self)]
         for name, options in values.items():
+            if name not in fields:
+                raise ConfigError(f"config field `{name}` does not exist: sweep one of "
+                                  f"{sorted(leaves)}" + did_you_mean(name, fields))
             if name not in leaves:
                 raise invalid(name, options, f"cannot be swept in one program (it changes shapes "
                                              f"or the program): sweep one of {sorted(leaves)}, or "

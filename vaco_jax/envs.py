@@ -51,7 +51,7 @@ with contextlib.redirect_stdout(io.StringIO()):
     from brax import envs as brax_envs
     from brax.envs.base import Env, State, Wrapper
 
-from vaco_jax import spaces
+from vaco_jax import catalog, spaces
 # The built-in env names and their defaults (a plain table, read by the command line too).
 from vaco_jax.catalog import (DMC_ENVS, DMC_PREFIX, DMC_TASKS, ENV_DEFAULTS, ENV_NAMES,  # noqa: F401
                               GYMNAX_PREFIX, MJX_ENVS, TOY_ENVS)
@@ -606,7 +606,7 @@ def check_name(name: str) -> None:
         return
     if name.startswith(DMC_PREFIX):
         if name not in DMC_ENVS:
-            raise invalid("env", name, f"the DM Control Suite tasks are {list(DMC_ENVS)}")
+            raise catalog.unknown_env(name)
         if not dmc_available():
             raise invalid("env", name, f"DM Control Suite tasks need MuJoCo Playground: {DMC_INSTALL}")
         return
@@ -622,11 +622,7 @@ def check_name(name: str) -> None:
     if ":" in name:
         _from_factory(name, _import_factory(name))
         return
-    raise invalid("env", name, f"allowed values are {sorted(MJX_ENVS + TOY_ENVS)}, "
-                               f"'{DMC_PREFIX}<Task>' (Task in {list(DMC_TASKS)}), "
-                               f"'{GYMNAX_PREFIX}<id>' (gymnax's envs), a name given to "
-                               f"vaco_jax.register_env (registered now: {sorted(_REGISTRY)}), or "
-                               f"'module:factory' naming a function that returns {ALLOWED_OBJECTS}")
+    raise catalog.unknown_env(name, sorted(_REGISTRY), ALLOWED_OBJECTS)
 
 
 class PlaygroundEnv(Env):

@@ -27,6 +27,17 @@ class DivergenceError(RuntimeError):
     """A seed's loss, gradient or parameters became non-finite (and the run was told to stop)."""
 
 
+def did_you_mean(value, choices) -> str:
+    """"; did you mean 'x'?" naming the choices closest to `value` (difflib), or "" when none is
+    close: appended to an error that lists what is allowed."""
+    import difflib
+
+    close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=3, cutoff=0.6)
+    if not close:
+        return ""
+    return "; did you mean " + " or ".join(repr(c) for c in close) + "?"
+
+
 def invalid(field: str, value, allowed: str) -> ConfigError:
     """The one wording of a bad field: `config field `name` = value is invalid: what is allowed`."""
     return ConfigError(f"config field `{field}` = {value!r} is invalid: {allowed}")

@@ -298,7 +298,7 @@ def read_rows(path) -> list[dict]:
     path, packed, legacy = Path(path), compact_path(path), legacy_path(path)
     if not has_rows(path):
         raise FileNotFoundError(f"no rows at {path} (nor {packed.name})")
-    rows, absorbed = _decode_rows(packed.read_bytes()) if packed.exists() else ([], {})
+    rows, absorbed = _read_packed(packed) if packed.exists() else ([], {})
     if legacy.exists():
         data = legacy.read_bytes()
         if _digest(data) == absorbed.get("gz"):
@@ -346,7 +346,7 @@ def compact_jsonl(path) -> int:
         new += [json.loads(line) for line in _whole_lines(data)]
         absorbing["jsonl"] = _digest(data)
     if new or legacy.exists():
-        rows = (_decode_rows(packed.read_bytes())[0] if packed.exists() else []) + new
+        rows = (_read_packed(packed)[0] if packed.exists() else []) + new
         data = _encode_rows(rows, absorbing)
         if not _same_rows(_decode_rows(data)[0], rows):   # what was written reads back
             raise OSError(f"compacting {path}: the rows written to {packed.name} do not read "
@@ -549,6 +549,21 @@ def _absorbed(packed: Path) -> dict[str, str]:
     import pyarrow.parquet as pq
 
     return json.loads(pq.read_schema(packed).metadata[_ROWS_METADATA])["absorbed"]
+
+
+def _read_packed(packed: Path) -> tuple[list[dict], dict[str, str]]:
+    """`_decode_rows` of the Parquet file `packed`; one that cannot be read (cut short by a full
+    disk or an interrupted copy) is refused with its name and what to do (`SweepError`)."""
+    from vaco_jax.errors import SweepError
+
+    try:
+        return _decode_rows(packed.read_bytes())
+    except Exception as error:  # noqa: BLE001 -- pyarrow's errors, or a file not ours
+        raise SweepError(
+            f"{packed} cannot be read ({type(error).__name__}: {error}): the file is damaged "
+            f"(e.g. cut short). Restore it from a copy (a committed one: `git restore "
+            f"{packed}`); without one, its rows are lost: move its directory aside and run the "
+            f"command again, which runs those cells again") from None
 
 
 def _decode_rows(data: bytes) -> tuple[list[dict], dict[str, str]]:

@@ -167,6 +167,14 @@ def compact(directories) -> int:
     return 0
 
 
+def interrupted(out: Path, prog: str, argv: list[str]) -> str:
+    """The one line a sweep or benchmark stopped by Ctrl-C prints: what it kept, how to resume."""
+    import shlex
+
+    return (f"interrupted: the finished cells are kept in {out} (a cell part-way keeps its last "
+            f"checkpoint); resume with the same command: {shlex.join([prog, *argv])}")
+
+
 def main(argv: list[str] | None = None, prog: str = "vaco-sweep") -> int:
     args = tyro.cli(Args, args=argv, description=__doc__.split("\n\n")[0], prog=prog)
     # The library is imported once the flags are parsed: --help imports no JAX.
@@ -208,6 +216,9 @@ def main(argv: list[str] | None = None, prog: str = "vaco-sweep") -> int:
         sweep.run_sweep(cells, out, preset=preset, max_cells=args.max_cells, progress=args.progress,
                         allow_code_change=args.allow_code_change, logging=args.logging,
                         shard=shard)
+    except KeyboardInterrupt:
+        print(interrupted(out, prog, sys.argv[1:] if argv is None else argv), file=sys.stderr)
+        return 130
     except (SweepError, CheckpointError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

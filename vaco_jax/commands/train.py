@@ -100,6 +100,7 @@ def with_stored_config(command: Command, argv: list[str], prog: str = "vaco-trai
 
 def main(argv: list[str] | None = None, prog: str = "vaco-train") -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    out = None
     try:
         command = parse(argv, prog=prog)   # the env's defaults: a user's env is built here
         # The library is imported once the flags are parsed: --help imports no JAX.
@@ -111,7 +112,18 @@ def main(argv: list[str] | None = None, prog: str = "vaco-train") -> int:
         runtime.start(command.cluster, compile_cache=command.options.compile_cache,
                       verbose=command.options.verbose)
         command = with_stored_config(command, argv, prog)
+        if not command.options.resume and not command.options.out:   # named now, to resume it
+            from vaco_jax.driver import default_out
+
+            command = dataclasses.replace(command, options=dataclasses.replace(
+                command.options, out=str(default_out(command.config))))
+        out = command.options.resume or command.options.out
         summary = run(command.config, command.options)
+    except KeyboardInterrupt:
+        print("interrupted: nothing was written" if out is None else
+              f"interrupted: the checkpoints saved so far are kept in {out}; resume with: "
+              f"{prog} --resume {out}", file=sys.stderr)
+        return 130
     except (ConfigError, CheckpointError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

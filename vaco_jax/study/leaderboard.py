@@ -21,6 +21,9 @@ from vaco_jax.study import bench, scorecard
 def table(directory: str | Path, *, reps: int = scorecard.REPS) -> tuple[pd.DataFrame, list[str]]:
     """One row per (method, task): retention at the largest lag and in the high-update-frequency
     setting (final score, 95% BCa CI), the break-lag; and the notes on methods left out."""
+    if not Path(directory).is_dir():
+        raise FileNotFoundError(f"{directory} does not exist" if not Path(directory).exists()
+                                else f"{directory} is not a directory")
     results = scorecard.leaderboard_results(directory)
     if not results:
         raise FileNotFoundError(f"{directory} holds no benchmark directories")

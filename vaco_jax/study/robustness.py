@@ -306,6 +306,9 @@ def read_method(method_dir: str | Path) -> tuple[pd.DataFrame, dict] | None:
 def read(directory: str | Path) -> tuple[pd.DataFrame, dict]:
     """The runs and random returns of a leaderboard `directory` (one sub-directory per method:
     bench.json, random_returns.json, runs/), each run named by its bench.json method."""
+    if not Path(directory).is_dir():
+        raise FileNotFoundError(f"{directory} does not exist" if not Path(directory).exists()
+                                else f"{directory} is not a directory")
     parts, random = [], {}
     for path in sorted(Path(directory).glob(f"*/{bench.BENCH_FILE}")):
         found = read_method(path.parent)
