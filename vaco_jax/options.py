@@ -210,3 +210,90 @@ class Cluster:
     """Processes in the run (0: from the environment)."""
     process_id: int = -1
     """This process's index in [0, num_processes) (-1: from the environment)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class AsyncOptions:
+    """`vaco-train --async`: the actor groups and the learner run at once, as threads that hand
+    parameters and batches over for real (`vaco_jax.actor_learner`, docs/async.md). The batches'
+    ages then come from the threads' timing, not from a ring buffer: how the process runs changes
+    what it computes, so such a run is neither resumable nor reproducible bit for bit."""
+
+    asynchronous: Annotated[bool, tyro.conf.arg(name="async")] = False
+    """Train with real asynchrony: each of the `num_actors` actor groups (num_envs / num_actors
+    envs each) acts in a thread of its own with the newest parameters the learner has published;
+    the learner takes batches of num_actors segments as they come. Writes the batches' measured
+    ages as a lag profile (`<out>/lag_profile.json`, for `--lag-profile`)."""
+    async_handover: Literal["queued", "sync"] = "queued"
+    """`queued`: actors make segments while the learner learns (at most `--async-queue` of them
+    made or being made and not yet taken); `sync`: an actor group starts a segment only once the
+    learner has published the update made with its last one (no concurrency: every age is 0)."""
+    async_queue: int = 1
+    """`queued`: the most segments, over all actor groups, made or being made and not yet taken
+    by the learner (a larger queue lets actors run further ahead: older batches)."""
+    async_actor_delay: tuple[float, ...] = (0.0,)
+    """Seconds an actor group waits after taking the newest parameters and before acting with them
+    (a slow actor or a slow transfer), drawn for every segment from `--async-delay-distribution`
+    with this mean; several values: group g's mean is the (g mod n)-th, e.g. `0 0.2` makes every
+    second group a straggler. A way to reach larger lags on a small machine."""
+    async_delay_distribution: Literal["fixed", "exponential"] = "exponential"
+    """The actor delay's distribution: `fixed` (always the mean) or `exponential`."""
+    async_actor_devices: tuple[int, ...] = (0,)
+    """Local devices the actor groups act on (group g on the (g mod n)-th of these n), as indices
+    into `jax.local_devices()`."""
+    async_learner_device: int = 0
+    """The local device the learner runs on (its index in `jax.local_devices()`)."""
+
+
+def validate_async(asynchrony: AsyncOptions, config, options: Options, cluster: Cluster) -> None:
+    """Raise `ConfigError` naming the first flag that an `--async` run cannot honour, or an
+    `--async-*` flag given without `--async` (before anything is imported or compiled; the device
+    indices are checked against the devices when the run starts)."""
+    check_types(asynchrony)
+    if not asynchrony.asynchronous:
+        given = [f.name for f in dataclasses.fields(AsyncOptions)
+                 if getattr(asynchrony, f.name) != f.default]
+        if given:
+            raise invalid_option(given[0], getattr(asynchrony, given[0]),
+                                 "only applies with --async (real actor and learner threads)")
+        return
+    if config.capacity != 1 or config.max_capacity > 1:
+        raise invalid_option("capacity", config.capacity,
+                             "must be 1 with --async: there the lag is real; --capacity, "
+                             "--max-capacity and --lag-profile simulate it")
+    if config.lag_profile or config.snapshot_sampling == "profile":
+        raise invalid_option("lag_profile", config.lag_profile,
+                             "cannot be replayed by an --async run, which measures its own lag "
+                             "(and writes it as <out>/lag_profile.json)")
+    refusals = {
+        "resume": "cannot continue an --async run: its ages come from the threads' timing, which "
+                  "a restart cannot replay, so it writes no checkpoints",
+        "dry_run": "is not available with --async (its programs are compiled when it starts)",
+        "log_every": "is not available with --async: the batches' ages and waits are in "
+                     "<out>/batches.jsonl, the losses in metrics.jsonl",
+    }
+    for name, why in refusals.items():
+        if getattr(options, name):
+            raise invalid_option(name, getattr(options, name), why)
+    if options.logging.logger:
+        raise invalid_option("logger", options.logging.logger,
+                             "is not available with --async (metrics.jsonl holds its metrics)")
+    if cluster.distributed or cluster.num_processes > 1:
+        raise invalid_option("distributed", cluster.distributed,
+                             "--async runs in one process (its actors and learner are threads)")
+    if asynchrony.async_queue < 1:
+        raise invalid_option("async_queue", asynchrony.async_queue, "must be an integer >= 1")
+    if asynchrony.async_handover == "sync" and asynchrony.async_queue != 1:
+        raise invalid_option("async_queue", asynchrony.async_queue,
+                             "must be 1 with --async-handover sync (each actor group hands over "
+                             "one segment per learner update)")
+    delays = asynchrony.async_actor_delay
+    if not delays or not all(0 <= d < float("inf") for d in delays):
+        raise invalid_option("async_actor_delay", delays,
+                             "must be one or more finite numbers of seconds >= 0")
+    if not asynchrony.async_actor_devices or min(asynchrony.async_actor_devices) < 0:
+        raise invalid_option("async_actor_devices", asynchrony.async_actor_devices,
+                             "must list one or more device indices >= 0")
+    if asynchrony.async_learner_device < 0:
+        raise invalid_option("async_learner_device", asynchrony.async_learner_device,
+                             "must be a device index >= 0")

@@ -4,6 +4,7 @@
         --total-steps 300000 --out runs/ip_vaco_c4
     vaco-train --resume runs/ip_vaco_c4      # continue after a crash or pre-emption
     vaco-train --lag-profile docs/lag_profiles/example.json   # replay a system's staleness
+    vaco-train --async --num-actors 4 --async-queue 8 --out runs/ip_async   # real actor threads
 
 The command (`python -m vaco_jax.commands.train` where the script is not installed): its flags are the run's `Config`, the
 process `Options` and the `Cluster`; the run is `vaco_jax.run` (`vaco_jax.driver`), imported once
@@ -21,7 +22,7 @@ import tyro
 
 from vaco_jax.config import Config, read_config_file, with_lag_profile
 from vaco_jax.errors import CheckpointError, ConfigError, DivergenceError
-from vaco_jax.options import Cluster, Options
+from vaco_jax.options import AsyncOptions, Cluster, Options, validate_async
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,6 +33,7 @@ class Command:
     config: Annotated[Config, tyro.conf.OmitArgPrefixes] = Config()
     options: Annotated[Options, tyro.conf.OmitArgPrefixes, tyro.conf.arg(name="process")] = Options()
     cluster: Annotated[Cluster, tyro.conf.OmitArgPrefixes] = Cluster()
+    asynchrony: Annotated[AsyncOptions, tyro.conf.OmitArgPrefixes] = AsyncOptions()
     config_file: Annotated[str, tyro.conf.arg(name="config", metavar="FILE")] = ""
     """Start from the config in this file: a run's config.json (or its directory) or a JSON object
     of config fields; config flags given override it (e.g. another --seed or --total-steps)."""
@@ -103,6 +105,9 @@ def main(argv: list[str] | None = None, prog: str = "vaco-train") -> int:
     out = None
     try:
         command = parse(argv, prog=prog)   # the env's defaults: a user's env is built here
+        validate_async(command.asynchrony, command.config, command.options, command.cluster)
+        if command.asynchrony.asynchronous:
+            return _main_async(command, argv, prog)
         # The library is imported once the flags are parsed: --help imports no JAX.
         import numpy as np
 
@@ -143,6 +148,23 @@ def main(argv: list[str] | None = None, prog: str = "vaco-train") -> int:
         print("snapshot ages, profile -> realised (all seeds): " + ", ".join(
             f"{k}: {p:.3f} -> {r:.3f}" for k, (p, r) in enumerate(zip(ages["profile"],
                                                                       ages["realised"]))))
+    return 0
+
+
+def _main_async(command: Command, argv: list[str], prog: str) -> int:
+    """`vaco-train --async`: actor and learner threads (`vaco_jax.actor_learner`)."""
+    command = with_stored_config(command, argv, prog)
+    from vaco_jax import cache
+    from vaco_jax.actor_learner import run_async
+
+    cache.default_compile_cache(command.options.compile_cache)
+    summary = run_async(command.config, command.options, command.asynchrony)
+    ages = summary["ages"]
+    print(f"final eval return per seed: {summary['final_eval_return']}  "
+          f"({summary['env_steps']:,} steps/seed, {summary['sps']:,.0f} steps/s, compile "
+          f"{summary['compile_seconds']:.1f} s, {summary['devices']}) -> {summary['out']}")
+    print(f"measured ages of {ages['segments']} segments: mean {ages['mean']:.2f}, max "
+          f"{ages['max']}, counts {ages['counts']} -> {summary['out']}/lag_profile.json")
     return 0
 
 
