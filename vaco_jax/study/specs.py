@@ -38,6 +38,18 @@ README_BEGIN = ("<!-- results: written by `vaco-report --all` from each study's 
 README_END = "<!-- results: end -->"
 
 
+def checkout(start: str | Path | None = None) -> Path:
+    """The checkout whose committed results a command reads and checks: the nearest directory at
+    or above `start` (default: the working directory) that holds `RESULTS` and `README`, else the
+    one `vaco_jax` is installed from (`ROOT`). So a command run in a clone checks that clone's
+    files, whichever checkout the installed code comes from."""
+    here = Path(start or Path.cwd()).resolve()
+    for directory in (here, *here.parents):
+        if (directory / RESULTS).is_file() and (directory / README).is_file():
+            return directory
+    return ROOT
+
+
 # --- what a headline number is: a cell of a report, as printed --------------------------------
 @dataclasses.dataclass(frozen=True)
 class Cell:
@@ -568,9 +580,12 @@ def with_readme_block(text: str, block: str) -> str:
 
 def _stale(studies: Mapping[str, Spec], made: Mapping[str, Path], root: Path) -> list[str]:
     """Each committed report file of `studies` that differs from its regeneration in `made`."""
-    problems = []
+    problems, seen = [], set()
     for spec in studies.values():
         for name in spec.files:
+            if (spec.report, name) in seen:   # a report several studies share: compared once
+                continue
+            seen.add((spec.report, name))
             difference = compare.difference(Path(root) / spec.report / name,
                                             made[spec.name] / name)
             if difference:
