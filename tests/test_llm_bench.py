@@ -453,3 +453,24 @@ def test_an_objective_without_the_largest_lag_is_left_out_and_named(tmp_path):
             "left out") in text
     assert "F1: 4 of the 8 tests the board's objectives make are present" in text
     assert "F2: 6 of the 12 tests the board's objectives make are present" in text
+
+
+def test_the_key_lowers_the_grpo_program_so_a_sampler_change_breaks_it(monkeypatch):
+    import jax
+
+    from vaco_jax.llm import sampling
+
+    proto = bench.protocol("llm-tiny")
+    key = bench.program_key(proto, "ppo_clip")
+    # Another objective runs in the same program, with other inputs.
+    other = bench.program_key(proto, "vaco")
+    assert other["program"] == key["program"] and other["inputs"] != key["inputs"]
+    # A sampler that draws at half the temperature computes something else.
+    choose = sampling.choose_tokens
+    monkeypatch.setattr(sampling, "choose_tokens",
+                        lambda logits, key, **kw: choose(logits * 2.0, key, **kw))
+    jax.clear_caches()
+    changed = bench.program_key(proto, "ppo_clip")
+    assert changed["program"] != key["program"] and changed["inputs"] == key["inputs"]
+    assert bench.key_differences({**key, "config": "c"}, {**changed, "config": "c"}) == [
+        f"GRPO program {changed['program']} (here {key['program']})"]

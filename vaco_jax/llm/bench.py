@@ -17,9 +17,10 @@ protocol, the commits of every call, comparability key and cost) and the scoreca
 The comparability key of an LLM result is the protocol and its version, a hash of the run
 configuration (every model, task, SFT and GRPO field, with the ks, Ns and seeds), the objective's
 fingerprint (the StableHLO of its loss and gradient, `algorithms.objective_fingerprint`), the warm
-start's SHA-256 and the versions of the libraries that can change a number. It does not lower the
-GRPO program itself: a change to the GRPO code that keeps the configuration keeps the key, and the
-rows' `source` hashes (`io.source_hash`) say which code made them.
+start's SHA-256, the versions of the libraries that can change a number, and (`program_key`) a
+hash of its GRPO programs as lowered (sampler, model, update) with a hash of the values they
+receive. Results recorded before the programs were keyed hold no `program`: they are compared
+only with each other.
 """
 
 from __future__ import annotations
@@ -227,7 +228,45 @@ def comparability_key(proto: LLMProtocol, algo: str, warm_start_sha256: str) -> 
     return {"protocol": proto.name, "protocol_version": proto.version,
             "config": config_hash(proto, proto.config()),
             "objective": algorithms.objective_fingerprint(objective),
-            "warm_start": warm_start_sha256, "versions": control_bench.key_versions()}
+            "warm_start": warm_start_sha256, "versions": control_bench.key_versions(),
+            **program_key(proto, algo)}
+
+
+def program_key(proto: LLMProtocol, algo: str) -> dict:
+    """What `algo`'s runs on `proto` compute besides their configuration: `program`, a hash of
+    each compiled GRPO program's StableHLO (one per N and lag call, as `experiment.run` builds
+    them), lowered for the CPU and hashed over its call graph (`fingerprint.module_digest`), so a
+    change to the sampler, the model or the update changes it and a comment does not; `inputs`,
+    a hash of what the runs receive (PRNG keys, hyper-parameter leaves). Lowered only (seconds)."""
+    import jax
+    import numpy as np
+
+    from vaco_jax import fingerprint
+    from vaco_jax.llm import experiment
+    from vaco_jax.llm.grpo import GRPO, program_objectives
+    from vaco_jax.llm.model import init_params
+
+    config = proto.config()
+    train_set, test_set = experiment.load_problems(config)
+    params = jax.eval_shape(lambda key: init_params(config.model, key), jax.random.PRNGKey(0))
+    programs, inputs = [], hashlib.sha256()
+    for mode, ks in _calls(proto):
+        for n in proto.ns:
+            cfg = llm_config.with_lags(llm_config.replace(config, grpo=dict(num_minibatches=n)),
+                                       ks, mode)
+            objectives = program_objectives((algo,))
+            _, keys, hps = experiment.sweep_keys(cfg, (algo,), objectives, ks)
+            for leaf in [keys, *jax.tree.leaves(hps)]:
+                leaf = np.ascontiguousarray(np.asarray(leaf))
+                inputs.update(repr((leaf.dtype.str, leaf.shape)).encode() + leaf.tobytes())
+            trainer = GRPO(cfg, train_set, test_set, objectives=objectives)
+            one = jax.tree.map(lambda x: x[:1], (keys, hps))
+            train = jax.jit(jax.vmap(trainer.train, in_axes=(0, None, 0, None)))
+            lowered = train.trace(one[0], params, one[1], trainer.data).lower(
+                lowering_platforms=("cpu",))
+            programs.append(fingerprint.module_digest(lowered.as_text(debug_info=False)))
+    return {"program": hashlib.sha256(" ".join(programs).encode()).hexdigest()[:16],
+            "inputs": inputs.hexdigest()[:16]}
 
 
 def key_differences(ours: dict, theirs: dict) -> list[str]:
@@ -235,7 +274,8 @@ def key_differences(ours: dict, theirs: dict) -> list[str]:
     own fingerprint is left out: two objectives differ in it by design."""
     reasons = []
     for part, what in (("protocol", "protocol"), ("protocol_version", "protocol version"),
-                       ("config", "configuration"), ("warm_start", "warm start")):
+                       ("config", "configuration"), ("warm_start", "warm start"),
+                       ("program", "GRPO program"), ("inputs", "inputs")):
         if ours.get(part) != theirs.get(part):
             reasons.append(f"{what} {theirs.get(part)} (here {ours.get(part)})")
     for name, version in (theirs.get("versions") or {}).items():
