@@ -605,7 +605,12 @@ def test_the_plan_prints_the_size_and_a_time_only_where_throughput_was_measured(
     out = capsys.readouterr().out
     assert "10 cells (10 compiled programs), 300 runs, 108,134,400 env steps, 96,000 " \
            "evaluation episodes" in out
-    assert "estimated time: none" in out
+    # The whole cost: the learning-rate choice, the scored runs and the comparability check.
+    assert "  the learning-rate choice: not estimated (no measured throughput for 5 of its 5 " \
+           "cells)" in out
+    assert "  the scored runs: not estimated" in out
+    assert "comparability check lowers no cell" in out
+    assert "estimated time in all: not estimated" in out
     cells = bench.tuning_cells(bench.Method("vaco"), bench.protocol("tiny", 2))
     measured = [{"cell": "bench/toy_reach/ppo_clip/tune", "sps": 1000.0, "compile_seconds": 5.0}]
     size = bench.plan_size(cells, measured)

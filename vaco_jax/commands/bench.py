@@ -266,19 +266,53 @@ def _plan(cells, method, proto, out: Path, leaderboard: Path, *, tune: bool) -> 
              f"{size['env_steps']:,} env steps, {size['evaluation_episodes']:,} evaluation episodes"]
     lines += [f"  {cell.cell_id}: {len(cell.runs)} runs × {cell.config.env_steps:,} steps"
               for cell in cells]
+    parts = [("the scored runs" if not tune else "the learning-rate choice", size)]
     if proto.tuned and not tune:
         tuning = bench.plan_size(bench.tuning_cells(method, proto),
                                  bench.measured_cells(leaderboard, out))
         lines.append(f"the learning-rate choice before it (--tune): {tuning['cells']} cells, "
                      f"{tuning['runs']} runs, {tuning['env_steps']:,} env steps, "
                      f"{tuning['evaluation_episodes']:,} evaluation episodes")
-    if size["estimated_seconds"] is None:
-        lines.append(f"estimated time: none (no measured throughput for "
-                     f"{len(size['unmeasured'])} of the {size['cells']} cells)")
-    else:
-        lines.append(f"estimated time: {size['estimated_seconds'] / 60:.0f} min (the measured "
-                     f"steps/s and compile time of finished cells of the same tasks)")
+        if not (out / bench.TUNING_FILE).exists():
+            parts.insert(0, ("the learning-rate choice", tuning))
+    for what, part in parts:
+        lines.append(f"  {what}: " + (
+            f"about {part['estimated_seconds'] / 60:.0f} min (the measured steps/s and compile "
+            f"time of finished cells of the same tasks)" if part["estimated_seconds"] is not None
+            else f"not estimated (no measured throughput for {len(part['unmeasured'])} of its "
+                 f"{part['cells']} cells)"))
+    lowered = _cells_to_lower(leaderboard, proto)
+    lines.append("  before the first run, the leaderboard's comparability check " + (
+        f"lowers up to {lowered} cells (seconds to a minute each; its results were made by other "
+        f"code; none that the per-user cache holds already)" if lowered else
+        "lowers no cell (its results were made by this checkout's code, or keyed otherwise)"))
+    from vaco_jax import algorithms
+
+    if any(not algorithms.is_builtin(algorithms.parse(c.config.algo).objective) for c in cells):
+        lines.append(f"  a user objective's {len(cells)} cells are lowered at every run to key "
+                     f"them (seconds to a minute each)")
+    known = [part["estimated_seconds"] for _, part in parts]
+    lines.append("estimated time in all: " + (
+        f"{sum(known) / 60:.0f} min of runs, plus the lowering above" if None not in known
+        else "not estimated (see above)"))
     return "\n".join(lines)
+
+
+def _cells_to_lower(leaderboard: Path, proto) -> int:
+    """How many leaderboard cells the comparability check may lower here: those of results made
+    by other code than this checkout's (fewer where the per-user cache holds them already)."""
+    import json
+
+    from vaco_jax.study import bench, keys
+
+    count = 0
+    for path in sorted(leaderboard.glob(f"*/{bench.BENCH_FILE}")) if leaderboard.is_dir() else []:
+        key = json.loads(path.read_text()).get("comparability") or {}
+        if key.get("protocol") != proto.name or key.get("protocol_version") != proto.version:
+            continue
+        if key.get("scheme") == keys.SCHEME and key.get("code") != keys.code_digest():
+            count += len(key.get("programs", {}))
+    return count
 
 
 # Options of the control protocols that an LLM protocol does not take, and why.
