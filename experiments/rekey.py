@@ -15,12 +15,17 @@ and only after three checks, per cell:
 * with `--reverse`, its program part is the same lowered again in the reverse order after
   `jax.clear_caches()`: the key does not depend on what the process lowered before.
 
+A result keyed by the current scheme by other code (another code digest) is checked again: each
+cell lowered here must give its recorded program part; then its code digest becomes this
+checkout's, so that checking it costs no lowering here.
+
 A method that fails a check is left as it was, and named. Each method runs in its own process.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import hashlib
 import json
 import subprocess
@@ -75,19 +80,25 @@ def rekey_method(path: Path, reverse: bool) -> dict:
 
     info = json.loads(path.read_text())
     old = info["comparability"]
+    refresh = old.get("scheme") == keys.SCHEME   # keyed already: check the program parts again
     cells = _cells(info)
     parts, problems = {}, []
     for cell in cells:   # in the order the run lowered them, in a fresh process
         texts = program.lowered_texts(cell.config, len(cell.runs))
-        text = "\n".join(fingerprint.rename_symbols(t) for t in texts)
-        older = hashlib.sha256(f"{cell.fingerprint()}\0{text}".encode()).hexdigest()[:16]
-        if older != old["programs"].get(cell.cell_id):
-            problems.append(f"{cell.cell_id}: older key {older} != recorded "
-                            f"{old['programs'].get(cell.cell_id)}")
         parts[cell.cell_id] = hashlib.sha256(" ".join(
             fingerprint.module_digest(t) for t in texts).encode()).hexdigest()[:16]
-        print(f"  {cell.cell_id}: older key {'matches' if older == old['programs'].get(cell.cell_id) else 'DIFFERS'}, "
-              f"program {parts[cell.cell_id]}", file=sys.stderr, flush=True)
+        if refresh:
+            recorded = old["cells"].get(cell.cell_id, {}).get("program")
+            same = parts[cell.cell_id] == recorded
+            what = f"program {'equals' if same else 'DIFFERS from'} the recorded {recorded}"
+        else:
+            text = "\n".join(fingerprint.rename_symbols(t) for t in texts)
+            recorded = old["programs"].get(cell.cell_id)
+            same = hashlib.sha256(f"{cell.fingerprint()}\0{text}".encode()).hexdigest()[:16] == recorded
+            what = f"older key {'matches' if same else 'DIFFERS from'} the recorded {recorded}"
+        if not same:
+            problems.append(f"{cell.cell_id}: {what}")
+        print(f"  {cell.cell_id}: {what}; program {parts[cell.cell_id]}", file=sys.stderr, flush=True)
     if reverse:
         jax.clear_caches()
         for cell in reversed(cells):
@@ -114,6 +125,7 @@ def main(argv=None) -> int:
     parser.add_argument("--methods", default="", help="comma-separated (default: every one)")
     parser.add_argument("--inputs-at", default="", help="the commit that made the runs")
     parser.add_argument("--reverse", action="store_true")
+    parser.add_argument("--jobs", type=int, default=1, help="methods checked at once")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--inputs-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -139,15 +151,19 @@ def main(argv=None) -> int:
     else:
         differ = []
     failed = 0
+    results = {}
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+        for path in paths:
+            results[path] = pool.submit(_one, path, args.reverse)
     for path in paths:
         print(f"{path.parent.name}:", flush=True)
-        if json.loads(path.read_text())["comparability"].get("scheme") == keys.SCHEME:
-            print("  already keyed by this scheme", flush=True)
+        key = json.loads(path.read_text())["comparability"]
+        if key.get("scheme") == keys.SCHEME and key.get("code") == keys.code_digest():
+            print("  already keyed by this scheme and this code", flush=True)
             continue
-        out = subprocess.run([sys.executable, "-m", "experiments.rekey", str(path), "--one",
-                              *(["--reverse"] if args.reverse else [])], cwd=ROOT,
-                             stdout=subprocess.PIPE, text=True, check=True)
-        result = json.loads(out.stdout.strip().splitlines()[-1])
+        result = results[path].result()
+        if result is None:
+            continue
         mine = [k for k in differ if k.startswith(f"{path.parent.name}/")]
         problems = result["problems"] + [f"{k}: inputs differ at {args.inputs_at}" for k in mine]
         if not result["versions_here"]:
@@ -161,6 +177,19 @@ def main(argv=None) -> int:
         io.write_json_atomic(path, info)
         print(f"  rekeyed ({len(result['record']['programs'])} cells)", flush=True)
     return 1 if failed else 0
+
+
+def _one(path: Path, reverse: bool) -> dict | None:
+    """`rekey_method` in a fresh process (None: keyed by this code already)."""
+    from vaco_jax.study import keys
+
+    key = json.loads(path.read_text())["comparability"]
+    if key.get("scheme") == keys.SCHEME and key.get("code") == keys.code_digest():
+        return None
+    out = subprocess.run([sys.executable, "-m", "experiments.rekey", str(path), "--one",
+                          *(["--reverse"] if reverse else [])], cwd=ROOT,
+                         stdout=subprocess.PIPE, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def _inputs_at(commit: str, directory: Path) -> dict[str, str]:
