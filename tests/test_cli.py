@@ -512,7 +512,7 @@ def test_train_help_heads_each_group_by_what_it_holds(monkeypatch, capsys):
     headings = [line.strip(" │╭─╮") for line in capsys.readouterr().out.splitlines()
                 if line.strip(" │╭─╮").endswith(" options") or line.strip(" │╭─╮") == "options"]
     assert headings == ["options", "config options", "process options", "logging options",
-                        "cluster options"], headings
+                        "cluster options", "asynchrony options"], headings
 
 
 def test_references_lists_the_presets(capsys):
