@@ -1,0 +1,369 @@
+"""Design-seed measurements for the lag-robustness benchmark's `cpu` protocol v3 (design stage).
+
+Everything here runs on design seeds 900-904, which no score uses, before anything is
+pre-registered. Every task runs the same number of learner iterations T = 128, so a lag of k
+iterations is the same fraction of every run; a task's budget is set by its steps per iteration
+(num_envs x 32 steps), T x num_envs x 32 env steps per run.
+
+Stage 1 reads ONLY synchronous PPO-Clip (k = 0), on each candidate task over a learning-rate grid
+(one program per task: every learning rate x design seed vmapped). Stage 2 runs PPO-Clip at its
+per-task stage-1 learning rate at constant lags k in {0, 2, 4, 6, 8} (lag profiles, one program
+per task) on the tasks the rule keeps, to choose the protocol's largest lag k_max.
+
+THE TASK RULE (written before stage 1 ran; it reads stage 1 only, never a lagged run):
+
+  For each candidate, PPO-Clip's learning rate is the grid's rate with the highest mean AUC over the
+  design seeds (AUC: the mean of a run's evaluation returns; ties to the smaller rate). At that rate,
+  with `final` the mean over the design seeds of each run's last 3 evaluations and `random` the
+  random policy's mean return, a task is KEPT when both hold:
+
+  L (learns, well above random): where the task has a return cap R (`RETURN_CAP`),
+    final - random >= 0.25 (R - random); where it has none, final - random > 0 and
+    final - random >= 3 x the standard deviation of the design seeds' final returns.
+  S (not at its cap before the last quarter): where it has a cap, the seed-mean return at every
+    evaluation in the first three quarters of the run is below random + 0.9 (R - random); where it
+    has none, it is still rising in the last quarter: the seed-mean return over the three
+    evaluations that end at 3/4 of the run is below random + 0.95 (final - random).
+
+  Then cost (it reads only stage 1's steps/s): if the kept tasks' projected cost exceeds the limit
+  (2 hours per method on a quiet 2-core machine, tuning included, 20 scoring seeds), the most
+  expensive kept task of the suite with the most kept tasks is dropped, until it fits. If fewer
+  than 8 tasks of 3 suites, 2 with discrete actions, are left, that is reported and the candidates'
+  steps per iteration (or T) are chosen again; the rule is not changed to let a task in.
+
+k_max (at most T/16 = 8; never chosen by how methods spread apart): the smallest k in {2, 4, 6, 8}
+at which PPO-Clip's median over kept tasks of (AUC_k - random) / (AUC_0 - random)
+is at most 0.9 (none: reported, and T is chosen again).
+
+Held-out tasks (`HELD_OUT`) are named here and never run on the design seeds.
+
+    python -m experiments.design_cpu_v3 OUT --plan                # sizes and cost, runs nothing
+    python -m experiments.design_cpu_v3 OUT                       # stage 1 (resumable)
+    python -m experiments.design_cpu_v3 OUT --stage 2 [--tasks ...]
+    python -m experiments.design_cpu_v3 OUT --summary             # OUT/summary.md from the runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from vaco_jax import io
+from vaco_jax.config import Config
+from vaco_jax.study import bench
+
+T = 128                     # learner iterations of every run, every task
+UNROLL = 32
+NUM_EVALS = 16              # one evaluation every 8 iterations
+SHAPES = {"unroll_length": UNROLL, "num_epochs": 4, "num_minibatches": 8, "num_actors": 4,
+          "num_evals": NUM_EVALS, "eval_envs": 16}
+# Candidate -> (num_envs, the task's own fields). Steps per run = T x num_envs x 32. The envs per
+# iteration scale a task's budget with how much data it needs (v2's design curves): 16 for tasks
+# PPO-Clip learns in ~50k steps, 128 for CartpoleSwingup, which needs ~500k.
+CANDIDATES = {   # in the order stage 1 runs them: the cheapest first
+    "gymnax:CartPole-v1": (16, {}),
+    "gymnax:Acrobot-v1": (16, {}),
+    "gymnax:Pendulum-v1": (64, {"gamma": 0.9}),
+    "dmc:CartpoleBalance": (32, {}),
+    "gymnax:Breakout-MinAtar": (64, {"ent_coef": 0.01}),
+    "dmc:CartpoleSwingup": (128, {}),
+    "gymnax:SpaceInvaders-MinAtar": (64, {"ent_coef": 0.01}),
+    "gymnax:Freeway-MinAtar": (64, {"ent_coef": 0.01}),
+    "dmc:ReacherEasy": (32, {}),
+    "inverted_double_pendulum": (16, {}),
+    "dmc:FingerSpin": (32, {}),
+    "reacher": (32, {}),
+}
+# Named in advance, never run on the design seeds: scored beside the kept tasks, reported apart.
+HELD_OUT = {
+    "gymnax:Asterix-MinAtar": (64, {"ent_coef": 0.01}),
+    "dmc:FingerTurnEasy": (64, {}),
+    "pusher": (32, {}),
+}
+SUITE = {"gymnax:CartPole-v1": "gymnax classic", "gymnax:Acrobot-v1": "gymnax classic",
+         "gymnax:Pendulum-v1": "gymnax classic"}
+DISCRETE = {"gymnax:CartPole-v1", "gymnax:Acrobot-v1", "gymnax:Breakout-MinAtar",
+            "gymnax:SpaceInvaders-MinAtar", "gymnax:Freeway-MinAtar", "gymnax:Asterix-MinAtar"}
+# A task's documented maximum return at its episode length (None: no cap the policy can reach).
+RETURN_CAP = {"gymnax:CartPole-v1": 500.0, "inverted_double_pendulum": 9_360.0,
+              **{env: 1_000.0 for env in (*CANDIDATES, *HELD_OUT) if env.startswith("dmc:")}}
+LR_GRID = (3e-4, 1e-3, 3e-3)
+DESIGN_SEED = 900
+SEEDS = 5
+LAGS = (0, 2, 4, 6, 8)      # stage 2; T/16 = 8
+# The v3 protocol the cost is projected for: per task, a 16-configuration tuning at k = 0 on 5
+# design seeds, then 20 scoring seeds at each of 4 constant lags and a uniform lag (K = 4), and at
+# k = 0 and k_max with K = 16.
+PROJECTED = {"tuning_runs": 16 * 5, "lag_runs": 5 * 20, "forward_runs": 2 * 20,
+             "limit_seconds": 2 * 3600}
+
+
+def suite(env: str) -> str:
+    if env in SUITE:
+        return SUITE[env]
+    if env.endswith("-MinAtar"):
+        return "MinAtar"
+    if env.startswith("dmc:"):
+        return "DM Control"
+    return "Brax/MJX"
+
+
+def task(env: str, seeds: int) -> bench.Task:
+    num_envs, own = {**CANDIDATES, **HELD_OUT}[env]
+    fields = {"episode_length": Config.for_env(env).episode_length, "num_envs": num_envs,
+              **SHAPES, "total_steps": T * num_envs * UNROLL, **own}
+    return bench.Task(env, tuple(fields.items()), seeds)
+
+
+def design_protocol(tasks) -> bench.Protocol:
+    return bench.Protocol(
+        "cpu-design", 3, tuple(task(env, SEEDS) for env in tasks), lags=LAGS, forward=(),
+        seed=DESIGN_SEED, sampling="profile", design_seed=DESIGN_SEED, design_seeds=SEEDS,
+        learning_rates=LR_GRID, description="design seeds: candidate tasks for cpu v3")
+
+
+def stage1_cells(tasks):
+    return bench.tuning_cells(bench.Method("ppo_clip"), design_protocol(tasks))
+
+
+def stage2_cells(tasks, rates: dict[str, float]):
+    proto = design_protocol(tasks)
+    method = bench.Method("ppo_clip")
+    return [bench._cell(method, proto, t, "lag", bench.settings(proto, LAGS), (),
+                        range(DESIGN_SEED, DESIGN_SEED + SEEDS), [rates[t.env]])
+            for t in proto.tasks]
+
+
+# --- reading the runs ----------------------------------------------------------------------------
+def per_run(rows, random: dict[str, float]):
+    """One row per run: env, learning rate, lag, seed, final (last 3 evaluations), AUC (mean of
+    every evaluation), the curve; a diverged run scores random from its divergence on."""
+    import pandas as pd
+
+    frame = rows.assign(value=rows["eval_return"].astype(float))
+    frame["value"] = frame["value"].fillna(frame["env"].map(random))
+    frame["lag"] = frame["lag"].fillna(0).astype(int) if "lag" in frame else 0
+    out = []
+    for (env, lr, lag, seed), run in frame.sort_values("eval_index").groupby(
+            ["env", "learning_rate", "lag", "seed"], sort=False):
+        values = run["value"].to_numpy()
+        out.append({"env": env, "learning_rate": float(lr), "lag": int(lag), "seed": int(seed),
+                    "final": values[-3:].mean(), "auc": values.mean(), "curve": values,
+                    "steps": run["step"].to_numpy()})
+    return pd.DataFrame(out)
+
+
+def apply_rule(runs, random: dict[str, float]) -> dict[str, dict]:
+    """The task rule (module docstring) on stage 1's runs, per task."""
+    import numpy as np
+
+    decisions = {}
+    for env, g in runs.groupby("env", sort=False):
+        aucs = g.groupby("learning_rate")["auc"].mean()
+        lr = float(min(r for r, a in aucs.items() if a >= aucs.max() - 1e-9))
+        h = g[g.learning_rate == lr]
+        curve = np.mean(np.stack(h["curve"].to_list()), axis=0)
+        steps = h["steps"].iloc[0]
+        first = steps <= 0.75 * steps[-1]                   # evaluations in the first 3/4
+        at_three_quarters = curve[first][-3:].mean()
+        final, sd = h["final"].mean(), h["final"].std(ddof=1)
+        rnd, cap = random[env], RETURN_CAP.get(env)
+        if cap is not None:
+            learns = final - rnd >= 0.25 * (cap - rnd)
+            unsaturated = bool(np.all(curve[first] < rnd + 0.9 * (cap - rnd)))
+            why_s = (f"seed-mean return reaches {curve[first].max():.1f} before 3/4 "
+                     f"(0.9 of the way to the cap {rnd + 0.9 * (cap - rnd):.1f})")
+        else:
+            learns = final - rnd > 0 and final - rnd >= 3 * sd
+            unsaturated = at_three_quarters < rnd + 0.95 * (final - rnd)
+            why_s = (f"the last quarter adds {final - at_three_quarters:.1f} "
+                     f"({(final - at_three_quarters) / max(final - rnd, 1e-9):.0%} of the gain): "
+                     f"plateau")
+        reasons = []
+        if not learns:
+            reasons.append(f"does not learn well above random (final {final:.1f}, random "
+                           f"{rnd:.1f}" + (f", cap {cap:.0f})" if cap else f", sd {sd:.1f})"))
+        if not unsaturated:
+            reasons.append(why_s)
+        decisions[env] = {
+            "learning_rate": lr, "edge": lr in (min(LR_GRID), max(LR_GRID)),
+            "auc_by_lr": {repr(float(k)): float(v) for k, v in aucs.items()},
+            "final": float(final), "final_sd": float(sd), "final_min": float(h["final"].min()),
+            "auc": float(h["auc"].mean()), "at_three_quarters": float(at_three_quarters),
+            "random": float(rnd), "cap": cap, "kept": learns and unsaturated,
+            "why": "; ".join(reasons) or "learns, not at its cap before the last quarter"}
+    return decisions
+
+
+def cost_of(cells_records: list[dict], env: str) -> dict:
+    """Stage 1's measured rate for `env` and the projected v3 cost per method for it (seconds at
+    that rate: the loaded design machine's, an upper bound for a quiet one). K = 16 runs cost
+    their training time plus 3 more learner times (4x the SGD steps)."""
+    rec = next((r for r in cells_records if r["cell"].split("/")[1] == env), None)
+    if rec is None:
+        return {}
+    runs = len(rec["runs"]) if isinstance(rec["runs"], list) else int(rec["runs"])
+    steps = rec["env_steps_per_run"]
+    per_run = rec["train_seconds"] / runs
+    learn_share = rec.get("learn_seconds", 0) / runs
+    p = PROJECTED
+    seconds = (per_run * (p["tuning_runs"] + p["lag_runs"])
+               + (per_run + 3 * learn_share) * p["forward_runs"] + 3 * rec["compile_seconds"])
+    return {"sps": rec["sps"], "runs": runs, "steps_per_run": steps,
+            "train_seconds": rec["train_seconds"], "compile_seconds": rec["compile_seconds"],
+            "wall_seconds": rec["wall_seconds"], "projected_seconds": seconds}
+
+
+def summarise(root: str) -> str:
+    import numpy as np
+
+    from vaco_jax.study import sweep
+
+    root = Path(root)
+    random = json.loads((root / "stage1" / bench.REFERENCES).read_text())
+    runs = per_run(sweep.load_results(root / "stage1" / "runs"), random)
+    records = io.read_jsonl(root / "stage1" / "runs" / sweep.CELLS)
+    decisions = apply_rule(runs, random)
+    lines = [f"T = {T} learner iterations per run, {NUM_EVALS} evaluations of 16 episodes; "
+             f"K = 4 × M = 8; learning-rate grid {list(LR_GRID)}; design seeds "
+             f"{DESIGN_SEED}–{DESIGN_SEED + SEEDS - 1}.", "",
+             "## Stage 1: synchronous PPO-Clip on the candidates", "",
+             "| task | suite | envs × steps = steps/iter | steps per run | lr (AUC-best) | random | "
+             "cap | final [min] | at 3/4 | kept | why |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for env, d in decisions.items():
+        num_envs = CANDIDATES[env][0]
+        lines.append(
+            f"| `{env}` | {suite(env)}{', discrete' if env in DISCRETE else ''} | "
+            f"{num_envs} × {UNROLL} = {num_envs * UNROLL:,} | {T * num_envs * UNROLL:,} | "
+            f"{d['learning_rate']:g}{' (edge)' if d['edge'] else ''} | {d['random']:.1f} | "
+            f"{'—' if d['cap'] is None else format(d['cap'], '.0f')} | {d['final']:.1f} "
+            f"[{d['final_min']:.1f}] | {d['at_three_quarters']:.1f} | "
+            f"{'**kept**' if d['kept'] else 'out'} | {d['why']} |")
+    lines += ["", "Mean AUC over the design seeds per learning rate (the rate is chosen by it):", "",
+              "| task | " + " | ".join(f"{lr:g}" for lr in LR_GRID) + " |",
+              "|---|" + "---|" * len(LR_GRID)]
+    for env, d in decisions.items():
+        lines.append(f"| `{env}` | " + " | ".join(
+            f"{d['auc_by_lr'].get(repr(float(lr)), float('nan')):.1f}" for lr in LR_GRID) + " |")
+    lines += ["", "PPO-Clip's seed-mean evaluation return at the chosen rate, at each quarter of "
+              "the run:", "", "| task | 1/4 | 1/2 | 3/4 | 1 |", "|---|---|---|---|---|"]
+    for env, d in decisions.items():
+        h = runs[(runs.env == env) & (runs.learning_rate == d["learning_rate"])]
+        curve = np.mean(np.stack(h["curve"].to_list()), axis=0)
+        n = len(curve)
+        lines.append(f"| `{env}` | " + " | ".join(
+            f"{curve[int(n * f) - 1]:.1f}" for f in (0.25, 0.5, 0.75, 1.0)) + " |")
+    lines += ["", "## Cost (stage 1's cells, on the shared, loaded design machine)", "",
+              "Projected v3 cost per method and task: 80 tuning runs + 100 lag runs at K = 4 and "
+              "40 runs at K = 16 (training time plus 3 more learner times each), plus 3 compiles, "
+              "at this machine's measured rate (a quiet machine is faster).", "",
+              "| task | runs | steps/s (all runs of the cell) | compile s | wall s | "
+              "projected v3 min/method |", "|---|---|---|---|---|---|"]
+    total = 0.0
+    for env, d in decisions.items():
+        c = cost_of(records, env)
+        if not c:
+            continue
+        total += c["projected_seconds"] if d["kept"] else 0
+        lines.append(f"| `{env}` | {c['runs']} | {c['sps']:,.0f} | {c['compile_seconds']:.0f} | "
+                     f"{c['wall_seconds']:.0f} | {c['projected_seconds'] / 60:.1f} |")
+    kept = [e for e, d in decisions.items() if d["kept"]]
+    lines += ["", f"Kept: {len(kept)} tasks ({', '.join(f'`{e}`' for e in kept)}), "
+              f"{len({suite(e) for e in kept})} suites, {len([e for e in kept if e in DISCRETE])} "
+              f"with discrete actions; projected v3 cost per method over them "
+              f"{total / 60:.0f} min at this machine's rate."]
+    stage2 = root / "stage2" / "runs"
+    if io.has_rows(stage2 / sweep.CELLS):
+        r2 = per_run(sweep.load_results(stage2), random)
+        lines += ["", "## Stage 2: PPO-Clip at constant lags, its stage-1 rate per task", "",
+                  "(AUC_k − random) ÷ (AUC_0 − random), mean of the design seeds' AUCs:", "",
+                  "| task | lr | " + " | ".join(f"k = {k}" for k in LAGS) + " |",
+                  "|---|---|" + "---|" * len(LAGS)]
+        ratios = {k: [] for k in LAGS}
+        for env, g in r2.groupby("env", sort=False):
+            auc = g.groupby("lag")["auc"].mean()
+            rnd = random[env]
+            row = []
+            for k in LAGS:
+                value = (auc[k] - rnd) / (auc[0] - rnd) if k in auc else float("nan")
+                ratios[k].append(value)
+                row.append(f"{value:.2f}")
+            lines.append(f"| `{env}` | {g.learning_rate.iloc[0]:g} | " + " | ".join(row) + " |")
+        lines.append("| **median** | | " + " | ".join(
+            f"**{np.nanmedian(ratios[k]):.2f}**" for k in LAGS) + " |")
+        chosen = next((k for k in LAGS[1:] if np.nanmedian(ratios[k]) <= 0.9), None)
+        lines += ["", f"k_max by the rule (smallest k with median ≤ 0.9): "
+                  f"{chosen if chosen is not None else f'none ≤ {max(LAGS)}'}"]
+    return "\n".join(lines) + "\n"
+
+
+# --- running -------------------------------------------------------------------------------------
+def plan(root: str, tasks) -> None:
+    from vaco_jax.study import sweep
+
+    records = bench.measured_cells(Path(root) / "stage1")
+    cells = stage1_cells(tasks)
+    size = bench.plan_size(cells, records)
+    print(f"T = {T}; stage 1: {size['cells']} programs, {size['runs']} runs, "
+          f"{size['env_steps']:,} env steps, {size['evaluation_episodes']:,} evaluation episodes")
+    for cell in cells:
+        print(f"  {cell.env:32s} {cell.config.num_envs:4d} envs  {cell.config.env_steps:>9,} "
+              f"steps/run  {len(cell.runs)} runs  {cell.config.num_iterations} iterations")
+    estimate = size["estimated_seconds"]
+    print("estimated: " + (f"{estimate / 60:.0f} min (stage 1's measured rates)"
+                           if estimate is not None else
+                           f"unknown for {len(size['unmeasured'])} unmeasured programs"))
+    for env in tasks:
+        c = cost_of(records, env)
+        if c:
+            print(f"  {env:32s} {c['sps']:>9,.0f} steps/s; projected v3 "
+                  f"{c['projected_seconds'] / 60:.1f} min per method")
+    del sweep
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m experiments.design_cpu_v3",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("out")
+    parser.add_argument("--stage", type=int, choices=(1, 2), default=1)
+    parser.add_argument("--tasks", nargs="+", default=list(CANDIDATES))
+    parser.add_argument("--summary", action="store_true",
+                        help="write OUT/summary.md from the runs already in OUT and stop")
+    parser.add_argument("--plan", action="store_true", help="print the size and cost and stop")
+    args = parser.parse_args(argv)
+    unknown = [env for env in args.tasks if env not in CANDIDATES]
+    if unknown:
+        parser.error(f"not candidates: {unknown} (held-out tasks never run here)")
+    if args.plan:
+        plan(args.out, args.tasks)
+        return
+    if args.summary:
+        text = ("# Design-seed measurements for the benchmark's cpu protocol v3 (design stage)\n\n"
+                f"Generated by `python -m experiments.design_cpu_v3 {args.out} --summary`. "
+                "Exploratory: 5 design seeds, no test; they choose tasks and lags, they say "
+                "nothing about methods.\n\n" + summarise(args.out))
+        io.write_bytes_atomic(f"{args.out}/summary.md", text.encode())
+        print(f"{args.out}/summary.md")
+        return
+    from vaco_jax.study import sweep
+
+    root = Path(args.out)
+    proto = design_protocol(args.tasks)
+    random = bench.random_returns(root / "stage1", proto)
+    if args.stage == 1:
+        cells, runs = stage1_cells(args.tasks), root / "stage1" / "runs"
+    else:
+        stage1 = per_run(sweep.load_results(root / "stage1" / "runs"), random)
+        decisions = apply_rule(stage1, random)
+        tasks = [env for env in args.tasks if decisions.get(env, {}).get("kept")]
+        print("stage 2 on", tasks)
+        cells = stage2_cells(tasks, {env: decisions[env]["learning_rate"] for env in tasks})
+        runs = root / "stage2" / "runs"
+    sweep.run_sweep(cells, runs, allow_code_change=True)
+    bench.compact_when_finished(cells, runs)
+
+
+if __name__ == "__main__":
+    main()
