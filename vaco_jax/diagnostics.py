@@ -127,3 +127,30 @@ def update_age_metrics(snapshot_age, num_epochs: int, num_minibatches: int, slot
         metrics[f"update_age_p{percent}"] = (a * steps + step).astype(jnp.float32)
     metrics.update({name: shares[i] for i, (_, _, name) in enumerate(bins)})
     return metrics
+
+
+def behavior_weight_summary(log_learner_start, log_behavior, *, low=0.5, high=2.0, cap=2.0,
+                            mask=None) -> dict:
+    """How much of a batch the π_T-anchored objectives can use (no gradient): the behavioural
+    weights `ρ = π_T/β` that decoupled PPO truncates at `cap` and IcePop zeroes outside
+    `[low, high]`. Fractions of samples, and the Kish effective sample size as a fraction of the
+    batch, `ESS(w)/N = (Σw)² / (N Σw²)`, of three weightings:
+
+    * `rho_below_low`, `rho_above_high`: `ρ < low`, `ρ > high` (IcePop's masked share is their sum);
+    * `ess_rho`: the untruncated `ρ`; `ess_truncated`: `min(ρ, cap)` (decoupled PPO);
+      `ess_masked`: `ρ · 1[low ≤ ρ ≤ high]` (IcePop);
+    * `mean_truncated_weight`: `E[min(ρ, cap)]`, the scale the truncation leaves the loss at.
+    With β = π_T every ρ is 1: both fractions 0, every ESS 1."""
+    log_learner_start, log_behavior = unmasked(mask, log_learner_start, log_behavior)
+    rho = jnp.exp(sg(log_ratio(log_learner_start, log_behavior)))
+    inside = (rho >= low) & (rho <= high)
+
+    def ess(w):
+        return masked_mean(w, mask) ** 2 / jnp.maximum(masked_mean(jnp.square(w), mask), 1e-30)
+
+    truncated = jnp.minimum(rho, cap)
+    return {"rho_below_low": masked_mean((rho < low).astype(rho.dtype), mask),
+            "rho_above_high": masked_mean((rho > high).astype(rho.dtype), mask),
+            "ess_rho": ess(rho), "ess_truncated": ess(truncated),
+            "ess_masked": ess(jnp.where(inside, rho, 0.0)),
+            "mean_truncated_weight": masked_mean(truncated, mask)}
