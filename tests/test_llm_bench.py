@@ -5,6 +5,7 @@ and the LLM leaderboard with its check."""
 import dataclasses
 import json
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -235,6 +236,37 @@ def test_the_leaderboard_is_checked_against_its_per_run_files(hand_board, capsys
     io.write_json_atomic(hand_board / "vaco" / "scorecard.json", card)
     problems = scorecard.check(hand_board)
     assert f"{hand_board / 'vaco' / 'scorecard.json'}: differs from its recomputation" in problems
+
+
+def test_the_board_says_the_realised_snapshot_age_beside_each_nominal_lag(tmp_path):
+    # Four iterations: at nominal k, iteration t is generated at age min(t, k).
+    aged = lambda rows: [{**r, "snapshot_age": [float(min(t, r["k"])) for t in range(4)]}  # noqa: E731
+                         for r in rows]
+    board = tmp_path / "board"
+    _entry(board / "ppo_clip", "ppo_clip", aged(_rows("ppo_clip", _ppo)))
+    _entry(board / "vaco", "vaco", aged(_rows("vaco", _vaco)))
+    table, cards = scorecard.board(board, reps=50)
+    text = scorecard.board_markdown(table, cards)
+    for k, mean in ((0, 0.0), (1, 0.75), (3, 1.5)):   # mean over t of min(t, k)
+        assert f"k = {k} (realised mean age {mean:.2f}, at most {min(3, k)})" in text
+    diag = cards["vaco"].diagnostics.set_index(["k", "N"])
+    assert diag.loc[(3, 2), "snapshot_age"] == pytest.approx(1.5)
+    assert diag.loc[(3, 2), "snapshot_age_max"] == 3.0
+    assert "snapshot_age_max" in scorecard.markdown(cards["vaco"])
+
+
+def test_the_committed_llm_board_says_the_ages_its_runs_realised():
+    """Beside each nominal lag, `leaderboard.md` gives the mean and largest snapshot age of the
+    batches, as the committed per-run files recorded them (not as the protocol names them)."""
+    root = Path(__file__).resolve().parent.parent / "results" / "lag-bench" / "llm-cpu"
+    runs = pd.concat([pd.read_parquet(p, columns=["k", "lag_sampling", "snapshot_age"])
+                      for p in sorted(root.glob(f"*/{bench.RESULTS.replace('.jsonl', '.parquet')}"))])
+    assert len(runs) == 13 * 80
+    text = (root / "leaderboard.md").read_text()
+    for (mode, k), group in runs.groupby(["lag_sampling", "k"]):
+        ages = np.stack(group.snapshot_age.to_list())
+        words = f"k = {k}" if mode == "constant" else f"uniform 0..{k}"
+        assert f"{words} (realised mean age {ages.mean():.2f}, at most {ages.max():.0f})" in text
 
 
 def test_the_stochastic_lag_runs_after_the_constant_lags_and_resumes(tmp_path, monkeypatch,
