@@ -264,4 +264,26 @@ def test_provenance_names_the_cpu_model_and_its_instruction_sets(tmp_path):
     assert io.host_tag(str(a)) != io.host_tag(str(b))
     host = io.provenance()["host"]
     assert host["cpu"] == io.cpu_model() and host["cpu_tag"] == io.host_tag()
-    assert set(host) == {"machine", "cpus", "cpu", "cpu_tag"}
+    assert set(host) == {"machine", "cpus", "cpu", "cpu_id", "cpu_tag"}
+
+
+def test_provenance_tells_apart_cpus_whose_model_name_is_coarse(tmp_path):
+    # A virtual machine may name its CPU only "AMD EPYC": the family, model and stepping still
+    # say which generation ran a result.
+    def cpuinfo(name, model):
+        block = (f"processor\t: {{}}\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\n"
+                 f"model\t\t: {model}\nmodel name\t: {name}\nstepping\t: 1\n\n")
+        path = tmp_path / f"{model}.txt"
+        path.write_text(block.format(0) + block.format(1).replace("stepping\t: 1", "stepping\t: 2"))
+        return str(path)
+    genoa, milan = cpuinfo("AMD EPYC", 17), cpuinfo("AMD EPYC", 1)
+    assert io.cpu_model(genoa) == io.cpu_model(milan) == "AMD EPYC"
+    assert io.cpu_id(genoa) == "AuthenticAMD family 25 model 17 stepping 1"   # first processor
+    assert io.cpu_id(milan) == "AuthenticAMD family 25 model 1 stepping 1"
+    arm = tmp_path / "arm.txt"
+    arm.write_text("processor\t: 0\nBogoMIPS\t: 50.00\nCPU implementer\t: 0x41\n"
+                   "CPU architecture: 8\nCPU variant\t: 0x3\nCPU part\t: 0xd0c\n"
+                   "CPU revision\t: 1\n")
+    assert io.cpu_id(str(arm)) == "implementer 0x41 part 0xd0c variant 0x3 revision 1"
+    assert io.cpu_id(str(tmp_path / "absent")) == "unknown"
+    assert io.provenance()["host"]["cpu_id"] == io.cpu_id()

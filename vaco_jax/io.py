@@ -63,9 +63,10 @@ def portable_path(path) -> str:
 def provenance() -> dict[str, Any]:
     """Library versions, device, Python and git commit: what a result needs to be reproduced.
 
-    `host` names the CPU too (its model and `host_tag`, a hash of the model and its feature
-    flags): XLA compiles differently for different instruction sets, so two CPUs can give
-    different numbers from the same seed."""
+    `host` names the CPU too (its model, its `cpu_id` and `host_tag`, a hash of the model and its
+    feature flags): XLA compiles differently for different instruction sets, so two CPUs can give
+    different numbers from the same seed. A virtual machine may report a coarse model name ("AMD
+    EPYC"); `cpu_id` (vendor, family, model and stepping) still tells its generations apart."""
     import jax
 
     device = jax.devices()[0]
@@ -75,7 +76,7 @@ def provenance() -> dict[str, Any]:
         "device": {"platform": device.platform, "kind": device.device_kind,
                    "count": jax.device_count()},
         "host": {"machine": platform.machine(), "cpus": os.cpu_count(),
-                 "cpu": cpu_model(), "cpu_tag": host_tag()},
+                 "cpu": cpu_model(), "cpu_id": cpu_id(), "cpu_tag": host_tag()},
         "git_commit": git_commit(),
         "source": source_hash(),
     }
@@ -126,6 +127,35 @@ def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
     """The host CPU's model name (Linux `/proc/cpuinfo`; elsewhere what `platform` reports)."""
     lines = _cpuinfo_lines(cpuinfo, ("model name", "Model", "Hardware"))
     return (lines[0].partition(":")[2].strip() if lines else platform.processor()) or "unknown"
+
+
+def cpu_id(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The host CPU's identification, as its first processor in Linux `/proc/cpuinfo` gives it:
+    x86 `vendor_id`, `cpu family`, `model` and `stepping` ("AuthenticAMD family 25 model 17
+    stepping 1"); Arm `CPU implementer`, `part`, `variant` and `revision`. It names the
+    generation where `cpu_model` is coarse. "unknown" where there is no such file (macOS,
+    Windows: `cpu_model` names the CPU there)."""
+    fields = {}
+    try:
+        with open(cpuinfo) as file:
+            for line in file:
+                if not line.strip():
+                    if fields:
+                        break   # the first processor's block is enough
+                    continue
+                name, _, value = line.partition(":")
+                fields.setdefault(name.strip(), value.strip())
+    except OSError:
+        return "unknown"
+    x86 = ("vendor_id", "cpu family", "model", "stepping")
+    arm = ("CPU implementer", "CPU part", "CPU variant", "CPU revision")
+    if "cpu family" in fields:
+        return " ".join([fields.get("vendor_id", "?")] + [
+            f"{name.removeprefix('cpu ')} {fields[name]}" for name in x86[1:] if name in fields])
+    if "CPU implementer" in fields:
+        return " ".join(f"{name.removeprefix('CPU ')} {fields[name]}" for name in arm
+                        if name in fields)
+    return "unknown"
 
 
 @functools.cache
