@@ -29,8 +29,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import json
-import sys
 import threading
 import time
 from pathlib import Path
@@ -224,6 +222,70 @@ class ActorGroup(threading.Thread):
             exchange.stop(error)
 
 
+class Learner:
+    """The learner's side, in the calling thread: learn on a batch and publish the snapshot, log
+    the batch; every `iterations_per_eval` iterations evaluate and write a metrics.jsonl row."""
+
+    def __init__(self, programs: AsyncPrograms, learn, evaluate, state, eval_key,
+                 devices: Devices, out: Path, options: Options, log):
+        self.programs, self.config = programs, programs.config
+        self.learn, self.evaluate_program = learn, evaluate
+        self.state, self.eval_key, self.devices = state, eval_key, devices
+        self.out, self.options, self.log = out, options, log
+        self.ages: list[int] = []
+        self.per_iteration: list[dict] = []
+        self.history: dict[str, list] = collections.defaultdict(list)
+        self.seconds = collections.Counter()   # waiting, learning, evaluating
+        self.start = time.perf_counter()
+
+    def clock(self) -> float:
+        """Seconds since the threads started."""
+        return time.perf_counter() - self.start
+
+    def learn_on(self, iteration: int, batch: list[Segment], waited: float,
+                 exchange: Exchange) -> None:
+        """Learner iteration `iteration` on `batch`, then publish version `iteration + 1`."""
+        start = time.perf_counter()
+        ages = [iteration - s.version for s in batch]
+        self.ages.extend(ages)
+        segments = jax.device_put(tuple(s.traj for s in batch), self.devices.learner)
+        self.state, metrics = self.learn(
+            self.state, segments, jax.device_put(np.asarray(ages, np.int32), self.devices.learner))
+        jax.block_until_ready(self.state)   # published complete
+        with exchange.condition:
+            exchange.version, exchange.snapshot = iteration + 1, self.programs.snapshot(self.state)
+            exchange.condition.notify_all()
+        self.seconds["waiting"] += waited
+        self.seconds["learning"] += time.perf_counter() - start
+        metrics["nonfinite_episodes"] = sum(np.asarray(s.nonfinite) for s in batch)
+        self.per_iteration.append(metrics)
+        io.append_jsonl(self.out / "batches.jsonl", [{
+            "iteration": iteration, "taken_at": round(self.clock(), 6),
+            "waited_seconds": round(waited, 6),
+            "segments": [{"group": s.group, "index": s.index, "version": s.version,
+                          "age": age, "made_at": round(s.made_at, 6)}
+                         for s, age in zip(batch, ages)]}])
+
+    def evaluate(self) -> None:
+        """The chunk's evaluation and its metrics.jsonl row (as the fused run writes it)."""
+        start = time.perf_counter()
+        state = self.state
+        eval_return, self.eval_key = self.evaluate_program(state.params["actor"],
+                                                           state.normalizer, self.eval_key)
+        row = _chunk_metrics(self.per_iteration, state, eval_return)
+        self.seconds["evaluating"] += time.perf_counter() - start
+        self.per_iteration = []
+        _check_health(self.config, self.options, state)
+        for name, values in row.items():
+            self.history[name].append(values)
+        evaluations = len(self.history["eval_return"])
+        io.append_jsonl(self.out / "metrics.jsonl", [_row(self.config, row, evaluations)])
+        self.log(f"evaluation {evaluations}/{self.config.num_evals}: step "
+                 f"{int(np.asarray(state.env_steps)[0]):,}, eval return "
+                 f"{float(np.mean(row['eval_return'])):.1f}, ages so far: mean "
+                 f"{np.mean(self.ages):.2f}, max {max(self.ages)}")
+
+
 def delay_sampler(asynchrony: AsyncOptions, seed: int, group: int):
     """The actor delay of group `group`: a function drawing one delay in seconds per call."""
     rng = np.random.default_rng([seed, group])
@@ -298,55 +360,21 @@ def run_async(config: Config, options: Options = Options(),
     for name in ("metrics.jsonl", "batches.jsonl"):
         (out / name).unlink(missing_ok=True)
 
-    G, iterations = config.num_actors, config.num_iterations
+    G = config.num_actors
     exchange = Exchange(programs.snapshot(state), num_groups=G, queue=asynchrony.async_queue,
-                        handover=asynchrony.async_handover, total=G * iterations)
-    run_start = time.perf_counter()
-    clock = lambda: time.perf_counter() - run_start   # noqa: E731
+                        handover=asynchrony.async_handover, total=G * config.num_iterations)
+    learner = Learner(programs, learn, evaluate, state, eval_key, devices, out, options, log)
     actors = [ActorGroup(g, exchange, act[devices.actor(g)], *groups[g], devices.actor(g),
-                         delay_sampler(asynchrony, config.seed, g), clock) for g in range(G)]
+                         delay_sampler(asynchrony, config.seed, g), learner.clock)
+              for g in range(G)]
     for actor in actors:
         actor.start()
-    ages, per_iteration, learner = [], [], collections.Counter()
-    history = collections.defaultdict(list)
     try:
-        for iteration in range(iterations):
+        for iteration in range(config.num_iterations):
             batch, waited = take(exchange, G)
-            learner["waited"] += waited
-            start = time.perf_counter()
-            batch_ages = [iteration - s.version for s in batch]
-            ages.extend(batch_ages)
-            segments = jax.device_put(tuple(s.traj for s in batch), devices.learner)
-            state, metrics = learn(state, segments,
-                                   jax.device_put(np.asarray(batch_ages, np.int32), devices.learner))
-            jax.block_until_ready(state)   # published complete
-            with exchange.condition:
-                exchange.version, exchange.snapshot = iteration + 1, programs.snapshot(state)
-                exchange.condition.notify_all()
-            learner["learned"] += time.perf_counter() - start
-            metrics["nonfinite_episodes"] = sum(np.asarray(s.nonfinite) for s in batch)
-            per_iteration.append(metrics)
-            io.append_jsonl(out / "batches.jsonl", [{
-                "iteration": iteration, "taken_at": round(clock(), 6),
-                "waited_seconds": round(waited, 6),
-                "segments": [{"group": s.group, "index": s.index, "version": s.version,
-                              "age": iteration - s.version, "made_at": round(s.made_at, 6)}
-                             for s in batch]}])
+            learner.learn_on(iteration, batch, waited, exchange)
             if (iteration + 1) % config.iterations_per_eval == 0:
-                start = time.perf_counter()
-                eval_return, eval_key = evaluate(state.params["actor"], state.normalizer,
-                                                 eval_key)
-                row = _chunk_metrics(per_iteration, state, eval_return)
-                learner["evaluated"] += time.perf_counter() - start
-                per_iteration = []
-                _check_health(config, options, state)
-                for name, values in row.items():
-                    history[name].append(values)
-                io.append_jsonl(out / "metrics.jsonl", [_row(config, row, len(history["eval_return"]))])
-                log(f"evaluation {len(history['eval_return'])}/{config.num_evals}: step "
-                    f"{int(np.asarray(state.env_steps)[0]):,}, eval return "
-                    f"{float(np.mean(row['eval_return'])):.1f}, ages so far: mean "
-                    f"{np.mean(ages):.2f}, max {max(ages)}")
+                learner.evaluate()
     except BaseException as error:
         exchange.stop(error)
         raise
@@ -354,10 +382,11 @@ def run_async(config: Config, options: Options = Options(),
         exchange.stop()
         for actor in actors:
             actor.join()
-    train_seconds = time.perf_counter() - run_start
+    train_seconds = learner.clock()
+    state, history, ages = learner.state, learner.history, learner.ages
 
-    summary = _summary(config, asynchrony, devices, state, history, ages, actors, learner,
-                       compile_seconds, train_seconds, out)
+    summary = _summary(config, asynchrony, devices, state, history, ages, actors,
+                       learner.seconds, compile_seconds, train_seconds, out)
     write_lag_profile(out / "lag_profile.json", ages, _profile_description(config, asynchrony,
                                                                            devices, ages))
     actor_params, normalizer = jax.device_get((state.params["actor"], state.normalizer))
@@ -438,6 +467,7 @@ def _check_health(config: Config, options: Options, state) -> None:
 
 def _summary(config, asynchrony, devices, state, history, ages, actors, learner,
              compile_seconds, train_seconds, out) -> dict:
+    """summary.json: the fused run's fields, and the ages and each thread's seconds."""
     ages_array = np.asarray(ages)
     env_steps = int(np.asarray(state.env_steps)[0])
     last_eval = np.asarray(history["eval_return"][-1]) if history["eval_return"] else None
@@ -456,8 +486,8 @@ def _summary(config, asynchrony, devices, state, history, ages, actors, learner,
                  "counts": np.bincount(ages_array).tolist(), "segments": len(ages)},
         "segments_made": sum(a.made for a in actors),
         "segments_per_group": [a.made for a in actors],
-        "learner_seconds": {"waiting": learner["waited"], "learning": learner["learned"],
-                            "evaluating": learner["evaluated"]},
+        "learner_seconds": {name: learner[name] for name in ("waiting", "learning",
+                                                             "evaluating")},
         "actor_seconds": [{"waiting": a.waited, "delayed": a.delayed, "acting": a.acted}
                           for a in actors],
         "diverged_seeds": [{"seed": config.seed + i, "index": int(i)}
