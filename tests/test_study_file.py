@@ -1,0 +1,92 @@
+"""A study as one TOML file (`vaco_jax.analysis.study`, `studies/*.toml`): the v2 leaderboard's
+family reproduced from its file, verdict words only for runs made after the registration, the
+committed estimates and reports current, `vaco-report --study-file`."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from vaco_jax.analysis import families, study
+from vaco_jax.commands import report as report_command
+
+ROOT = Path(__file__).resolve().parent.parent
+LEVEL = ROOT / "studies" / "leaderboard-v2-level.toml"
+V2 = ROOT / "results" / "lag-bench" / "cpu-v2"
+
+
+@pytest.fixture(scope="module")
+def level():
+    return study.load(LEVEL, root=ROOT)
+
+
+def test_the_level_study_file_reproduces_the_committed_v2_family(level):
+    if families.descends_from(level.family["registration"], level.family["registration"]) is None:
+        pytest.skip("this checkout's git history cannot check the runs' ancestry")
+    found, words = study.estimate(level, ROOT)
+    assert words.startswith("pre-registered: made at 0a5f72c, after the pre-registration (a5f50b2)")
+    pooled = found.query("task == 'pooled'").set_index("method")
+    committed = pd.read_csv(V2 / "comparisons.csv").set_index("method")
+    assert sorted(pooled.index) == sorted(committed.index) and len(pooled) == 16
+    for ours, theirs in (("point", "estimate"), ("low", "low"), ("high", "high"), ("p", "p"),
+                         ("p_holm", "p_holm")):
+        np.testing.assert_allclose(pooled[ours], committed.loc[pooled.index, theirs], rtol=1e-9,
+                                   atol=1e-12)
+    assert (pooled["verdict"] == committed.loc[pooled.index, "verdict"]).all()
+    assert set(pooled["baseline"]) == {"ppo_clip"} and set(pooled["seeds"]) == {10}
+
+
+def test_verdict_words_only_for_runs_made_after_the_registration_and_the_whole_family(level):
+    found, words = study.estimate(level, ROOT, descends=lambda commit, ancestor: False)
+    assert words.startswith("exploratory: made at 0a5f72c, before the pre-registration (a5f50b2)")
+    pooled = found.query("task == 'pooled'")
+    assert not pooled["verdict"].isin(families.WORDS).any()
+    assert set(pooled["verdict"]) <= {"Holm p ≥ 0.05", "Holm p < 0.05, estimate < 0",
+                                      "Holm p < 0.05, estimate > 0"}
+    fewer = dataclasses.replace(level, family={**level.family, "size": 15})
+    found, words = study.estimate(fewer, ROOT, descends=lambda commit, ancestor: True)
+    assert "16 tests here where the registration names 15" in words
+    assert not found["verdict"].isin(families.WORDS).any()
+
+
+def test_the_committed_study_files_are_current_and_a_changed_study_is_not(level):
+    assert study.check_study(level, ROOT) == []
+    t_test = dataclasses.replace(level, estimands=[{**level.estimands[0], "test": "t"}])
+    stale = study.check_study(t_test, ROOT)
+    assert stale[0].startswith("results/studies/leaderboard-v2-level/estimates.csv: row 1, "
+                               "column 'p': ")
+    assert stale[1].startswith("results/studies/leaderboard-v2-level/report.md: line ")
+
+
+@pytest.mark.parametrize("text, problem", [
+    ('study = "s"\nquestion = "q"\nexploratory = "x"\nrun = {}\n', "unknown keys ['run']"),
+    ('study = "s"\nquestion = "q"\nexploratory = "x"\nruns = {table = "t.csv"}\n'
+     '[[estimands]]\nestimand = "medain"\n', "estimand 'medain' is not one of"),
+    ('study = "s"\nquestion = "q"\nruns = {table = "t.csv"}\n[[estimands]]\nestimand = "mean"\n',
+     "says why it is exploratory"),
+    ('study = "s"\nquestion = "q"\nruns = {table = "t.csv"}\n[family]\nregistration = "a"\n'
+     'correction = "bonferroni"\n[[estimands]]\nestimand = "mean"\n', "correction = \"holm\""),
+])
+def test_a_study_file_names_what_is_wrong(tmp_path, text, problem):
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=f"{path}: .*" + problem.replace("[", r"\[")
+                       .replace("]", r"\]").replace("(", r"\(")):
+        study.load(path)
+
+
+def test_vaco_report_writes_and_checks_a_study_file(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert report_command.main(["--study-file", str(LEVEL), "--out", str(tmp_path)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["estimates.csv", "report.md"]
+    committed = ROOT / "results" / "studies" / "leaderboard-v2-level"
+    assert (tmp_path / "report.md").read_text() == (committed / "report.md").read_text()
+    assert report_command.main(["--study-file", "studies/leaderboard-v2-level.toml",
+                                "--check"]) == 0
+    assert "leaderboard-v2-level/ in" in capsys.readouterr().out
+    assert report_command.main(["--study-file", str(tmp_path / "none.toml")]) == 2
+    assert "none.toml" in capsys.readouterr().err

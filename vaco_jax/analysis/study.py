@@ -1,0 +1,194 @@
+"""A study as one TOML file (`studies/*.toml`): its question, the per-run table it reads, its
+estimands, the pre-registered family (if any) and its headline rows. `load` reads one; `make`
+regenerates its estimates.csv and report.md in memory; `write` writes them; `check` compares them
+with the committed files (`check.check_files`). A new study is a new file, not new code.
+
+    study = "name"                  # also the default output folder's name
+    question = "..."
+    output = "results/studies/name" # where estimates.csv and report.md go (relative to the checkout)
+    exploratory = "why"             # a study with no [family]: said in its report
+
+    [runs]
+    table = "results/.../scores.csv"  # the per-run table
+    adapter = "bench"                 # schema's adapter: bench, sweeps, settings, llm
+    commits = "results/.../*/runs/cells.jsonl"  # where the runs' commits are (their git_commit)
+
+    [family]                        # the pre-registered tests: verdict words only when every run's
+    registration = "<commit>"       # commit descends from this one and the family has `size` tests
+    section = "docs/preregistrations.md#..."
+    size = 16
+    correction = "holm"
+
+    [[estimands]]                   # each an `estimands.estimate` spec; `in_family = true` marks
+    estimand = "difference"         # the one the [family] registers
+    ...
+
+    [[headlines]]                   # rows picked by key (`report.headline`): label, estimand,
+    label = "..."                   # method, setting (metric and task optional)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+
+import pandas as pd
+
+from vaco_jax import io
+from vaco_jax.analysis import check, estimands, families, report, schema
+
+ADAPTERS = {"bench": schema.from_bench, "sweeps": schema.from_sweeps,
+            "settings": schema.from_settings, "llm": schema.from_llm}
+FILES = ("estimates.csv", "report.md")
+_KEYS = {"study", "question", "output", "exploratory", "runs", "family", "estimands", "headlines"}
+
+
+@dataclasses.dataclass(frozen=True)
+class StudyFile:
+    """One study's TOML file, read (`load`); paths are relative to the checkout."""
+
+    path: Path
+    name: str
+    question: str
+    runs: Mapping
+    estimands: list[dict]
+    output: str
+    family: Mapping | None = None
+    exploratory: str = ""
+    headlines: list[dict] = dataclasses.field(default_factory=list)
+
+
+def load(path: str | Path, root: str | Path | None = None) -> StudyFile:
+    """The study of the TOML file `path` (named relative to the checkout `root` when it lies in
+    it); a ValueError naming the file and what is wrong."""
+    path = Path(path)
+    data = tomllib.loads(path.read_text())
+    problem = _problem(data)
+    if problem:
+        raise ValueError(f"{path}: {problem}")
+    if root is not None and path.resolve().is_relative_to(Path(root).resolve()):
+        path = path.resolve().relative_to(Path(root).resolve())
+    return StudyFile(path, data["study"], data["question"], data["runs"], data["estimands"],
+                     data.get("output", f"results/studies/{data['study']}"), data.get("family"),
+                     data.get("exploratory", ""), data.get("headlines", []))
+
+
+def _problem(data: Mapping) -> str | None:
+    """What is wrong with a study file's contents, in words (None: nothing)."""
+    unknown = sorted(set(data) - _KEYS)
+    if unknown:
+        return f"unknown keys {unknown} (known: {sorted(_KEYS)})"
+    missing = [k for k in ("study", "question", "runs", "estimands") if k not in data]
+    if missing:
+        return f"no {missing[0]!r}"
+    if "table" not in data["runs"]:
+        return "[runs] has no 'table'"
+    if data["runs"].get("adapter", "bench") not in ADAPTERS:
+        return f"[runs] adapter {data['runs']['adapter']!r} is not one of {sorted(ADAPTERS)}"
+    for entry in data["estimands"]:
+        if entry.get("estimand") not in estimands.ESTIMANDS:
+            return (f"estimand {entry.get('estimand')!r} is not one of "
+                    f"{sorted(estimands.ESTIMANDS)}")
+    family = data.get("family")
+    if family and ("registration" not in family or family.get("correction", "holm") != "holm"):
+        return "[family] needs 'registration' and correction = \"holm\" (the one implemented)"
+    if not family and not data.get("exploratory"):
+        return "a study with no [family] says why it is exploratory ('exploratory')"
+    return None
+
+
+def runs(study: StudyFile, root: str | Path) -> pd.DataFrame:
+    """The run table (`schema.COLUMNS`) of the study's per-run file, through its adapter."""
+    table = Path(root) / study.runs["table"]
+    frame = pd.read_parquet(table) if table.suffix == ".parquet" else pd.read_csv(table)
+    return ADAPTERS[study.runs.get("adapter", "bench")](frame, study=study.name)
+
+
+def commits(study: StudyFile, root: str | Path) -> list[str]:
+    """The commits that made the runs: each record's `git_commit` in the files `[runs] commits`
+    matches (sorted glob), else the run table's own `commit` column."""
+    pattern = study.runs.get("commits")
+    if not pattern:
+        return sorted(set(runs(study, root)["commit"]) - {""})
+    files = sorted(glob.glob(str(Path(root) / pattern)))
+    return sorted({r.get("git_commit") or "" for f in files for r in io.read_jsonl(f)} - {""})
+
+
+def status(study: StudyFile, root: str | Path, tested: int | None = None,
+           descends=None) -> tuple[bool, str]:
+    """(whether the family's tests give verdict words, why in words): the runs' commits descend
+    from the registration (`families.status`) and the family holds `size` tests (`tested`)."""
+    if not study.family:
+        return False, f"exploratory, not pre-registered: {study.exploratory}"
+    family = study.family
+    found, words = families.status(commits(study, root), family["registration"], descends)
+    where = f" ({family['section']})" if family.get("section") else ""
+    if found != "after":
+        return False, f"exploratory: {words}{where}"
+    if tested is not None and family.get("size") not in (None, tested):
+        return False, (f"exploratory: {words}{where}, but {tested} tests here where the "
+                       f"registration names {family['size']}")
+    return True, f"pre-registered: {words}{where}; Holm's correction over {tested} tests"
+
+
+def estimate(study: StudyFile, root: str | Path, descends=None) -> tuple[pd.DataFrame, str]:
+    """(the estimates table, the pre-registration status in words): every estimand of the study
+    (`estimands.estimate`), the family's verdict words only when `status` allows them."""
+    table = runs(study, root)
+    specs = [{k: v for k, v in e.items() if k != "in_family"} for e in study.estimands]
+    tested = None
+    for spec, entry in zip(specs, study.estimands):
+        if entry.get("in_family"):
+            tested = len(estimands.ESTIMANDS[spec["estimand"]](table, spec).query(
+                "p_holm == p_holm"))
+    registered, words = status(study, root, tested, descends)
+    for spec, entry in zip(specs, study.estimands):
+        spec["pre_registered"] = bool(entry.get("in_family")) and registered
+    return estimands.estimate(table, {"study": study.name, "estimands": specs}), words
+
+
+def render(study: StudyFile, estimates: pd.DataFrame, words: str) -> str:
+    """report.md: the question, where the runs and this file are, the pre-registration status,
+    the headline rows, then every estimand's table (`report.render`)."""
+    lines = [f"# {study.question}", "",
+             f"Study `{study.name}`, from `{study.path.as_posix()}` (regenerate: `vaco-report "
+             f"--study-file {study.path.as_posix()}`). Runs: `{study.runs['table']}` "
+             f"({study.runs.get('adapter', 'bench')} adapter). Intervals are 95%.", "",
+             f"Tests: {words}.", ""]
+    if study.headlines:
+        lines += ["## Headlines", ""]
+        for h in study.headlines:
+            row = report.headline(estimates, task=h.get("task", estimands.POOLED), study=study.name,
+                                  **{k: v for k, v in h.items() if k not in ("label", "task")})
+            shown = report.interval(row.point, row.low, row.high, sign=row.estimand != "mean")
+            lines.append(f"* {h['label']}: {shown}" + (f" ({row.verdict})" if row.verdict else ""))
+        lines.append("")
+    body = report.render(estimates, study.question).split("\n", 2)[2]   # less its title
+    return "\n".join(lines) + "\n" + body + "\n"
+
+
+def make(study: StudyFile, root: str | Path, descends=None) -> dict[str, str]:
+    """estimates.csv and report.md of `study`, as texts (file name → text)."""
+    table, words = estimate(study, root, descends)
+    return {"estimates.csv": table[list(estimands.ESTIMATES)].to_csv(index=False),
+            "report.md": render(study, table, words)}
+
+
+def write(study: StudyFile, root: str | Path, out: str | Path | None = None) -> list[Path]:
+    """Write `make`'s files into `out` (default: the study's `output` under `root`)."""
+    directory = Path(out) if out else Path(root) / study.output
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in make(study, root).items():
+        io.write_bytes_atomic(directory / name, text.encode())
+        written.append(directory / name)
+    return written
+
+
+def check_study(study: StudyFile, root: str | Path, descends=None) -> list[str]:
+    """Each committed file of the study whose regeneration differs: "path: first difference"."""
+    made = {f"{study.output}/{name}": text for name, text in make(study, root, descends).items()}
+    return check.check_files(root, made)
