@@ -16,6 +16,7 @@ from vaco_jax.commands import report as report_command
 
 ROOT = Path(__file__).resolve().parent.parent
 LEVEL = ROOT / "studies" / "leaderboard-v2-level.toml"
+ROBUSTNESS = ROOT / "studies" / "leaderboard-v2-robustness.toml"
 V2 = ROOT / "results" / "lag-bench" / "cpu-v2"
 
 
@@ -54,12 +55,23 @@ def test_verdict_words_only_for_runs_made_after_the_registration_and_the_whole_f
 
 
 def test_the_committed_study_files_are_current_and_a_changed_study_is_not(level):
-    assert study.check_study(level, ROOT) == []
+    for path in (LEVEL, ROBUSTNESS):
+        assert study.check_study(study.load(path, root=ROOT), ROOT) == []
     t_test = dataclasses.replace(level, estimands=[{**level.estimands[0], "test": "t"}])
     stale = study.check_study(t_test, ROOT)
     assert stale[0].startswith("results/studies/leaderboard-v2-level/estimates.csv: row 1, "
                                "column 'p': ")
     assert stale[1].startswith("results/studies/leaderboard-v2-level/report.md: line ")
+
+
+def test_the_second_study_is_one_file_labelled_exploratory():
+    robustness = study.load(ROBUSTNESS, root=ROOT)
+    assert robustness.family is None and robustness.path == Path("studies") / ROBUSTNESS.name
+    text = (ROOT / robustness.output / "report.md").read_text()
+    assert "Tests: exploratory, not pre-registered: chosen after the v2 leaderboard's runs" in text
+    estimates = pd.read_csv(ROOT / robustness.output / "estimates.csv")
+    assert set(estimates["estimand"]) == {"change_difference"}
+    assert not estimates["verdict"].isin(families.WORDS).any()
 
 
 @pytest.mark.parametrize("text, problem", [
