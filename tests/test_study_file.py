@@ -82,6 +82,8 @@ def test_the_second_study_is_one_file_labelled_exploratory():
      "says why it is exploratory"),
     ('study = "s"\nquestion = "q"\nruns = {table = "t.csv"}\n[family]\nregistration = "a"\n'
      'correction = "bonferroni"\n[[estimands]]\nestimand = "mean"\n', "correction = \"holm\""),
+    ('study = "s"\nquestion = "q"\nruns = {table = "t.csv"}\n[family]\nregistration = "a"\n'
+     '[[estimands]]\nestimand = "mean"\n', "mark it in_family = true"),
 ])
 def test_a_study_file_names_what_is_wrong(tmp_path, text, problem):
     path = tmp_path / "s.toml"

@@ -95,6 +95,8 @@ def _problem(data: Mapping) -> str | None:
     family = data.get("family")
     if family and ("registration" not in family or family.get("correction", "holm") != "holm"):
         return "[family] needs 'registration' and correction = \"holm\" (the one implemented)"
+    if family and sum(bool(e.get("in_family")) for e in data["estimands"]) != 1:
+        return "[family] registers one estimand: mark it in_family = true"
     if not family and not data.get("exploratory"):
         return "a study with no [family] says why it is exploratory ('exploratory')"
     return None
@@ -139,7 +141,7 @@ def estimate(study: StudyFile, root: str | Path, descends=None) -> tuple[pd.Data
     (`estimands.estimate`), the family's verdict words only when `status` allows them."""
     table = runs(study, root)
     specs = [{k: v for k, v in e.items() if k != "in_family"} for e in study.estimands]
-    tested = None
+    tested = None   # the family's tests: the rows of its estimand that Holm's correction counts
     for spec, entry in zip(specs, study.estimands):
         if entry.get("in_family"):
             tested = len(estimands.ESTIMANDS[spec["estimand"]](table, spec).query(
