@@ -41,6 +41,18 @@ def test_llm_protocols_are_data_that_validate_and_plan_from_their_own_fields():
         bench.protocol("llm-cpu", 2)
 
 
+def test_llm_tiny_says_it_checks_the_pipeline_and_measures_nothing():
+    # Its shipped warm start scores 0 (the record's held-out accuracy), and its runs stay there:
+    # the plan says so rather than promise a measurement.
+    from vaco_jax.llm import sft
+    proto = bench.protocol("llm-tiny")
+    record = json.loads(sft.shipped_record(proto.config()).read_text())
+    assert record["base_accuracy"] == 0.0
+    text = bench.plan_text(proto)
+    assert "pipeline end to end" in text.splitlines()[0] and "measures nothing" in text
+    assert "measures nothing" not in bench.plan_text(bench.protocol("llm-cpu"))
+
+
 def test_a_bad_objective_or_option_is_refused_before_anything_compiles(monkeypatch, capsys):
     monkeypatch.setattr(experiment, "train_one_n", lambda *a, **k: pytest.fail("it trained"))
     assert bench_command.main(["--protocol", "llm-tiny", "--algo", "appo"]) == 2

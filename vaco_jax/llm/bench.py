@@ -103,7 +103,10 @@ class LLMProtocol:
 
 PROTOCOLS = {p.name: p for p in (
     LLMProtocol("llm-tiny", 1, "tiny", ks=(0, 1, 3), ns=(1, 2), seeds=3, design_seeds=2,
-                fast_compile=True, description="seconds (tests)"),
+                fast_compile=True,
+                description="a check of the pipeline end to end, for tests and smoke runs: it "
+                            "measures nothing, since its warm start scores 0 and every run stays "
+                            "there, so every score and retention is undefined"),
     LLMProtocol("llm-cpu", 1, "cpu", ks=LLM_CPU_KS, uniform=True, ns=(1, 8), seeds=10,
                 runs_per_call=10, description="one 2-core CPU machine",
                 # docs/preregistrations.md section 2
