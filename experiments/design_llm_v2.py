@@ -1,0 +1,313 @@
+"""Design-seed measurements for the LLM protocol `llm-cpu` v2 (design stage; exploratory).
+
+Everything here runs on design seeds 900-904, which no score uses. It measures two things:
+
+1. Cost (`--timing`): the seconds of one GRPO iteration, vmapped over 10 runs as the board runs
+   them (a ring buffer of 9 snapshots, as a program with k up to 8 holds), for a few batch shapes,
+   and of one evaluation (held-out greedy and sampled answers to the 1,024 test problems), wall and
+   process CPU time, with the machine's load. The model, the task and the shipped `cpu` warm start
+   are the v1 preset's: only GRPO fields change, so no warm start has to be trained or shipped.
+2. Learning (`--n N --ks K ...`): synchronous PPO-Clip (k = 0), and PPO-Clip at a constant lag, on
+   the candidate shape (`SHAPE`) for the whole candidate run length, at N = 1 or N = 8, through the
+   `vaco-llm` experiment (`vaco_jax.llm.experiment.run`: resumable by (k, N, objective)). Each N has
+   its own directory, OUT/n<N>; each call's wall and CPU seconds go to OUT/calls.jsonl.
+
+    nice -n 15 python -m experiments.design_llm_v2 OUT --timing 16x8 8x8 8x4   # cost per shape
+    nice -n 15 python -m experiments.design_llm_v2 OUT --n 1 --ks 0            # k = 0, N = 1
+    nice -n 15 python -m experiments.design_llm_v2 OUT --n 8 --ks 0 8          # adds k = 8 (resumes)
+    python -m experiments.design_llm_v2 OUT --profile                          # the lag profile
+    python -m experiments.design_llm_v2 OUT --summary                          # OUT/summary.md
+
+The curves read held-out sampled accuracy (temperature 1, one answer per problem: the v2 primary)
+and held-out greedy accuracy at every evaluation, mean over the design seeds, and k − k = 0 at the
+end (paired by seed, 95% t interval).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+SEED, SEEDS = 900, 5                 # design seeds 900-904 (never a score)
+SHAPE = dict(num_prompts=8, group_size=4, iterations=200, eval_every=25, train_eval_size=0)
+"""The candidate v2 shape: 8 prompts x G = 4 answers (32 answers per batch; N = 8 takes 4 per
+minibatch), T = 200 learner iterations, an evaluation every 25 (8 in all), no training-set
+evaluation (the held-out sampled accuracy is the primary)."""
+RUNS_PER_CALL = 10
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def config(shape: dict | None = None):
+    from vaco_jax.llm import config as llm_config
+
+    base = llm_config.preset("cpu")
+    return llm_config.replace(base, grpo=dict(**(shape or SHAPE), seed=SEED, num_seeds=SEEDS))
+
+
+# --- 1. cost --------------------------------------------------------------------------------------
+def timing(out: Path, shapes: list[str], runs: int = 10, iters: int = 4, reps: int = 2,
+           log=print) -> list[dict]:
+    """Seconds per GRPO iteration (a scan of `iters`, the best of `reps` calls) of `runs` vmapped
+    runs with a 9-slot ring buffer, per shape "PxG" or "PxGxN"; then one evaluation's seconds.
+    Appends to OUT/timing.jsonl."""
+    import jax
+    import jax.numpy as jnp
+
+    from vaco_jax.llm import config as llm_config
+    from vaco_jax.llm import experiment, sft
+    from vaco_jax.llm.grpo import GRPO
+
+    base = llm_config.preset("cpu")
+    train_set, test_set = experiment.load_problems(base)
+    params, _ = sft.warm_start(base, train_set, test_set, log=log)
+    rows = []
+
+    def best_of(fn, *args):
+        best = None
+        for _ in range(reps):
+            wall, cpu = time.perf_counter(), _cpu_seconds()
+            jax.block_until_ready(fn(*args))
+            wall, cpu = time.perf_counter() - wall, _cpu_seconds() - cpu
+            best = (wall, cpu) if best is None or wall < best[0] else best
+        return best
+
+    trainer = None
+    for spec in shapes:
+        parts = [int(x) for x in spec.split("x")]
+        prompts, group, n = (parts + [1])[:3]
+        cfg = llm_config.replace(base, grpo=dict(num_prompts=prompts, group_size=group,
+                                                 num_minibatches=n, num_seeds=runs, seed=SEED))
+        cfg = llm_config.with_lags(cfg, (0, 8), "constant")
+        _, keys, hps = experiment.sweep_keys(cfg, ("ppo_clip",), None, (8,))
+        trainer = GRPO(cfg, train_set, test_set,
+                       objectives=llm_config.program_objectives(("ppo_clip",)))
+
+        def chunk(key, p, hp, data, trainer=trainer):
+            state = trainer.init(key, p, hp)
+            state, metrics = jax.lax.scan(lambda s, _: trainer.iteration(s, data), state, None,
+                                          length=iters)
+            return metrics["reward"]
+
+        start = time.perf_counter()
+        compiled = jax.jit(jax.vmap(chunk, in_axes=(0, None, 0, None))).lower(
+            keys, params, hps, trainer.data).compile()
+        compile_s = time.perf_counter() - start
+        wall, cpu = best_of(compiled, keys, params, hps, trainer.data)
+        rows.append({"what": "iteration", "shape": f"{prompts}x{group}", "n": n, "runs": runs,
+                     "wall_per_iteration": wall / iters, "cpu_per_iteration": cpu / iters,
+                     "compile_seconds": compile_s, "load1": os.getloadavg()[0]})
+        log(json.dumps(rows[-1]))
+    if trainer is not None:
+        stacked = jax.tree.map(lambda x: jnp.broadcast_to(x, (runs,) + x.shape), params)
+        evaluate = jax.jit(jax.vmap(lambda p: trainer.evaluations(p, jnp.int32(8), trainer.data)))
+        compiled = evaluate.lower(stacked).compile()
+        wall, cpu = best_of(compiled, stacked)
+        rows.append({"what": "evaluation", "runs": runs, "num_test": len(test_set),
+                     "train_eval_size": trainer.config.grpo.train_eval_size, "wall": wall,
+                     "cpu": cpu, "load1": os.getloadavg()[0]})
+        log(json.dumps(rows[-1]))
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "timing.jsonl", "a") as fh:
+        for row in rows:
+            fh.write(json.dumps({**row, "host_cpus": os.cpu_count()}) + "\n")
+    return rows
+
+
+# --- 2. learning ----------------------------------------------------------------------------------
+def run(out: Path, n: int, ks: tuple[int, ...], log=print) -> None:
+    from vaco_jax.llm import config as llm_config
+    from vaco_jax.llm import experiment
+
+    exp = llm_config.Experiment(config(), ns=(n,), ks=tuple(ks), lag_sampling="constant",
+                                objectives=("ppo_clip",), out=str(out / f"n{n}"), plot=False,
+                                throughput=False, runs_per_call=RUNS_PER_CALL)
+    wall, cpu = time.perf_counter(), _cpu_seconds()
+    experiment.run(exp, log=log)
+    record = {"n": n, "ks": list(ks), "wall_seconds": time.perf_counter() - wall,
+              "cpu_seconds": _cpu_seconds() - cpu, "load1": os.getloadavg()[0],
+              "shape": SHAPE, "seeds": [SEED, SEED + SEEDS - 1]}
+    with open(out / "calls.jsonl", "a") as fh:
+        fh.write(json.dumps(record) + "\n")
+
+
+# --- 3. the lag profile ---------------------------------------------------------------------------
+def areal_profile(eta: int = 8, batch: int = 64, concurrency: int = 120, mean_latency: float = 2.0,
+                  sigma: float = 1.0, cap: float = 8.0, steps: int = 3000, seed: int = 0):
+    """Snapshot ages of a discrete-event model of AReaL's bounded-staleness rollout admission.
+
+    AReaL (`areal/core/staleness_manager.py`, `StalenessManager.get_capacity`) admits new rollouts
+    while `(max_head_offpolicyness + version + 1) * consumer_batch_size - (accepted + running)`
+    and `max_concurrent_rollouts - running` are positive. Here: `eta` = max_head_offpolicyness,
+    `batch` = consumer_batch_size, `concurrency` = max_concurrent_rollouts; each rollout takes a
+    lognormal time (mean `mean_latency` trainer steps, log-sd `sigma`: the response-length tail,
+    truncated at `cap` times the mean); the trainer takes the `batch` earliest-finished rollouts,
+    one step of 1 time unit each, then its version advances. A sample's age is the version it is
+    trained at minus the version it was submitted at (AReaL's head off-policyness; with
+    interruptible rollouts later tokens are newer). The first 200 steps are dropped. Returns the
+    histogram over ages 0..eta (a rollout that finishes after later-submitted ones may be older
+    than eta: the last bin holds those too) and the mean age."""
+    import heapq
+
+    rng = np.random.default_rng(seed)
+    mu = np.log(mean_latency) - sigma ** 2 / 2
+    now, version, running, accepted, queue, ages = 0.0, 0, [], 0, [], []
+    busy_until, busy = 0.0, False
+
+    def admit():
+        free = min(concurrency - len(running),
+                   (eta + version + 1) * batch - (accepted + len(running)))
+        for _ in range(max(0, free)):
+            latency = min(rng.lognormal(mu, sigma), cap * mean_latency)
+            heapq.heappush(running, (now + latency, version))
+
+    admit()
+    while version < steps:
+        finish = running[0][0] if running else np.inf
+        if busy and busy_until <= finish:
+            now, busy, version = busy_until, False, version + 1
+        else:
+            now, submitted = heapq.heappop(running)
+            accepted += 1
+            queue.append(submitted)
+        if not busy and len(queue) >= batch:
+            taken, queue = queue[:batch], queue[batch:]
+            if version >= 200:
+                ages.extend(version - np.asarray(taken))
+            busy, busy_until = True, now + 1.0
+        admit()
+    ages = np.asarray(ages)
+    counts = np.bincount(np.minimum(ages, eta), minlength=eta + 1)   # the last bin: eta or older
+    return counts / counts.sum(), float(np.mean(ages))
+
+
+def profile(out: Path, seeds: int = 4, log=print) -> dict:
+    """The proposed v2 lag profile (`areal_profile`'s defaults, the mean over `seeds` simulations,
+    rounded to 3 decimals), with variants of its assumptions; OUT/lag_profile.json."""
+    runs = [areal_profile(seed=s) for s in range(seeds)]
+    probabilities = np.round(np.mean([p for p, _ in runs], 0), 3)
+    probabilities[np.argmax(probabilities)] += round(1.0 - probabilities.sum(), 3)
+    probabilities = [round(float(x), 3) for x in probabilities]
+    variants = {}
+    for name, kw in (("concurrency 116", dict(concurrency=116)),
+                     ("concurrency 124", dict(concurrency=124)),
+                     ("sigma 0.8", dict(sigma=0.8)), ("sigma 1.2", dict(sigma=1.2)),
+                     ("latency 1, concurrency 60", dict(mean_latency=1.0, concurrency=60)),
+                     ("latency 4, concurrency 240", dict(mean_latency=4.0, concurrency=240)),
+                     ("concurrency 136 (generation faster than training)",
+                      dict(concurrency=136))):
+        p, mean = areal_profile(**kw)
+        variants[name] = {"probabilities": np.round(p, 3).tolist(), "mean_age": round(mean, 2)}
+    record = {"description": (
+        "Snapshot ages 0..8 of a discrete-event model of AReaL's bounded-staleness rollout "
+        "admission (areal/core/staleness_manager.py): max_head_offpolicyness 8, consumer batch "
+        "64, 120 concurrent rollouts, lognormal rollout latency of mean 2 trainer steps (log-sd "
+        "1, capped at 8x the mean): generation slightly slower than training. Modelled, not "
+        "logged (experiments/design_llm_v2.py --profile)."),
+        "probabilities": probabilities,
+        "mean_age": round(float(np.mean([m for _, m in runs])), 2), "variants": variants}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "lag_profile.json").write_text(json.dumps(record, indent=1) + "\n")
+    log(json.dumps(record, indent=1))
+    return record
+
+
+# --- summary --------------------------------------------------------------------------------------
+def _interval(x: np.ndarray) -> str:
+    from vaco_jax.study import stats
+
+    mean, low, high = stats.paired_t_interval(x)
+    return f"{mean:+.3f} [{low:+.3f}, {high:+.3f}]"
+
+
+def summary(out: Path) -> str:
+    from vaco_jax import io
+
+    rows = []
+    for directory in sorted(out.glob("n*")):
+        if io.has_rows(directory / "results.jsonl"):
+            rows += io.read_rows(directory / "results.jsonl")
+    lines = ["# LLM protocol v2: design measurements (exploratory, design seeds "
+             f"{SEED}–{SEED + SEEDS - 1})", "",
+             f"Shape: {SHAPE['num_prompts']} prompts × G = {SHAPE['group_size']}, "
+             f"T = {SHAPE['iterations']} iterations, an evaluation every {SHAPE['eval_every']}; "
+             "`cpu` preset's model, task and shipped warm start; PPO-Clip, Adam lr 1e-4.", ""]
+    if not rows:
+        return "\n".join(lines + ["No runs yet."]) + "\n"
+    cells = sorted({(r["n"], r["k"]) for r in rows})
+    for metric, name in (("eval_sampled_accuracy", "held-out sampled accuracy (primary)"),
+                         ("eval_accuracy", "held-out greedy accuracy")):
+        evals = rows[0]["eval_iterations"]
+        lines += [f"## {name}: mean over seeds at each evaluation", "",
+                  "| N | k | seeds | " + " | ".join(f"it {i}" for i in evals) + " |",
+                  "|---|---|---|" + "---|" * len(evals)]
+        for n, k in cells:
+            curves = np.array([r[metric] for r in rows if (r["n"], r["k"]) == (n, k)])
+            lines.append(f"| {n} | {k} | {len(curves)} | "
+                         + " | ".join(f"{v:.3f}" for v in curves.mean(0)) + " |")
+        lines.append("")
+    lines += ["## At the end: k − k = 0 (paired by seed; mean [95% t interval])", "",
+              "| N | k | sampled | greedy | sampled, mean over evaluations (AUC) |", "|---|---|---|---|---|"]
+    for n, k in cells:
+        if k == 0:
+            continue
+        base = {r["seed"]: r for r in rows if (r["n"], r["k"]) == (n, 0)}
+        lag = {r["seed"]: r for r in rows if (r["n"], r["k"]) == (n, k)}
+        seeds = sorted(set(base) & set(lag))
+        if len(seeds) < 2:
+            continue
+        diff = lambda f: np.array([f(lag[s]) - f(base[s]) for s in seeds])   # noqa: E731
+        lines.append(f"| {n} | {k} | {_interval(diff(lambda r: r['final_sampled_accuracy']))} | "
+                     f"{_interval(diff(lambda r: r['final_accuracy']))} | "
+                     f"{_interval(diff(lambda r: float(np.mean(r['eval_sampled_accuracy']))))} |")
+    lines.append("")
+    calls = out / "calls.jsonl"
+    if calls.exists():
+        lines += ["## Calls (wall and process CPU seconds on a shared 2-core machine)", "",
+                  "| N | ks | wall s | CPU s | load (1 min) at the end |", "|---|---|---|---|---|"]
+        for line in calls.read_text().splitlines():
+            c = json.loads(line)
+            lines.append(f"| {c['n']} | {c['ks']} | {c['wall_seconds']:.0f} | "
+                         f"{c['cpu_seconds']:.0f} | {c['load1']:.1f} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m experiments.design_llm_v2",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--timing", nargs="+", metavar="PxG[xN]", help="measure these shapes")
+    parser.add_argument("--n", type=int, help="updates per batch of the PPO-Clip runs")
+    parser.add_argument("--ks", type=int, nargs="+", default=[0], help="constant lags")
+    parser.add_argument("--profile", action="store_true",
+                        help="model AReaL's staleness histogram: OUT/lag_profile.json")
+    parser.add_argument("--summary", action="store_true", help="write OUT/summary.md")
+    args = parser.parse_args(argv)
+    if args.timing:
+        timing(args.out, args.timing)
+    elif args.profile:
+        profile(args.out)
+    elif args.summary:
+        text = summary(args.out)
+        (args.out / "summary.md").write_text(text)
+        sys.stdout.write(text)
+    elif args.n:
+        run(args.out, args.n, tuple(args.ks))
+    else:
+        parser.error("give --timing, --n or --summary")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
