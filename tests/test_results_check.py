@@ -1,6 +1,6 @@
 """`vaco-report --all --check` compares every generated file of the checkout it runs in — each
-study's report files, results/RESULTS.md and the README's results table — and names the file and
-the value that differs.
+study's report files, results/RESULTS.md, the results index results/README.md and the README's
+results table — and names the file and the value that differs.
 
 Regenerating every study takes minutes, so here the regeneration is the committed reports
 themselves (a pristine copy: what `--all --check` confirms the real regeneration gives). The
@@ -9,15 +9,18 @@ in which one number at a time is edited."""
 
 import csv
 import io
+import json
 import math
+import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from vaco_jax.commands import report
 from vaco_jax.pipeline import compare
-from vaco_jax.study import specs
+from vaco_jax.study import lag, specs
 
 ROOT = specs.ROOT
 
@@ -36,6 +39,7 @@ def checkout(tmp_path_factory, studies):
     shutil.copytree(ROOT / "results", copy / "results",
                     ignore=shutil.ignore_patterns("*.parquet", "*.png", "*.npz"))
     shutil.copy2(ROOT / specs.README, copy / specs.README)
+    shutil.copytree(ROOT / specs.STUDY_FILES, copy / specs.STUDY_FILES)
     for spec in studies.values():
         if not (made / spec.report).exists():
             shutil.copytree(ROOT / spec.report, made / spec.report,
@@ -95,7 +99,7 @@ def edit_one_number(path: Path, *, between: tuple[str, str] | None = None
 
 
 def generated_files(studies) -> list[tuple[str, ...]]:
-    files = {(specs.RESULTS,), (specs.README, specs.README_BEGIN, specs.README_END)}
+    files = {(specs.RESULTS,), (specs.INDEX,), (specs.README, specs.README_BEGIN, specs.README_END)}
     for spec in studies.values():
         files |= {(f"{spec.report}/{name}",) for name in spec.files
                   if Path(name).suffix not in compare.FIGURES}
@@ -148,3 +152,96 @@ def test_the_command_checks_the_checkout_it_runs_in(studies, checkout, regenerat
     out = capsys.readouterr().out
     assert code == 1, out
     assert f"stale: {specs.RESULTS}: line" in out and "-0.22 committed, -0.15 made" in out
+
+
+# --- the results index ----------------------------------------------------------------------------
+def index_rows(path: Path) -> dict[str, dict[str, str]]:
+    """The results index's rows by study name (its link text, for a study file)."""
+    [table] = specs.markdown_tables(path)
+    return {re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", row["study"]): row for row in table}
+
+
+def test_the_results_index_lists_every_study_and_names_its_report(studies):
+    from vaco_jax.analysis import study
+
+    rows = index_rows(ROOT / specs.INDEX)
+    reports = {spec.name: f"{spec.report}/{spec.files[0]}"
+               for spec in {**studies, **specs.ARCHIVED}.values()}
+    for path in sorted((ROOT / specs.STUDY_FILES).glob("*.toml")):
+        loaded = study.load(path, root=ROOT)
+        reports[loaded.name] = f"{loaded.output}/report.md"
+    assert len(reports) >= 16 and sorted(rows) == sorted(reports)
+    for name, report in reports.items():
+        [target] = re.findall(r"\]\(([^)]+)\)", rows[name]["question (its report)"])
+        assert (ROOT / "results" / target).resolve() == (ROOT / report).resolve(), name
+        assert (ROOT / report).is_file(), name
+        assert re.fullmatch(r"[0-9a-f]{7}(, [0-9a-f]{7})*", rows[name]["runs made at"]), name
+    assert rows["controlled-lag"]["runs made at"] == "b62c8ce"
+    assert rows["capacity-dmc"]["runs made at"] == "6e4cbdf, cd9c061, ddef61f"   # per cell
+    assert rows["capacity-dmc"]["status"].startswith("archived")
+    assert rows["forward"]["status"] == "current"
+
+
+def test_the_index_says_which_studies_were_pre_registered_and_by_which_commit():
+    if specs.preregistration.descends_from(lag.PRE_REGISTRATION, lag.PRE_REGISTRATION) is None:
+        pytest.skip("this checkout's git history cannot check the runs' ancestry")
+    rows = index_rows(ROOT / specs.INDEX)
+    assert rows["forward"]["tests"] == "pre-registered (eaf6cd5)"
+    assert rows["controlled-lag"]["tests"] == ("exploratory: runs made before its "
+                                               "pre-registration (eaf6cd5)")
+    assert rows["leaderboard-v2-level"]["tests"] == "pre-registered (a5f50b2)"
+    assert rows["stepsize"]["tests"] == rows["leaderboard-v2-robustness"]["tests"] == "exploratory"
+
+
+def test_tests_in_words_follows_the_ancestry_of_the_runs():
+    after = lambda commit, ancestor: True   # noqa: E731
+    assert specs.tests_in_words(["a" * 40], "", descends=after) == "exploratory"
+    assert specs.tests_in_words(["a" * 40], "b" * 40, descends=after) == "pre-registered (bbbbbbb)"
+    assert specs.tests_in_words(["a" * 40], "b" * 40, False, descends=after).startswith(
+        "exploratory: its report gives no")
+    assert specs.tests_in_words(["a" * 40], "b" * 40, descends=lambda c, a: False) == (
+        "exploratory: runs made before its pre-registration (bbbbbbb)")
+    assert "cannot be checked" in specs.tests_in_words([], "b" * 40, descends=after)
+
+
+def test_a_two_arm_studys_registration_is_the_commit_that_added_its_test():
+    for spec in specs.TWO_ARMS.values():
+        added = subprocess.run(["git", "log", "--diff-filter=A", "--format=%H", "--",
+                                f"{spec.directory}/PREREGISTRATION.md"], cwd=ROOT,
+                               capture_output=True, text=True).stdout.split()
+        if not added:
+            pytest.skip("this checkout's git history does not hold the pre-registration")
+        assert added[-1] == spec.registration
+
+
+@pytest.mark.parametrize("edit", ["commit", "tests", "dropped", "new study file", "run record"])
+def test_an_edited_row_of_the_results_index_fails_the_check_naming_it(studies, checkout,
+                                                                      regenerated, edit):
+    copy, _ = checkout
+    index = copy / specs.INDEX
+    text = index.read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| forward |"))
+    changed = {"commit": lambda: index.write_text(text.replace(
+                   row, row.replace("| 8e2bba5 |", "| 8e2bba6 |"))),
+               "tests": lambda: index.write_text(text.replace(
+                   row, row.replace("pre-registered (eaf6cd5)", "exploratory"))),
+               "dropped": lambda: index.write_text(text.replace(row + "\n", ""))}
+    added = copy / specs.STUDY_FILES / "zz-copy.toml"
+    config = copy / "results/minatar-cnn/long/cnn/config.json"
+    original = config.read_bytes()
+    try:
+        if edit == "new study file":   # a study file added: its row is missing from the index
+            added.write_text((copy / specs.STUDY_FILES / "leaderboard-v2-level.toml").read_text()
+                             .replace('study = "leaderboard-v2-level"', 'study = "zz-copy"'))
+        elif edit == "run record":     # a run's recorded commit, not the index, changed
+            info = json.loads(original)
+            config.write_text(json.dumps({**info, "git_commit": "1" * 40}))
+        else:
+            assert row in text
+            changed[edit]()
+        problems = specs.check(studies, copy)
+    finally:
+        index.write_text(text)
+        added.unlink(missing_ok=True)
+        config.write_bytes(original)
+    assert len(problems) == 1 and problems[0].startswith(f"{specs.INDEX}: "), problems

@@ -36,6 +36,7 @@ from vaco_jax.llm.config import (OBJECTIVES, Experiment, LLMConfig, hparams, pro
 from vaco_jax.llm.grpo import GRPO
 from vaco_jax.llm.model import num_params
 from vaco_jax.study import specs
+from vaco_jax.study.lag import PRE_REGISTRATION
 
 
 FIGURE = "forward_lag.png"   # written into the results directory
@@ -909,4 +910,5 @@ SPEC = specs.Spec(
                     (("setting", "N=32"), ("metric", "held-out greedy accuracy"))),
      specs.Estimate("sampled", PRIMARY,
                     (("setting", "N=32"), ("metric", "held-out sampled accuracy")))),
-    specs.family_verdicts, specs.seeds_of(PRIMARY))
+    specs.family_verdicts, specs.seeds_of(PRIMARY),
+    registration=PRE_REGISTRATION)   # docs/preregistrations.md, section 7

@@ -674,4 +674,5 @@ def board_spec():
         (retention("PPO-Clip's retention at k = 32, N = 8, greedy accuracy", "ppo_clip", "greedy"),
          retention("sampled", "ppo_clip", "sampled"),
          retention("VACO's greedy", "vaco", "greedy")),
-        _primary_verdicts, specs.seeds_of(families.PRIMARY, "n_seeds"))
+        _primary_verdicts, specs.seeds_of(families.PRIMARY, "n_seeds"),
+        registration=bench.PROTOCOLS["llm-cpu"].preregistration)

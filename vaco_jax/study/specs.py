@@ -26,12 +26,16 @@ import numpy as np
 import pandas as pd
 
 from vaco_jax import io
+from vaco_jax.analysis.check import check_files
 from vaco_jax.pipeline import compare, estimates, figures, preregistration, tables
 from vaco_jax.study import (capacity, lag, lag_by_setting, leaderboard, plotting, references,
                             robustness, sweep)
 
 ROOT = Path(io.__file__).resolve().parent.parent
 RESULTS = "results/RESULTS.md"
+INDEX = "results/README.md"
+STUDY_FILES = "studies"
+"""The folder of the studies written as one TOML file each (`vaco_jax.analysis.study`)."""
 README = "README.md"
 README_BEGIN = ("<!-- results: written by `vaco-report --all` from each study's report; "
                 "do not edit by hand -->")
@@ -149,6 +153,9 @@ class Spec:
     """The pre-registered verdict, read from the report ("none" where nothing was registered)."""
     seeds: Callable[[Path], str]
     references: str = ""
+    registration: str = ""
+    """The commit that pre-registered the study's tests (docs/preregistrations.md); empty for an
+    exploratory study."""
 
 
 def _lag_make(spec: Spec, out: Path) -> list[Path]:
@@ -237,11 +244,11 @@ PRIMARY = "Pre-registered tests"
 
 
 def _settings(name: str, question: str, base: str, comparisons: str, headline, verdict,
-              study: str) -> Spec:
+              study: str, registration: str = "") -> Spec:
     return Spec(name, question, SETTINGS, base, comparisons, "results/settings_report",
                 SETTINGS_FILES, "8e2bba5", _settings_make, headline, verdict,
                 seeds_of("runs.csv", "seed", study=study),
-                references="results/lag-cpu/reference_returns.json")
+                references="results/lag-cpu/reference_returns.json", registration=registration)
 
 
 def _none(directory: Path) -> str:
@@ -276,7 +283,7 @@ for _spec in (
                _row(comparison="vaco − ppo_clip", task="pooled", metric="AUC"),
                "The pre-registered tests")),
          family_verdicts, seeds_of("runs.csv", "seed"),
-         references="results/lag-cpu/reference_returns.json"),
+         references="results/lag-cpu/reference_returns.json", registration=lag.PRE_REGISTRATION),
     _settings("forward", "Does update frequency × lag break PPO-Clip where VACO holds?",
               "K = 4, lr 3e-4, k = 0", "VACO − PPO-Clip and − APPO at k = 15 and at K = 32 (Holm)",
               (Cell("VACO − PPO-Clip, pooled, k = 15, final score", "summary.md",
@@ -286,7 +293,7 @@ for _spec in (
                Cell("K = 32, k = 0", "summary.md", "estimate [95% CI]",
                     _row(comparison="vaco − ppo_clip", task="pooled",
                          setting="k=0, K=32, lr=0.0003", metric="final score"), PRIMARY)),
-              family_verdicts, "forward"),
+              family_verdicts, "forward", lag.PRE_REGISTRATION),
     _settings("stepsize", "Does VACO match PPO-Clip when each has its best step size?",
               "k = 0, K = 4, each method at its best learning rate",
               "VACO − PPO-Clip at their best learning rates; the Align/Filter ablations",
@@ -312,7 +319,8 @@ for _spec in (
           Cell("PPO-Clip's", "leaderboard.md", "retention at k = 15", _row(method="ppo_clip")),
           After("agreement with controlled-lag", "agreement.md", "both ran. ", end=";")),
          _break_rule_verdict, lambda directory: _scorecard_seeds("results/lag-bench/cpu"),
-         references="results/lag-cpu/lag_report/degradation.csv"),
+         references="results/lag-cpu/lag_report/degradation.csv",
+         registration=lag.PRE_REGISTRATION),   # the break rule: docs/preregistrations.md, 3
     Spec("leaderboard-v2", "Which methods learn best at a lag of 8, over five tasks?",
          ("results/lag-bench/cpu-v2",), "per task: random 0, synchronous PPO-Clip 1",
          "each method − PPO-Clip at k = 8, mean normalised AUC (sign-flip, Holm over 16)",
@@ -323,7 +331,8 @@ for _spec in (
           Cell("PPO-Clip's", "leaderboard.md", "IQM AUC", _row(method="ppo_clip")),
           After("split-half ρ", "leaderboard.md", "Spearman ρ = ", end=","),
           After("Spearman–Brown", "leaderboard.md", "Spearman–Brown ", end=". ")),
-         board_v2_verdicts, _board_v2_seeds),
+         board_v2_verdicts, _board_v2_seeds,
+         registration=robustness.PREREGISTRATIONS[("cpu", 2)]),
 ):
     STUDIES[_spec.name] = _spec
 
@@ -337,6 +346,8 @@ class TwoArms:
     """(baseline, treatment): the primary estimate is treatment − baseline."""
     verdicts: tuple[str, str, str]
     """In words: the treatment higher, the baseline higher, neither shown."""
+    registration: str
+    """The commit that added the directory's PREREGISTRATION.md (the test, fixed before the runs)."""
     confidence: float = 0.95
 
 
@@ -344,8 +355,10 @@ MINATAR = ("mlp", "cnn"), ("the CNN learns more than the MLP at this budget",
                            "the MLP learns more at this budget",
                            "no difference shown at this budget")
 TWO_ARMS = {
-    "minatar-long": TwoArms("results/minatar-cnn/long", *MINATAR),
-    "minatar-space-invaders": TwoArms("results/minatar-cnn/space-invaders", *MINATAR),
+    "minatar-long": TwoArms("results/minatar-cnn/long", *MINATAR,
+                            "589225a6c145b72305132479390fa97d7653bdeb"),
+    "minatar-space-invaders": TwoArms("results/minatar-cnn/space-invaders", *MINATAR,
+                                      "07c9e48d1464b45aec6d5e42b7a82445d7ac2c39"),
 }
 REPORT = "report.md"
 
@@ -404,7 +417,7 @@ for _name, _question, _commit in (
         "the flattened-observation MLP", "CNN − MLP final return, Welch's t (pre-registered)",
         _arms.directory, (REPORT,), _commit, _two_arms_make,
         (After("CNN − MLP final return", REPORT, "= ", end=" (p"),), _two_arms_verdict,
-        _two_arms_seeds)
+        _two_arms_seeds, registration=_arms.registration)
 
 
 # --- the capacity sweeps: their report, and the archived ones as specs ------------------------
@@ -578,6 +591,98 @@ def with_readme_block(text: str, block: str) -> str:
     return f"{head}{README_BEGIN}\n{block}{README_END}{tail}"
 
 
+# --- the results index: every study, its report, the commits of its runs, its tests ------------
+RUN_RECORDS = ("cells.jsonl", "bench.json", "config.json")
+"""The per-run files that name the commit that made them (`git_commit`): a sweep's cells, a
+benchmark entry (its `commits`: every call that wrote it) and a run's configuration."""
+
+
+def run_commits(directories, root: Path = ROOT) -> list[str]:
+    """The commits that made the runs under `directories` (relative to `root`), as the
+    `RUN_RECORDS` there name them: sorted, each once."""
+    found = set()
+    for directory in directories:
+        for name in RUN_RECORDS:
+            for path in sorted((Path(root) / directory).rglob(name)):
+                if path.suffix == ".jsonl":
+                    found |= {r.get("git_commit") for r in io.read_jsonl(path)}
+                    continue
+                info = json.loads(path.read_text())
+                if isinstance(info, dict):
+                    found |= set(info.get("commits") or [info.get("git_commit")])
+    return sorted(c for c in found if c)
+
+
+def tests_in_words(commits, registration: str, verdicts: bool = True, descends=None) -> str:
+    """Whether a study's tests were pre-registered: "pre-registered (<commit>)" when it names a
+    registration, every run's commit descends from it (`preregistration.status`) and its report
+    gives verdicts (`verdicts`); else "exploratory", with why where a registration exists."""
+    if not registration:
+        return "exploratory"
+    found, _ = preregistration.status(commits, registration, descends)
+    at = registration[:7]
+    if found == "before":
+        return f"exploratory: runs made before its pre-registration ({at})"
+    if found == "unknown":
+        return (f"exploratory: whether its runs follow its pre-registration ({at}) cannot be "
+                f"checked in this checkout")
+    if not verdicts:
+        return f"exploratory: its report gives no pre-registered verdicts ({at})"
+    return f"pre-registered ({at})"
+
+
+def index_markdown(studies: Mapping[str, Spec], made: Mapping[str, Path], root: Path = ROOT,
+                   descends=None) -> str:
+    """results/README.md: one row per study, those of `studies` (each's verdict read from its
+    report in `made`), the study files under `STUDY_FILES` and the `ARCHIVED` sweeps (read from
+    their committed reports): its question linked to its report, the commits its runs were made
+    at (`run_commits`), whether it was pre-registered (`tests_in_words`) and whether archived."""
+    import os
+
+    from vaco_jax.analysis import study as study_file
+
+    root = Path(root)
+    link = lambda path: Path(os.path.relpath(root / path, root / "results")).as_posix()  # noqa: E731
+    short = lambda commits: ", ".join(c[:7] for c in commits) or "not recorded"  # noqa: E731
+    lines = ["# Results", "",
+             "Every study of this repository, one row each: its question, linked to its report; "
+             "the commits its runs were made at, as the runs record them (`git_commit` in each "
+             "sweep's `cells.jsonl`, each benchmark entry's `bench.json` and each run's "
+             "`config.json`); whether its tests were "
+             "[pre-registered](../docs/preregistrations.md), with the commit that registered "
+             "them, or it is exploratory; and whether it is current or archived. Their numbers "
+             "are in [RESULTS.md](RESULTS.md). How each study is regenerated and checked: "
+             "[studies](../docs/experiments.md#regenerating-the-results).", "",
+             f"Generated by `vaco-report --all` from the study specs (`vaco_jax/study/specs.py`) "
+             f"and the study files (`{STUDY_FILES}/*.toml`); do not edit it by hand. "
+             f"`vaco-report --all --check` fails when it is stale.", "",
+             "| study | question (its report) | runs made at | tests | status |",
+             "|---|---|---|---|---|"]
+    archived = (f"archived: made by earlier code, not comparable "
+                f"([archive]({link('results/archive/README.md')}))")
+
+    def spec_row(spec: Spec, status: str) -> str:
+        directory = made.get(spec.name, root / spec.report)
+        commits = run_commits(spec.directories, root)
+        tests = tests_in_words(commits, spec.registration,
+                               not spec.verdict(directory).startswith("none"), descends)
+        return (f"| {spec.name} | [{spec.question}]({link(f'{spec.report}/{spec.files[0]}')}) | "
+                f"{short(commits)} | {tests} | {status} |")
+
+    with contextlib.chdir(root):
+        lines += [spec_row(spec, "current") for spec in studies.values()]
+        for path in sorted((root / STUDY_FILES).glob("*.toml")):
+            loaded = study_file.load(path, root=root)
+            commits = study_file.commits(loaded, root)
+            registration = (loaded.family or {}).get("registration", "")
+            report = link(f"{loaded.output}/{study_file.FILES[-1]}")
+            lines.append(f"| [{loaded.name}]({link(loaded.path)}) | [{loaded.question}]({report}) "
+                         f"| {short(commits)} | "
+                         f"{tests_in_words(commits, registration, True, descends)} | current |")
+        lines += [spec_row(spec, archived) for spec in ARCHIVED.values() if spec.name not in studies]
+    return "\n".join(lines) + "\n"
+
+
 def _stale(studies: Mapping[str, Spec], made: Mapping[str, Path], root: Path) -> list[str]:
     """Each committed report file of `studies` that differs from its regeneration in `made`."""
     problems, seen = [], set()
@@ -601,8 +706,9 @@ def check_study(spec: Spec, root: Path = ROOT) -> list[str]:
 
 
 def check(studies: Mapping[str, Spec], root: Path = ROOT) -> list[str]:
-    """Each committed report file whose regeneration differs, and RESULTS.md if it is not what
-    `--all` writes: one line each, naming the file and its first difference."""
+    """Each committed report file whose regeneration differs, and RESULTS.md, the results index
+    (`INDEX`) and the README's results table if one is not what `--all` writes: one line each,
+    naming the file and its first difference."""
     with tempfile.TemporaryDirectory() as tmp:
         made = regenerate(studies, Path(tmp), root)
         problems = _stale(studies, made, root)
@@ -610,6 +716,10 @@ def check(studies: Mapping[str, Spec], root: Path = ROOT) -> list[str]:
         difference = compare.difference(Path(root) / RESULTS, Path(tmp) / "RESULTS.md")
         if difference:
             problems.append(f"{RESULTS}: {difference}")
+        try:
+            problems += check_files(root, {INDEX: index_markdown(studies, made, root)})
+        except (ValueError, KeyError, FileNotFoundError) as error:   # a study file unreadable
+            problems.append(f"{INDEX}: {error}")
         readme = Path(root) / README
         if readme.exists():
             try:
