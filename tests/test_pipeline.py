@@ -242,6 +242,22 @@ def test_the_figure_lists_the_methods_as_ranked_with_every_setting_on_one_axis(r
     first, *others = fig.axes
     assert [t.get_text() for t in first.get_yticklabels()] == ["vaco", "appo", "ppo_clip"]
     assert len(fig.axes) == 6 and all(ax.get_xlim() == first.get_xlim() for ax in others)
+    # What its 0 and 1 are, on every panel's axis.
+    assert all("1 = synchronous PPO-Clip" in ax.get_xlabel() for ax in fig.axes)
+    assert "0 = the random policy, 1 = synchronous PPO-Clip" in fig._suptitle.get_text()
+
+
+def test_the_committed_board_reads_into_one_table_without_a_pandas_deprecation():
+    # Methods none of whose runs diverged hold only None in `diverged_at_step`; the others steps.
+    import pathlib
+    import warnings
+    board = pathlib.Path(__file__).resolve().parent.parent / "results" / "lag-bench" / "cpu-v2"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        table, random = robustness.read(board)
+    assert table["diverged_at_step"].dtype == np.float64
+    assert table["diverged_at_step"].notna().any() and table["diverged_at_step"].isna().any()
+    assert table.method.nunique() == 17 and random
 
 
 def test_a_figure_that_cannot_be_drawn_is_named_in_the_leaderboard_not_a_traceback(

@@ -313,7 +313,9 @@ def read(directory: str | Path) -> tuple[pd.DataFrame, dict]:
     for path in sorted(Path(directory).glob(f"*/{bench.BENCH_FILE}")):
         found = read_method(path.parent)
         if found is not None:
-            parts.append(found[0])
+            # A method none of whose runs diverged holds only None there: typed as the step it
+            # would be, so the table's dtype does not hang on which methods diverged.
+            parts.append(found[0].astype({"diverged_at_step": "float64"}))
             random.update(found[1])
     if not parts:
         raise FileNotFoundError(f"{directory} holds no per-run files (<method>/{bench.RUNS}/)")
@@ -538,11 +540,15 @@ def figure(r: Report):
     """IQM of normalised AUC with its interval, one panel per setting on one x axis, the methods
     top to bottom as the leaderboard ranks them."""
     auc = r.aggregates[r.aggregates.metric == "auc"]
-    return figures.intervals_figure(
+    fig = figures.intervals_figure(
         auc.assign(setting=[setting_label(k, s, K, r.spec.base["K"]) for k, s, K in
                             auc[list(SETTING)].itertuples(index=False)]),
-        "method", "iqm", panel="setting", xlabel="IQM of normalised AUC",
+        "method", "iqm", panel="setting", xlabel="IQM of normalised AUC\n(1 = synchronous PPO-Clip)",
         order=ranking(r), sharex=True)
+    fig.suptitle("Normalised AUC, per task: 0 = the random policy, 1 = synchronous PPO-Clip's "
+                 f"mean (k = 0, K = {r.spec.base['K']})", fontsize=10)
+    fig.tight_layout()
+    return fig
 
 
 def write(r: Report, out: str | Path) -> list[Path]:
