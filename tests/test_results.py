@@ -60,13 +60,15 @@ def test_the_archived_capacity_sweeps_are_specs_named_in_the_help_and_left_out_o
 
 @pytest.fixture
 def minatar(tmp_path):
-    """A copy of the MinAtar study's committed files and its RESULTS.md, as a repository root."""
+    """A copy of the MinAtar study's committed files, its RESULTS.md and results index, as a
+    repository root."""
     spec = specs.STUDIES["minatar-long"]
     shutil.copytree(ROOT / spec.report, tmp_path / spec.report)
     studies = {spec.name: spec}
     made = specs.regenerate(studies, tmp_path / "made", tmp_path)
     (tmp_path / "results" / "RESULTS.md").write_text(
         specs.results_markdown(studies, made, tmp_path))
+    (tmp_path / specs.INDEX).write_text(specs.index_markdown(studies, made, tmp_path))
     return tmp_path, studies
 
 
