@@ -43,7 +43,8 @@ from pathlib import Path
 
 
 def parse(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m experiments.anchor_diagnostics",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("out")
     parser.add_argument("--env", default="gymnax:Pendulum-v1")
     parser.add_argument("--protocol", default="cpu")
