@@ -423,7 +423,7 @@ def test_cells_of_other_source_text_are_resumed_where_they_computed_this_codes_p
     this code computes, under these library versions, are this code's; a cell of another program
     is refused and named, as is one made under other library versions."""
     cells = sweep.plan(presets.PRESETS["lag-tiny"])
-    programs = {cell.cell_id: f"{i:016x}" for i, cell in enumerate(cells)}
+    programs = {cell.cell_id: f"k2:{i:016x}" for i, cell in enumerate(cells)}   # keys.SCHEME 2
     records = [{"cell": cell.cell_id, "fingerprint": cell.fingerprint(), "runs": len(cell.runs),
                 **io.provenance(), "source": "0123456789abcdef", "git_commit": "abcdef0",
                 "program": programs[cell.cell_id]} for cell in cells]
@@ -436,11 +436,15 @@ def test_cells_of_other_source_text_are_resumed_where_they_computed_this_codes_p
     with pytest.raises(sweep.SweepError, match="made by other code .*0123456789abcdef"):
         sweep.run_sweep(cells, out, **quiet)
     # Another program: every such cell named, with both programs.
-    other = {cell_id: "f" * 16 for cell_id in programs}
+    other = {cell_id: "k2:" + "f" * 16 for cell_id in programs}
     with pytest.raises(sweep.SweepError, match="made by another program") as refused:
         sweep.run_sweep(cells, out, programs=other, **quiet)
     for cell_id, program in programs.items():
-        assert f"{cell_id!r} (program {program}; this code's: {'f' * 16})" in str(refused.value)
+        assert f"{cell_id!r} (program {program}; this code's: k2:{'f' * 16})" in str(refused.value)
+    # A key of another scheme says nothing either way: the source text decides.
+    older = {cell_id: "f" * 16 for cell_id in programs}
+    with pytest.raises(sweep.SweepError, match="made by other code .*0123456789abcdef"):
+        sweep.run_sweep(cells, out, programs=older, **quiet)
     # The same program under another JAX: other code.
     io.write_jsonl_atomic(out / sweep.CELLS, [
         dict(r, versions=dict(r["versions"], jax="0.0.1")) for r in records])
