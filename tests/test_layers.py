@@ -5,9 +5,10 @@ module imports a layer above its own."""
 
 from __future__ import annotations
 
-import ast
 import sys
 from pathlib import Path
+
+from vaco_jax.study.keys import imported_names   # the package's own reader of an import graph
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ("vaco_jax", "experiments", "benchmarks", "tests")
@@ -50,26 +51,6 @@ def modules() -> dict[str, Path]:
     """Every module of SOURCES, by its dotted name (a package by its `__init__.py`)."""
     return {module_name(path): path for source in SOURCES
             for path in sorted((ROOT / source).rglob("*.py"))}
-
-
-def imported_names(name: str, path: Path) -> set[str]:
-    """The dotted names `name` imports anywhere in its file (function bodies included), relative
-    imports resolved against its package; `importlib.import_module("...")` with a literal too."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
-                base = ".".join(anchor + ([base] if base else []))
-            names.update(f"{base}.{alias.name}" for alias in node.names)
-        elif (isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "import_module"
-              and node.args and isinstance(node.args[0], ast.Constant)):
-            names.add(node.args[0].value)
-    return names
 
 
 def import_graph() -> dict[str, set[str]]:

@@ -66,18 +66,22 @@ def _under(relative: str, entry: str) -> bool:
 
 def program_files() -> list[Path]:
     """The package's modules a cell's programs can be traced from: `vaco_jax.program` and every
-    module of the package it imports, directly or not (an import inside a function counts).
-    What lies outside (the commands, the sweeps, the protocols) makes a cell's config and inputs,
-    which its key hashes by value, never its programs."""
+    module of the package it imports, directly or not (an import inside a function counts), with
+    the packages above each (whose `__init__` Python runs first). What lies outside (the commands,
+    the sweeps, the protocols) makes a cell's config and inputs, which its key hashes by value,
+    never its programs."""
     package = Path(io.__file__).resolve().parent
     todo, seen = ["vaco_jax.program"], set()
     while todo:
         name = todo.pop()
-        path = _module_path(package, name)
-        if path is None or name in seen:
+        if name in seen:
             continue
         seen.add(name)
-        todo.extend(_imports(name, path))
+        for imported in imported_names(name, _module_path(package, name)):
+            parts = imported.split(".")   # `from a import b`: the module `a.b`, else `a`
+            while parts and _module_path(package, ".".join(parts)) is None:
+                parts.pop()
+            todo.extend(".".join(parts[:i]) for i in range(1, len(parts) + 1))
     return sorted(_module_path(package, name) for name in seen)
 
 
@@ -92,25 +96,25 @@ def _module_path(package: Path, name: str) -> Path | None:
     return None
 
 
-def _imports(name: str, path: Path) -> set[str]:
-    """The dotted names `path` (module `name`) imports anywhere, relative imports resolved;
-    `from a import b` as both `a` and `a.b` (a module or a name in `a`)."""
+def imported_names(name: str, path: Path) -> set[str]:
+    """The dotted names module `name` (file `path`) imports anywhere in its file (function bodies
+    included), relative imports resolved against its package; `importlib.import_module("...")`
+    with a literal too. `from a import b` gives `a.b` (a module, or a name in module `a`)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
-            out.update(alias.name for alias in node.names)
+            names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
                 base = ".".join(anchor + ([base] if base else []))
-            out.add(base)
-            out.update(f"{base}.{alias.name}" for alias in node.names)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
         elif (isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "import_module"
               and node.args and isinstance(node.args[0], ast.Constant)):
-            out.add(node.args[0].value)
-    return out
+            names.add(node.args[0].value)
+    return names
 
 
 def syntax_digest(source: str) -> str:
