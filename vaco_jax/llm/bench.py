@@ -242,26 +242,24 @@ def program_key(proto: LLMProtocol, algo: str) -> dict:
     change to the sampler, the model or the update changes it and a comment does not; `inputs`,
     a hash of what the runs receive (PRNG keys, hyper-parameter leaves). Lowered only (seconds)."""
     import jax
-    import numpy as np
 
     from vaco_jax import fingerprint
     from vaco_jax.llm import experiment
     from vaco_jax.llm.grpo import GRPO, program_objectives
     from vaco_jax.llm.model import init_params
+    from vaco_jax.study import keys as control_keys
 
     config = proto.config()
     train_set, test_set = experiment.load_problems(config)
     params = jax.eval_shape(lambda key: init_params(config.model, key), jax.random.PRNGKey(0))
-    programs, inputs = [], hashlib.sha256()
+    programs, inputs = [], []
     for mode, ks in _calls(proto):
         for n in proto.ns:
             cfg = llm_config.with_lags(llm_config.replace(config, grpo=dict(num_minibatches=n)),
                                        ks, mode)
             objectives = program_objectives((algo,))
             _, keys, hps = experiment.sweep_keys(cfg, (algo,), objectives, ks)
-            for leaf in [keys, *jax.tree.leaves(hps)]:
-                leaf = np.ascontiguousarray(np.asarray(leaf))
-                inputs.update(repr((leaf.dtype.str, leaf.shape)).encode() + leaf.tobytes())
+            inputs.append(control_keys.arrays_digest(keys, hps))
             trainer = GRPO(cfg, train_set, test_set, objectives=objectives)
             one = jax.tree.map(lambda x: x[:1], (keys, hps))
             train = jax.jit(jax.vmap(trainer.train, in_axes=(0, None, 0, None)))
@@ -269,7 +267,7 @@ def program_key(proto: LLMProtocol, algo: str) -> dict:
                 lowering_platforms=("cpu",))
             programs.append(fingerprint.module_digest(lowered.as_text(debug_info=False)))
     return {"program": hashlib.sha256(" ".join(programs).encode()).hexdigest()[:16],
-            "inputs": inputs.hexdigest()[:16]}
+            "inputs": hashlib.sha256(" ".join(inputs).encode()).hexdigest()[:16]}
 
 
 def key_differences(ours: dict, theirs: dict) -> list[str]:

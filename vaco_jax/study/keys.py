@@ -148,7 +148,12 @@ def inputs_digest(cell: Cell) -> str:
     """A hash (16 hex digits) of every value `cell`'s programs receive as arguments when it runs
     (`sweep.cell_inputs`): the runs' PRNG keys and hyper-parameter leaves, by name, dtype, shape
     and bytes."""
-    keys, hparams = cell_inputs(cell)
+    return arrays_digest(*cell_inputs(cell))
+
+
+def arrays_digest(keys, hparams) -> str:
+    """A hash (16 hex digits) of PRNG `keys` and the pytree `hparams`: every leaf by its name,
+    dtype, shape and bytes."""
     digest = hashlib.sha256()
     for name, leaf in zip(["keys", *io.leaf_names(hparams)], [keys, *jax.tree.leaves(hparams)]):
         leaf = np.ascontiguousarray(np.asarray(leaf))
