@@ -28,6 +28,7 @@ import argparse
 import concurrent.futures
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -76,7 +77,7 @@ def rekey_method(path: Path, reverse: bool) -> dict:
     import jax
 
     from vaco_jax import fingerprint, program
-    from vaco_jax.study import bench, keys
+    from vaco_jax.study import bench
 
     info = json.loads(path.read_text())
     old = info["comparability"]
@@ -137,7 +138,7 @@ def main(argv=None) -> int:
         return 0
 
     from vaco_jax import io
-    from vaco_jax.study import bench, keys
+    from vaco_jax.study import bench
 
     wanted = [m for m in args.methods.split(",") if m]
     paths = [p for p in sorted(args.directory.glob(f"*/{bench.BENCH_FILE}"))
@@ -157,12 +158,9 @@ def main(argv=None) -> int:
             results[path] = pool.submit(_one, path, args.reverse)
     for path in paths:
         print(f"{path.parent.name}:", flush=True)
-        key = json.loads(path.read_text())["comparability"]
-        if key.get("scheme") == keys.SCHEME and key.get("code") == keys.code_digest():
-            print("  already keyed by this scheme and this code", flush=True)
-            continue
         result = results[path].result()
         if result is None:
+            print("  already keyed by this scheme and this code", flush=True)
             continue
         mine = [k for k in differ if k.startswith(f"{path.parent.name}/")]
         problems = result["problems"] + [f"{k}: inputs differ at {args.inputs_at}" for k in mine]
@@ -205,17 +203,11 @@ def _inputs_at(commit: str, directory: Path) -> dict[str, str]:
                     % (str(Path(tmp)), str(tree), str(directory)))
             (Path(tmp) / "experiments_rekey.py").write_text(Path(__file__).read_text())
             out = subprocess.run([sys.executable, "-c", code], cwd=tree, text=True, check=True,
-                                 stdout=subprocess.PIPE, env={**_env(), "PYTHONPATH": str(tree)})
+                                 stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(tree)})
             return json.loads(out.stdout.strip().splitlines()[-1])
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT,
                            check=False, capture_output=True)
-
-
-def _env() -> dict:
-    import os
-
-    return dict(os.environ)
 
 
 if __name__ == "__main__":

@@ -546,8 +546,7 @@ def _same_program(record: dict, programs: dict) -> bool:
 def _same_scheme(theirs: str, ours: str) -> bool:
     """Are two cell keys of one scheme (`keys.SCHEME`: the prefix before `:`), so that unequal
     means another computation? A key of another scheme says nothing either way."""
-    return theirs.partition(":")[1] == ours.partition(":")[1] == ":" and \
-        theirs.partition(":")[0] == ours.partition(":")[0]
+    return ":" in theirs and ":" in ours and theirs.split(":")[0] == ours.split(":")[0]
 
 
 def _check_programs(cells: Sequence[Cell], finished: dict, out: Path, programs: dict,
