@@ -188,6 +188,13 @@ def _cache_path(cell: Cell) -> Path:
     return cache.user_dir(f"program-keys-v{SCHEME}") / f"{code_digest()}-{cell.fingerprint()}"
 
 
+def _cached(cell: Cell) -> str | None:
+    try:
+        return _cache_path(cell).read_text().strip() or None
+    except OSError:
+        return None
+
+
 def program_parts(cells: Iterable[Cell], recorded: dict | None = None, *,
                   log: Callable[[str], None] | None = None) -> dict[str, str]:
     """Each cell's program part, by cell id. Taken from `recorded` (a result's `cells` record)
@@ -198,24 +205,21 @@ def program_parts(cells: Iterable[Cell], recorded: dict | None = None, *,
     same_code = recorded.get("code") == code_digest()
     out, todo = {}, []
     for cell in cells:
+        builtin = _builtin(cell)
         part = (recorded.get("cells", {}).get(cell.cell_id) or {}).get("program")
-        if same_code and part and _builtin(cell):
+        part = (part if same_code and part else _cached(cell)) if builtin else None
+        if part:
             out[cell.cell_id] = part
-            continue
-        try:
-            out[cell.cell_id] = _cache_path(cell).read_text().strip() if _builtin(cell) else None
-        except OSError:
-            out[cell.cell_id] = None
-        if out[cell.cell_id] is None:
-            todo.append(cell)
+        else:
+            todo.append((cell, builtin))
     start = time.perf_counter()
-    for n, cell in enumerate(todo, 1):
+    for n, (cell, builtin) in enumerate(todo, 1):
         if log is not None:
             log(f"  lowering cell {n}/{len(todo)} {cell.cell_id} to key what it computes "
                 f"({time.perf_counter() - start:.0f} s so far; kept for this code in "
                 f"{_cache_path(cell).parent})")
         out[cell.cell_id] = program_digest(cell)
-        if _builtin(cell):
+        if builtin:
             try:
                 io.write_bytes_atomic(_cache_path(cell), out[cell.cell_id].encode())
             except OSError:   # a read-only cache costs only time
