@@ -4,6 +4,7 @@ comparison is a parameter of each study, never fixed here."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
 
+from vaco_jax import io
 from vaco_jax.analysis import stats
 
 ALPHA = 0.05
@@ -19,6 +21,22 @@ WORDS = ("higher", "lower", "no difference shown")
 STATUS = {"after": "made after the pre-registration",
           "before": "analysed before the pre-registration",
           "unknown": "not known to follow the pre-registration"}
+
+
+def record_commits(paths) -> list[str]:
+    """The commits that made a study's runs, as their records name them: each row's `git_commit`
+    in a `.jsonl` file (a sweep's cells), else a JSON record's `commits` (every call that wrote
+    it) or `git_commit`. Sorted, each once."""
+    found = set()
+    for path in paths:
+        path = Path(path)
+        if path.suffix == ".jsonl":
+            found |= {r.get("git_commit") for r in io.read_jsonl(path)}
+            continue
+        info = json.loads(path.read_text())
+        if isinstance(info, dict):
+            found |= set(info.get("commits") or [info.get("git_commit")])
+    return sorted(c for c in found if c)
 
 
 def descends_from(commit: str, ancestor: str) -> bool | None:

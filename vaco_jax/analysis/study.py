@@ -115,8 +115,7 @@ def commits(study: StudyFile, root: str | Path) -> list[str]:
     pattern = study.runs.get("commits")
     if not pattern:
         return sorted(set(runs(study, root)["commit"]) - {""})
-    files = sorted(glob.glob(str(Path(root) / pattern)))
-    return sorted({r.get("git_commit") or "" for f in files for r in io.read_jsonl(f)} - {""})
+    return families.record_commits(sorted(glob.glob(str(Path(root) / pattern))))
 
 
 def status(study: StudyFile, root: str | Path, tested: int | None = None,

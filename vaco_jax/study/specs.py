@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from vaco_jax import io
+from vaco_jax.analysis import families
 from vaco_jax.analysis.check import check_files
 from vaco_jax.pipeline import compare, estimates, figures, preregistration, tables
 from vaco_jax.study import (capacity, lag, lag_by_setting, leaderboard, plotting, references,
@@ -600,17 +601,8 @@ benchmark entry (its `commits`: every call that wrote it) and a run's configurat
 def run_commits(directories, root: Path = ROOT) -> list[str]:
     """The commits that made the runs under `directories` (relative to `root`), as the
     `RUN_RECORDS` there name them: sorted, each once."""
-    found = set()
-    for directory in directories:
-        for name in RUN_RECORDS:
-            for path in sorted((Path(root) / directory).rglob(name)):
-                if path.suffix == ".jsonl":
-                    found |= {r.get("git_commit") for r in io.read_jsonl(path)}
-                    continue
-                info = json.loads(path.read_text())
-                if isinstance(info, dict):
-                    found |= set(info.get("commits") or [info.get("git_commit")])
-    return sorted(c for c in found if c)
+    return families.record_commits(path for directory in directories for name in RUN_RECORDS
+                                   for path in sorted((Path(root) / directory).rglob(name)))
 
 
 def tests_in_words(commits, registration: str, verdicts: bool = True, descends=None) -> str:
