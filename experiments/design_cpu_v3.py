@@ -44,6 +44,21 @@ is at most 0.9 (none: reported, and T is chosen again).
 
 Held-out tasks (`HELD_OUT`) are named here and never run on the design seeds.
 
+ROUND 2 (written after round 1's stage 1 and stage 2, before any round-2 run). Round 1 kept five
+tasks, one discrete. As the rule says, the steps per iteration of the candidates that failed are
+chosen again (`ROUND2`), read from round 1's synchronous curves only: CartPole and Acrobot were at
+their cap or plateau early (fewer envs: 8 each, the fewest M = 8 minibatches allow), gymnax Pendulum peaked at half the run at the
+grid's top rate (32 envs, and a grid that reaches 1e-2), SpaceInvaders plateaued (32 envs).
+Freeway (too late at 64 envs; 128 would cost about 70 minutes per method on a quiet machine),
+FingerSpin (does not learn) and `reacher` (v2's slowest task) are not run again: by round 1's
+rates none fits the cost limit beside the kept tasks. Round 1's rate was the grid's top on most
+tasks, so the grid is extended one step to 1e-2 (`LR_GRID_2`): the five kept tasks run at 1e-2
+only and are decided again on all four rates, by the same rule. Stage 2 runs, at the same lags,
+each task kept in round 2 whose rate is not one stage 2 already ran; k_max is chosen again by the
+same rule over every task kept in round 2.
+
+    python -m experiments.design_cpu_v3 OUT --round 2 [--stage 2] [--tasks ...] [--summary]
+
     python -m experiments.design_cpu_v3 OUT --plan                # sizes and cost, runs nothing
     python -m experiments.design_cpu_v3 OUT                       # stage 1 (resumable)
     python -m experiments.design_cpu_v3 OUT --stage 2 [--tasks ...]
@@ -96,6 +111,16 @@ DISCRETE = {"gymnax:CartPole-v1", "gymnax:Acrobot-v1", "gymnax:Breakout-MinAtar"
 RETURN_CAP = {"gymnax:CartPole-v1": 500.0, "inverted_double_pendulum": 9_360.0,
               **{env: 1_000.0 for env in (*CANDIDATES, *HELD_OUT) if env.startswith("dmc:")}}
 LR_GRID = (3e-4, 1e-3, 3e-3)
+# Round 2 (module docstring): the candidates' steps per iteration chosen again, and the grid's step.
+ROUND2 = {
+    "gymnax:CartPole-v1": (8, {}),
+    "gymnax:Acrobot-v1": (8, {}),   # 8: the fewest envs K = 4 x M = 8 allows
+    "gymnax:Pendulum-v1": (32, {"gamma": 0.9}),
+    "gymnax:SpaceInvaders-MinAtar": (32, {"ent_coef": 0.01}),
+}
+ROUND1_KEPT = ("dmc:CartpoleBalance", "gymnax:Breakout-MinAtar", "dmc:CartpoleSwingup",
+               "dmc:ReacherEasy", "inverted_double_pendulum")
+LR_GRID_2 = (3e-4, 1e-3, 3e-3, 1e-2)
 DESIGN_SEED = 900
 SEEDS = 5
 LAGS = (0, 2, 4, 6, 8)      # stage 2; T/16 = 8
@@ -116,26 +141,56 @@ def suite(env: str) -> str:
     return "Brax/MJX"
 
 
-def task(env: str, seeds: int) -> bench.Task:
-    num_envs, own = {**CANDIDATES, **HELD_OUT}[env]
+def task(env: str, seeds: int, table=None) -> bench.Task:
+    num_envs, own = (table or {**CANDIDATES, **HELD_OUT})[env]
     fields = {"episode_length": Config.for_env(env).episode_length, "num_envs": num_envs,
               **SHAPES, "total_steps": T * num_envs * UNROLL, **own}
     return bench.Task(env, tuple(fields.items()), seeds)
 
 
-def design_protocol(tasks) -> bench.Protocol:
+def design_protocol(tasks, table=None, rates=LR_GRID) -> bench.Protocol:
     return bench.Protocol(
-        "cpu-design", 3, tuple(task(env, SEEDS) for env in tasks), lags=LAGS, forward=(),
+        "cpu-design", 3, tuple(task(env, SEEDS, table) for env in tasks), lags=LAGS, forward=(),
         seed=DESIGN_SEED, sampling="profile", design_seed=DESIGN_SEED, design_seeds=SEEDS,
-        learning_rates=LR_GRID, description="design seeds: candidate tasks for cpu v3")
+        learning_rates=rates, description="design seeds: candidate tasks for cpu v3")
 
 
 def stage1_cells(tasks):
     return bench.tuning_cells(bench.Method("ppo_clip"), design_protocol(tasks))
 
 
-def stage2_cells(tasks, rates: dict[str, float]):
-    proto = design_protocol(tasks)
+def round2_stage1_cells(tasks):
+    """Round 2's new candidates over the whole extended grid; round 1's kept tasks at its new
+    step only (their other rates are round 1's runs)."""
+    method = bench.Method("ppo_clip")
+    new = [env for env in tasks if env in ROUND2]
+    old = [env for env in tasks if env in ROUND1_KEPT]
+    return ((bench.tuning_cells(method, design_protocol(new, ROUND2, LR_GRID_2)) if new else [])
+            + (bench.tuning_cells(method, design_protocol(old, CANDIDATES, (LR_GRID_2[-1],)))
+               if old else []))
+
+
+ROUND2_TABLE = {**CANDIDATES, **ROUND2}
+
+
+def round2_runs(root: Path, random: dict[str, float], stage: int):
+    """Round 2's runs of a stage: its own, and round 1's of the tasks round 2 kept the envs of."""
+    import pandas as pd
+
+    from vaco_jax.study import sweep
+
+    frames = []
+    for path in (root / f"stage{stage}" / "runs", root / "round2" / f"stage{stage}" / "runs"):
+        if io.has_rows(path / sweep.CELLS):
+            runs = per_run(sweep.load_results(path), random)
+            if path.parent.parent == root:                  # round 1: only the unchanged tasks
+                runs = runs[~runs.env.isin(list(ROUND2))]
+            frames.append(runs)
+    return pd.concat(frames, ignore_index=True)
+
+
+def stage2_cells(tasks, rates: dict[str, float], table=None):
+    proto = design_protocol(tasks, table)
     method = bench.Method("ppo_clip")
     return [bench._cell(method, proto, t, "lag", bench.settings(proto, LAGS), (),
                         range(DESIGN_SEED, DESIGN_SEED + SEEDS), [rates[t.env]])
@@ -161,7 +216,7 @@ def per_run(rows, random: dict[str, float]):
     return pd.DataFrame(out)
 
 
-def apply_rule(runs, random: dict[str, float]) -> dict[str, dict]:
+def apply_rule(runs, random: dict[str, float], grid=LR_GRID) -> dict[str, dict]:
     """The task rule (module docstring) on stage 1's runs, per task."""
     import numpy as np
 
@@ -203,7 +258,7 @@ def apply_rule(runs, random: dict[str, float]) -> dict[str, dict]:
         if not unsaturated:
             reasons.append(why_s)
         decisions[env] = {
-            "learning_rate": lr, "edge": lr in (min(LR_GRID), max(LR_GRID)),
+            "learning_rate": lr, "edge": lr in (min(grid), max(grid)),
             "auc_by_lr": {repr(float(k)): float(v) for k, v in aucs.items()},
             "final": float(final), "final_sd": float(sd), "final_min": float(h["final"].min()),
             "auc": float(h["auc"].mean()), "at_three_quarters": float(at_three_quarters),
@@ -377,11 +432,11 @@ def summarise(root: str) -> str:
 
 
 # --- running -------------------------------------------------------------------------------------
-def plan(root: str, tasks) -> None:
+def plan(root: str, tasks, round_: int = 1) -> None:
     from vaco_jax.study import sweep
 
-    records = bench.measured_cells(Path(root) / "stage1")
-    cells = stage1_cells(tasks)
+    records = bench.measured_cells(Path(root) / ("round2/stage1" if round_ == 2 else "stage1"))
+    cells = round2_stage1_cells(tasks) if round_ == 2 else stage1_cells(tasks)
     size = bench.plan_size(cells, records)
     print(f"T = {T}; stage 1: {size['cells']} programs, {size['runs']} runs, "
           f"{size['env_steps']:,} env steps, {size['evaluation_episodes']:,} evaluation episodes")
@@ -405,16 +460,21 @@ def main(argv=None):
                                      description=__doc__.splitlines()[0])
     parser.add_argument("out")
     parser.add_argument("--stage", type=int, choices=(1, 2), default=1)
-    parser.add_argument("--tasks", nargs="+", default=list(CANDIDATES))
+    parser.add_argument("--round", type=int, choices=(1, 2), default=1,
+                        help="2: round 2's candidates and grid (module docstring)")
+    parser.add_argument("--tasks", nargs="+", default=None)
     parser.add_argument("--summary", action="store_true",
                         help="write OUT/summary.md from the runs already in OUT and stop")
     parser.add_argument("--plan", action="store_true", help="print the size and cost and stop")
     args = parser.parse_args(argv)
-    unknown = [env for env in args.tasks if env not in CANDIDATES]
+    candidates = list(ROUND2) + list(ROUND1_KEPT) if args.round == 2 else list(CANDIDATES)
+    args.tasks = args.tasks or candidates
+    unknown = [env for env in args.tasks if env not in candidates]
     if unknown:
-        parser.error(f"not candidates: {unknown} (held-out tasks never run here)")
+        parser.error(f"not round-{args.round} candidates: {unknown} (held-out tasks never run "
+                     f"here); the candidates are {candidates}")
     if args.plan:
-        plan(args.out, args.tasks)
+        plan(args.out, args.tasks, args.round)
         return
     if args.summary:
         text = ("# Design-seed measurements for the benchmark's cpu protocol v3 (design stage)\n\n"
