@@ -487,9 +487,21 @@ def main(argv=None):
     from vaco_jax.study import sweep
 
     root = Path(args.out)
-    proto = design_protocol(args.tasks)
+    proto = design_protocol(args.tasks, ROUND2_TABLE if args.round == 2 else None)
     random = bench.random_returns(root / "stage1", proto)
-    if args.stage == 1:
+    if args.round == 2 and args.stage == 1:
+        cells, runs = round2_stage1_cells(args.tasks), root / "round2" / "stage1" / "runs"
+    elif args.round == 2:
+        decisions = apply_rule(round2_runs(root, random, 1), random, LR_GRID_2)
+        done = round2_runs(root, random, 2)[["env", "learning_rate"]].drop_duplicates()
+        ran = set(zip(done.env, done.learning_rate))
+        tasks = [env for env in args.tasks if decisions.get(env, {}).get("kept")
+                 and (env, decisions[env]["learning_rate"]) not in ran]
+        print("stage 2 (round 2) on", tasks)
+        cells = stage2_cells(tasks, {env: decisions[env]["learning_rate"] for env in tasks},
+                             ROUND2_TABLE)
+        runs = root / "round2" / "stage2" / "runs"
+    elif args.stage == 1:
         cells, runs = stage1_cells(args.tasks), root / "stage1" / "runs"
     else:
         stage1 = per_run(sweep.load_results(root / "stage1" / "runs"), random)
