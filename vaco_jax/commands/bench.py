@@ -183,6 +183,16 @@ def main(argv: list[str] | None = None, prog: str = "vaco-bench") -> int:
             print(f"the learning-rate choice is not finished yet: run the same command again")
             return 0
         cost = tuning["cost"]
+        if tuning.get("per_task"):
+            for env, task in tuning["tasks"].items():
+                steps = len(task["steps"]) - 1
+                print(f"{env}: " + ", ".join(f"{k} {v:g}" for k, v in task["chosen"].items())
+                      + f" chosen of {len(task['configurations'])} configurations"
+                      + (f" ({steps} extension{'s' * (steps != 1)} of the grid)" if steps else "")
+                      + (f"; {'; '.join(task['steps'][-1]['notes'])}" if task["edge"] else ""))
+            print(f"tuning: {out / bench.TUNING_FILE}; cost {cost['wall_seconds']:.0f} s "
+                  f"({cost['compile_seconds']:.0f} s compiling)")
+            return 0
         print(f"learning rate {tuning['chosen']:g} chosen ({out / bench.TUNING_FILE}); mean "
               f"normalised AUC {', '.join(f'{k}: {v:.3f}' for k, v in tuning['score'].items())}; "
               f"cost {cost['wall_seconds']:.0f} s ({cost['compile_seconds']:.0f} s compiling)")

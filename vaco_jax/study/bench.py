@@ -36,7 +36,7 @@ from typing import Any
 from vaco_jax import algorithms, cache, io, program, runtime
 from vaco_jax.config import Config, validate, with_lag_profile
 from vaco_jax.errors import ConfigError
-from vaco_jax.study import keys, sweep
+from vaco_jax.study import keys, sweep, tuning
 from vaco_jax.study.sweep import KEY_LIBRARIES, Cell, Run, key_versions
 
 BENCH_FILE = "bench.json"
@@ -97,6 +97,16 @@ class Protocol:
     """The learning rate chosen where the grid's scores tie."""
     requires: tuple[str, ...] = ()
     """The extras the tasks need (`pip install -e ".[extra]"`)."""
+    # From version 3 on:
+    per_task: bool = False
+    """False: one learning rate over every task (version 2). True: per task, the learning rates ×
+    the method's key constraint (`constraints`), a choice on an edge extended (`study.tuning`)."""
+    constraints: tuple[tuple[str, tuning.Constraint], ...] = ()
+    """(method or objective name, its key constraint): the second axis of its grid."""
+    lr_only: tuple[float, ...] = ()
+    """The learning rates of a method without a constraint: the same budget, a finer ladder."""
+    held_out: tuple[Task, ...] = ()
+    """Tasks named before any run, scored only after the board (`--held-out`), reported apart."""
 
     @property
     def largest_lag(self) -> int:
@@ -184,6 +194,33 @@ PROTOCOLS_V2 = (
              design_seed=900, design_seeds=5, learning_rates=_LR_GRID_V2, requires=("dmc",),
              description="hopper, ant and CheetahRun on one GPU"),
 )
+# Version 3: each method tuned per task, over learning rates × its key constraint (`study.tuning`):
+# four values of each, or sixteen learning rates where the method has no constraint (IMPALA, PG,
+# TOPR). The windows hold each method's default; a choice on an edge extends its grid.
+_CLIP = tuning.Constraint("clip_eps", tuning.DOUBLING, (0.05, 0.1, 0.2, 0.4))
+_KL_TARGET = tuning.Constraint("kl_target", tuning.TARGETS, (0.003, 0.01, 0.03, 0.1))
+CONSTRAINTS_V3 = (
+    ("tv_filter", tuning.Constraint("delta", tuning.DOUBLING, (0.05, 0.1, 0.2, 0.4))),
+    ("ppo_clip", _CLIP), ("spo", _CLIP), ("decoupled_ppo", _CLIP), ("icepop", _CLIP),
+    ("geppo", _CLIP),
+    ("ppo_kl_adaptive", _KL_TARGET), ("ppo_kl_adaptive_learner", _KL_TARGET),
+    ("ppo_kl", tuning.Constraint("kl_coef", tuning.COEFFICIENTS, (0.03, 0.1, 0.3, 1.0))),
+    ("cispo", tuning.Constraint("cispo_eps_high", (0.035, 0.07, 0.14, 0.28, 0.56, 1.12, 2.24),
+                                (0.07, 0.14, 0.28, 0.56), own=True)),
+    ("dppo_tv", tuning.Constraint("tv_delta", tuning.DOUBLING, (0.05, 0.1, 0.2, 0.4), own=True)),
+    ("m2po", tuning.Constraint("m2_tau", (0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32),
+                               (0.01, 0.02, 0.04, 0.08), own=True)),
+)
+_LR_V3 = (3e-4, 1e-3, 3e-3, 1e-2)
+_LR_ONLY_V3 = tuning.FINE_LR_LADDER[12:28]          # 3.16e-4 … 2.37e-2, 10^(1/8) apart
+PROTOCOLS_V3 = (
+    Protocol("tiny", 3, (Task("toy_reach", _TINY, 3),), lags=(0, 1, 3),
+             forward=(("num_epochs", 4),), forward_lags=(0, 3), seed=400,
+             sampling="profile", stochastic=(("uniform≤3", uniform_profile(3)),),
+             design_seed=900, design_seeds=2, learning_rates=_LR_V3, per_task=True,
+             constraints=CONSTRAINTS_V3, lr_only=_LR_ONLY_V3,
+             description="seconds on a CPU: the pipeline end to end (tests, CI)"),
+)
 VERSIONS: dict[tuple[str, int], Protocol] = {(p.name, p.version): p for p in (
     Protocol("tiny", 1, (Task("toy_reach", _TINY, 3),), lags=(0, 1, 3),
              forward=(("num_epochs", 4),), forward_lags=(0, 3), seed=200,
@@ -203,7 +240,7 @@ VERSIONS: dict[tuple[str, int], Protocol] = {(p.name, p.version): p for p in (
         Task("hopper", _CPU + (("total_steps", 1_024_000), ("mjx_solver", "fast")), 10)),
         lags=(0, 3, 15), forward=(("num_epochs", 16),), forward_lags=(0, 15), seed=200,
         description="the four tasks of the controlled-lag study: one GPU (needs the dmc extra)"),
-    *PROTOCOLS_V2,
+    *PROTOCOLS_V2, *PROTOCOLS_V3,
 )}
 # `--protocol NAME` runs the newest version of NAME.
 PROTOCOLS: dict[str, Protocol] = {name: VERSIONS[name, max(v for n, v in VERSIONS if n == name)]
@@ -318,38 +355,68 @@ def settings(proto: Protocol, lags) -> list[Setting]:
 
 
 def bench_cells(method: Method, proto: Protocol, lag_profile=(), *,
-                learning_rate: float | None = None) -> list[Cell]:
+                learning_rate: float | dict | None = None, held_out: bool = False) -> list[Cell]:
     """The method's cells: per task, the lag axis (one program: every lag × seed) and the
     high-update-frequency setting (another program), each config validated before compiling.
     With a `lag_profile` (`config.read_lag_profile`), also the method acting with it at the
     protocol's shapes (setting `profile`, capacity the profile's length: a program per task).
     A protocol that tunes (`Protocol.tuned`) runs every cell at `learning_rate`, a column of its
-    rows (the tasks' own when None, e.g. to plan)."""
+    rows (the tasks' own when None, e.g. to plan); per task (`Protocol.per_task`) it is a dict
+    env -> the task's chosen configuration. `held_out`: the protocol's held-out tasks instead."""
     if not proto.tuned:
         return _v1_cells(method, proto, lag_profile)
     cells = []
-    for task in proto.tasks:
+    for task in (proto.held_out if held_out else proto.tasks):
         seeds = range(proto.seed, proto.seed + task.seeds)
+        if isinstance(learning_rate, dict):   # per-task tuning: the task's chosen configuration
+            learning_rate_of = (tuning.run_hparams(learning_rate[task.env],
+                                                   method_grid(method, proto))
+                                if task.env in learning_rate else None)
+        else:
+            learning_rate_of = learning_rate
         lag_axis = settings(proto, proto.lags) + [Setting(name, None, profile)
                                                   for name, profile in proto.stochastic]
-        cells.append(_cell(method, proto, task, "lag", lag_axis, (), seeds, [learning_rate]))
+        cells.append(_cell(method, proto, task, "lag", lag_axis, (), seeds, [learning_rate_of]))
         if proto.forward:
             cells.append(_cell(method, proto, task, "forward", settings(proto, proto.forward_lags),
-                               proto.forward, seeds, [learning_rate]))
+                               proto.forward, seeds, [learning_rate_of]))
         if lag_profile:
             user = Setting("profile", None, tuple(lag_profile), "user_profile")
-            cells.append(_cell(method, proto, task, PROFILE, [user], (), seeds, [learning_rate]))
+            cells.append(_cell(method, proto, task, PROFILE, [user], (), seeds,
+                               [learning_rate_of]))
     return cells
 
 
-def tuning_cells(method: Method, proto: Protocol) -> list[Cell]:
-    """Per task, one program: every learning rate of the grid × design seed, at k = 0."""
+def tuning_cells(method: Method, proto: Protocol, grids: dict | None = None,
+                 held_out: bool = False) -> list[Cell]:
+    """Per task, one program: every learning rate of the grid × design seed, at k = 0. On a
+    per-task protocol, `grids` (env -> (variant, configurations)) names each task's
+    configurations (default: the method's base grid, variant `tune`)."""
     if not proto.tuned:
         raise ConfigError(f"option `tune` is invalid for protocol {proto.name!r} "
                           f"v{proto.version}: it has no learning-rate grid")
-    return [_cell(method, proto, task, "tune", settings(proto, (0,)), (),
-                  range(proto.design_seed, proto.design_seed + proto.design_seeds),
-                  proto.learning_rates) for task in proto.tasks]
+    design = range(proto.design_seed, proto.design_seed + proto.design_seeds)
+    tasks = proto.held_out if held_out else proto.tasks
+    if not proto.per_task:
+        return [_cell(method, proto, task, "tune", settings(proto, (0,)), (), design,
+                      proto.learning_rates) for task in tasks]
+    grid = method_grid(method, proto)
+    grids = grids if grids is not None else {t.env: ("tune", grid.configs()) for t in tasks}
+    return [_cell(method, proto, task, grids[task.env][0], settings(proto, (0,)), (), design,
+                  [tuning.run_hparams(c, grid) for c in grids[task.env][1]])
+            for task in tasks if task.env in grids]
+
+
+def method_constraint(method: Method, proto: Protocol) -> tuning.Constraint | None:
+    """The key constraint of `method` on `proto`: by its name, else by its objective's."""
+    table = dict(proto.constraints)
+    objective = algorithms.parse(method.algo).objective.name
+    return table.get(method.name, table.get(objective))
+
+
+def method_grid(method: Method, proto: Protocol) -> tuning.Grid:
+    """The grid `method`'s tuning starts from on every task of a per-task protocol."""
+    return tuning.base_grid(method_constraint(method, proto), proto.learning_rates, proto.lr_only)
 
 
 def _task_config(method: Method, proto: Protocol, task: Task, extra) -> Config:
@@ -378,11 +445,16 @@ def _cell(method: Method, proto: Protocol, task: Task, variant: str, lag_setting
     runs = []
     for setting in lag_settings:
         for lr in learning_rates:
-            lr = config.learning_rate if lr is None else float(lr)
+            # A configuration: a learning rate, or (per-task tuning) a dict of the run's fields.
+            chosen = dict(lr) if isinstance(lr, dict) else {"learning_rate": lr}
+            if chosen["learning_rate"] is None:
+                chosen["learning_rate"] = config.learning_rate
+            chosen["learning_rate"] = float(chosen["learning_rate"])
+            delta = float(chosen.pop("delta", config.delta))
             for seed in seeds:
                 hparams = (("lag_profile", setting.profile),) if setting.profile else ()
-                runs.append(Run(setting.capacity, float(config.delta), seed,
-                                hparams + (("learning_rate", lr),),
+                runs.append(Run(setting.capacity, delta, seed,
+                                hparams + tuple(chosen.items()),
                                 tags=(("setting", _setting_name(setting, extra)),
                                       ("lag", setting.lag), ("num_epochs", config.num_epochs),
                                       ("snapshot_sampling", setting.sampling(proto)))))
@@ -400,8 +472,14 @@ def _setting_name(setting: Setting, extra) -> str:
 def _v1_cells(method: Method, proto: Protocol, lag_profile=()) -> list[Cell]:
     """Version 1's cells (unchanged: their fingerprints are those of the committed results)."""
     cells = []
-    for task in proto.tasks:
+    for task in (proto.held_out if held_out else proto.tasks):
         seeds = range(proto.seed, proto.seed + task.seeds)
+        if isinstance(learning_rate, dict):   # per-task tuning: the task's chosen configuration
+            learning_rate_of = (tuning.run_hparams(learning_rate[task.env],
+                                                   method_grid(method, proto))
+                                if task.env in learning_rate else None)
+        else:
+            learning_rate_of = learning_rate
         settings = [("lag", proto.lags, ())]
         if proto.forward:
             settings.append(("forward", proto.forward_lags, proto.forward))
@@ -663,6 +741,9 @@ def learning_rate(out: Path, method: Method, proto: Protocol, given: float | Non
         raise ConfigError(f"{path} chose the learning rate of {tuning['method']!r} on protocol "
                           f"{tuning['protocol']} v{tuning['protocol_version']}, not of "
                           f"{method.name!r} on {proto.name} v{proto.version}")
+    if proto.per_task:
+        return {"learning_rate": {env: task["chosen"] for env, task in tuning["tasks"].items()},
+                "tuned": True}
     return {"learning_rate": float(tuning["chosen"]), "tuned": True}
 
 
@@ -723,6 +804,9 @@ def run_tuning(method: Method, proto: Protocol, out: str | Path, *, shard=None, 
     before)."""
     out = Path(out)
     proto.check_requires()
+    if proto.per_task:
+        return run_per_task_tuning(method, proto, out, shard=shard, log=log, progress=progress,
+                                   allow_code_change=allow_code_change, max_cells=max_cells)
     cells = tuning_cells(method, proto)
     random = random_returns(out, proto)
     runs = out / TUNING_RUNS
@@ -743,6 +827,83 @@ def run_tuning(method: Method, proto: Protocol, out: str | Path, *, shard=None, 
               "result_code": result_code(result_sources()), **io.provenance()}
     io.write_json_atomic(out / TUNING_FILE, tuning)
     return tuning
+
+
+PER_TASK_RULE = ("per task, the configuration (learning rate × the method's key constraint) with "
+                 "the highest mean AUC over the design seeds at k = 0, ties to the smaller "
+                 "learning rate, then the smaller constraint; a choice on its grid's edge adds "
+                 "the ladder's next value on that side and is made again")
+
+
+def run_per_task_tuning(method: Method, proto: Protocol, out: Path, *, held_out: bool = False,
+                        **sweep_options) -> dict | None:
+    """Per-task tuning (`study.tuning`): each task's base grid × design seeds (variant `tune`),
+    then, while a task's choice sits on its grid's edge, the added row or column (`tune-ext1`, ...
+    Resumable: each step is decided from finished runs alone. Writes `<out>/tuning.json` once
+    every task's choice is inside its grid or at a ladder's end (returned; None before)."""
+    grid0 = method_grid(method, proto)
+    constraint = method_constraint(method, proto)
+    ladder = tuning.FINE_LR_LADDER if grid0.field is None else tuning.LR_LADDER
+    tasks = proto.held_out if held_out else proto.tasks
+    random = random_returns(out, dataclasses.replace(proto, tasks=tasks))
+    runs = out / TUNING_RUNS
+    state = {t.env: {"grid": grid0, "steps": [], "pending": ("tune", grid0.configs())}
+             for t in tasks}
+    for step in range(1, 64):
+        pending = {env: s["pending"] for env, s in state.items() if s["pending"]}
+        if not pending:
+            break
+        cells = tuning_cells(method, proto, pending, held_out=held_out)
+        sweep.run_sweep(cells, runs, **sweep_options)
+        if unfinished([c.cell_id for c in cells], runs):
+            return None
+        per_run = _tuning_runs(sweep.load_results(runs), random, proto, grid0)
+        for env in pending:
+            s = state[env]
+            s["chosen"], s["table"] = tuning.choose(per_run[env], s["grid"])
+            wider, notes = tuning.extend(s["grid"], s["chosen"], ladder, constraint)
+            s["steps"].append({"chosen": s["chosen"], "notes": notes})
+            s["pending"] = ((f"tune-ext{step}", tuning.added(s["grid"], wider)) if wider else None)
+            s["grid"] = wider or s["grid"]
+    compact_when_finished([], runs)
+    finished = sweep.load_cells(runs)
+    result = {"method": method.name, "algo": method.algo, "protocol": proto.name,
+              "protocol_version": proto.version, "rule": PER_TASK_RULE, "per_task": True,
+              "held_out": held_out, "base_grid": grid0.describe(),
+              "tasks": {env: {"random": float(random[env]), "grid": s["grid"].describe(),
+                              "chosen": s["chosen"], "steps": s["steps"],
+                              "edge": bool(s["steps"][-1]["notes"]), "configurations": s["table"]}
+                        for env, s in state.items()},
+              "design_seeds": list(range(proto.design_seed, proto.design_seed + proto.design_seeds)),
+              "cost": {"cells": len(finished),
+                       **{k: float(finished[k].sum()) for k in
+                          ("wall_seconds", "compile_seconds", "train_seconds")}},
+              **io.provenance()}
+    io.write_json_atomic(out / (HELD_OUT_TUNING_FILE if held_out else TUNING_FILE), result)
+    return result
+
+
+HELD_OUT_TUNING_FILE = "tuning-held-out.json"
+
+
+def _tuning_runs(results, random: dict[str, float], proto: Protocol, grid: tuning.Grid) -> dict:
+    """Per task, one dict per tuning run: its configuration's fields, its AUC (the mean of its
+    evaluation returns) and final score (the last `last_evals`); a diverged run scores random
+    from its divergence on."""
+    frame = results.assign(value=results["eval_return"].astype(float))
+    frame["value"] = frame["value"].fillna(frame["env"].map(random))
+    if grid.own:   # the objective's own constraint is the run's "name=value" item
+        frame[grid.field] = [float(str(list(v)[0]).split("=", 1)[1])
+                             for v in frame["objective_hparams"]]
+    fields = ["learning_rate"] + ([grid.field] if grid.field else [])
+    out: dict[str, list] = {}
+    for (env, *values, _seed), run in frame.sort_values("eval_index").groupby(
+            ["env", *fields, "seed"], sort=False):
+        curve = run["value"].to_numpy()
+        out.setdefault(env, []).append({**dict(zip(fields, map(float, values))),
+                                        "auc": float(curve.mean()),
+                                        "final": float(curve[-proto.last_evals:].mean())})
+    return out
 
 
 def choose_learning_rate(results, random: dict[str, float], proto: Protocol) -> dict:

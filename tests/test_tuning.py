@@ -1,0 +1,100 @@
+"""Per-task tuning (protocol v3): the grid, the choice and the extension of a choice on an edge,
+checked against hand-made tables; and the cells it plans."""
+
+import pytest
+
+from vaco_jax.study import bench, tuning
+
+CLIP = tuning.Constraint("clip_eps", tuning.DOUBLING, (0.05, 0.1, 0.2, 0.4))
+GRID = tuning.Grid((3e-4, 1e-3, 3e-3, 1e-2), "clip_eps", (0.05, 0.1, 0.2, 0.4))
+
+
+def runs_of(table: dict) -> list[dict]:
+    """Two design seeds per configuration whose mean AUC is the table's value (±1)."""
+    return [{"learning_rate": lr, "clip_eps": eps, "auc": auc + d, "final": auc}
+            for (lr, eps), auc in table.items() for d in (-1.0, 1.0)]
+
+
+def test_the_choice_is_the_best_mean_auc_with_ties_to_the_smaller_rate_then_constraint():
+    table = {(lr, eps): 0.0 for lr in GRID.learning_rates for eps in GRID.values}
+    table[1e-3, 0.2] = 5.0
+    table[3e-3, 0.1] = 5.0           # a tie: the smaller learning rate wins
+    table[1e-3, 0.1] = 5.0           # a tie at that rate: the smaller ε wins
+    chosen, rows = tuning.choose(runs_of(table), GRID)
+    assert chosen == {"learning_rate": 1e-3, "clip_eps": 0.1}
+    assert len(rows) == 16 and all(row["runs"] == 2 for row in rows)
+    assert max(row["auc"] for row in rows) == pytest.approx(5.0)
+
+
+def test_a_choice_inside_the_grid_is_not_extended():
+    wider, notes = tuning.extend(GRID, {"learning_rate": 1e-3, "clip_eps": 0.2},
+                                 tuning.LR_LADDER, CLIP)
+    assert wider is None and notes == []
+
+
+def test_a_choice_on_two_edges_adds_the_next_rate_and_the_next_value():
+    wider, notes = tuning.extend(GRID, {"learning_rate": 1e-2, "clip_eps": 0.05},
+                                 tuning.LR_LADDER, CLIP)
+    assert wider.learning_rates == (3e-4, 1e-3, 3e-3, 1e-2, 3e-2)
+    assert wider.values == (0.025, 0.05, 0.1, 0.2, 0.4)
+    assert notes == ["learning_rate above: 0.03", "clip_eps below: 0.025"]
+    new = tuning.added(GRID, wider)
+    # a row (5 values at 3e-2) and a column (4 old rates at 0.025): 25 - 16 configurations
+    assert len(new) == 9
+    assert {"learning_rate": 3e-2, "clip_eps": 0.4} in new
+    assert {"learning_rate": 3e-4, "clip_eps": 0.025} in new
+    assert {"learning_rate": 1e-3, "clip_eps": 0.1} not in new
+
+
+def test_a_choice_at_the_ladders_end_is_recorded_not_extended():
+    top = tuning.Grid((3e-2, 1e-1), "clip_eps", (0.8, 1.6))
+    wider, notes = tuning.extend(top, {"learning_rate": 1e-1, "clip_eps": 1.6},
+                                 tuning.LR_LADDER, CLIP)
+    assert wider is None
+    assert notes == ["learning_rate at the upper end of the ladder",
+                     "clip_eps at the upper end of the ladder"]
+
+
+def test_a_method_without_a_constraint_spends_the_same_budget_on_learning_rates():
+    proto = bench.protocol("tiny", 3)
+    assert bench.method_grid(bench.Method("impala"), proto).field is None
+    budgets = {m.name: len(bench.method_grid(m, proto).configs())
+               for m in bench.LEADERBOARD_METHODS}
+    assert set(budgets.values()) == {16}, budgets
+    fine = proto.lr_only
+    # 10^(1/8) apart, each rounded to 3 significant digits
+    assert all(b / a == pytest.approx(10 ** (1 / 8), rel=5e-3) for a, b in zip(fine, fine[1:]))
+
+
+def test_each_method_tunes_its_own_constraint():
+    proto = bench.protocol("tiny", 3)
+    field = {m.name: bench.method_grid(m, proto).field for m in bench.LEADERBOARD_METHODS}
+    assert field["vaco"] == field["gae+tv_filter"] == "delta"
+    assert field["ppo_clip"] == field["appo"] == "clip_eps"
+    assert field["ppo_kl"] == "kl_coef" and field["ppo_kl_adaptive"] == "kl_target"
+    assert field["m2po"] == "m2_tau"
+
+
+def test_tuning_cells_vmap_the_grid_and_scored_cells_take_each_tasks_choice():
+    proto = bench.protocol("tiny", 3)
+    vaco = bench.Method("vaco")
+    (cell,) = bench.tuning_cells(vaco, proto)
+    assert len(cell.runs) == 16 * proto.design_seeds
+    deltas = sorted({run.delta for run in cell.runs})
+    assert deltas == [0.05, 0.1, 0.2, 0.4]          # δ is the run's own leaf
+    chosen = {"toy_reach": {"learning_rate": 3e-3, "delta": 0.1}}
+    for scored in bench.bench_cells(vaco, proto, learning_rate=chosen):
+        assert {run.delta for run in scored.runs} == {0.1}
+        assert {dict(run.hparams)["learning_rate"] for run in scored.runs} == {3e-3}
+        assert {run.config(scored.config).delta for run in scored.runs} == {0.1}
+
+
+def test_an_objectives_own_constraint_reaches_the_run_as_its_hyper_parameter():
+    proto = bench.protocol("tiny", 3)
+    m2po = bench.Method("m2po")
+    chosen = {"toy_reach": {"learning_rate": 1e-3, "m2_tau": 0.02}}
+    (lag, *_) = bench.bench_cells(m2po, proto, learning_rate=chosen)
+    run = lag.runs[0]
+    assert dict(run.hparams)["objective_hparams"] == ("m2_tau=0.02",)
+    hp = run.config(lag.config).hparams()
+    assert float(hp.objective["m2_tau"]) == pytest.approx(0.02)
