@@ -59,6 +59,12 @@ same rule over every task kept in round 2.
 
     python -m experiments.design_cpu_v3 OUT --round 2 [--stage 2] [--tasks ...] [--summary]
 
+ROUND 3 (written after round 2's stage 1, before any round-3 run; `ROUND3`): five new, cheap
+candidates at the extended grid, by the same rule. Stage 2 then runs every task kept so far
+whose rate stage 2 has not run, and k_max is chosen again over every kept task.
+
+    python -m experiments.design_cpu_v3 OUT --round 3 [--stage 2] [--summary]
+
     python -m experiments.design_cpu_v3 OUT --plan                # sizes and cost, runs nothing
     python -m experiments.design_cpu_v3 OUT                       # stage 1 (resumable)
     python -m experiments.design_cpu_v3 OUT --stage 2 [--tasks ...]
@@ -104,11 +110,14 @@ HELD_OUT = {
     "pusher": (32, {}),
 }
 SUITE = {"gymnax:CartPole-v1": "gymnax classic", "gymnax:Acrobot-v1": "gymnax classic",
-         "gymnax:Pendulum-v1": "gymnax classic"}
+         "gymnax:Pendulum-v1": "gymnax classic", "gymnax:Reacher-misc": "gymnax misc",
+         "gymnax:Swimmer-misc": "gymnax misc", "gymnax:Catch-bsuite": "bsuite"}
 DISCRETE = {"gymnax:CartPole-v1", "gymnax:Acrobot-v1", "gymnax:Breakout-MinAtar",
-            "gymnax:SpaceInvaders-MinAtar", "gymnax:Freeway-MinAtar", "gymnax:Asterix-MinAtar"}
+            "gymnax:SpaceInvaders-MinAtar", "gymnax:Freeway-MinAtar", "gymnax:Asterix-MinAtar",
+            "gymnax:Catch-bsuite"}
 # A task's documented maximum return at its episode length (None: no cap the policy can reach).
 RETURN_CAP = {"gymnax:CartPole-v1": 500.0, "inverted_double_pendulum": 9_360.0,
+              "gymnax:Catch-bsuite": 1.0,
               **{env: 1_000.0 for env in (*CANDIDATES, *HELD_OUT) if env.startswith("dmc:")}}
 LR_GRID = (3e-4, 1e-3, 3e-3)
 # Round 2 (module docstring): the candidates' steps per iteration chosen again, and the grid's step.
@@ -118,6 +127,19 @@ ROUND2 = {
     "gymnax:Pendulum-v1": (32, {"gamma": 0.9}),
     "gymnax:SpaceInvaders-MinAtar": (32, {"ent_coef": 0.01}),
 }
+# Round 3 (written after round 2's stage 1, before any round-3 run): round 2 kept one more task
+# (SpaceInvaders), six in all, two discrete; CartPole and Acrobot reach their cap or plateau even
+# at 8 envs (the fewest M = 8 allows) and Pendulum plateaus. New candidates, each cheap on a CPU,
+# with the budgets their suites' v2 curves suggest (DM Control 32 envs; gymnax misc 16; Catch 8).
+ROUND3 = {
+    "dmc:PointMass": (32, {}),
+    "dmc:PendulumSwingup": (32, {}),
+    "gymnax:Reacher-misc": (16, {}),
+    "gymnax:Swimmer-misc": (16, {}),
+    "gymnax:Catch-bsuite": (8, {}),
+}
+ROUNDS = {2: ROUND2, 3: ROUND3}
+RETURN_CAP.update({env: 1_000.0 for env in ROUND3 if env.startswith("dmc:")})
 ROUND1_KEPT = ("dmc:CartpoleBalance", "gymnax:Breakout-MinAtar", "dmc:CartpoleSwingup",
                "dmc:ReacherEasy", "inverted_double_pendulum")
 LR_GRID_2 = (3e-4, 1e-3, 3e-3, 1e-2)
@@ -170,21 +192,23 @@ def round2_stage1_cells(tasks):
                if old else []))
 
 
-ROUND2_TABLE = {**CANDIDATES, **ROUND2}
+ROUND2_TABLE = {**CANDIDATES, **ROUND2, **ROUND3}
 
 
-def round2_runs(root: Path, random: dict[str, float], stage: int):
-    """Round 2's runs of a stage: its own, and round 1's of the tasks round 2 kept the envs of."""
+def round2_runs(root: Path, random: dict[str, float], stage: int, upto: int = 2):
+    """The runs of a stage up to round `upto`: round 1's of the tasks it kept (at their envs), and
+    every run of rounds 2 … `upto`."""
     import pandas as pd
 
     from vaco_jax.study import sweep
 
     frames = []
-    for path in (root / f"stage{stage}" / "runs", root / "round2" / f"stage{stage}" / "runs"):
+    for path in (root / f"stage{stage}" / "runs",
+                 *(root / f"round{n}" / f"stage{stage}" / "runs" for n in range(2, upto + 1))):
         if io.has_rows(path / sweep.CELLS):
             runs = per_run(sweep.load_results(path), random)
-            if path.parent.parent == root:                  # round 1: only the unchanged tasks
-                runs = runs[~runs.env.isin(list(ROUND2))]
+            if path.parent.parent == root:     # round 1: only the tasks it kept, at their envs
+                runs = runs[runs.env.isin(list(ROUND1_KEPT))]
             frames.append(runs)
     return pd.concat(frames, ignore_index=True)
 
@@ -313,7 +337,7 @@ def load_factor(records: list[dict]):
 V2_RUNS = "results/lag-bench/cpu-v2/ppo_clip/runs/cells.jsonl"
 
 
-def projected_from_v2(env: str) -> float | None:
+def projected_from_v2(env: str, table=None) -> float | None:
     """The v3 cost per method of task `env` (seconds; `PROJECTED`'s runs at T iterations of its
     steps per iteration) at the rates of PPO-Clip's v2 scored cells on the same task (K = 4 and
     K = 16 learner seconds per env step, evaluation seconds per run scaled to 16 evaluations,
@@ -330,32 +354,39 @@ def projected_from_v2(env: str) -> float | None:
                                     rec["compile_seconds"])
     if (env, "lag") not in rates or (env, "forward") not in rates:
         return None
-    steps = T * CANDIDATES[env][0] * UNROLL
+    steps = T * (table or CANDIDATES)[env][0] * UNROLL
     (c4, e4, compile_s), (c16, e16, _) = rates[env, "lag"], rates[env, "forward"]
     p = PROJECTED
     return ((p["tuning_runs"] + p["lag_runs"]) * (steps * c4 + e4)
             + p["forward_runs"] * (steps * c16 + e16) + 3 * compile_s)
 
 
-def summarise(root: str) -> str:
+def summarise(root: str, round_: int = 1) -> str:
     import numpy as np
 
     from vaco_jax.study import sweep
 
     root = Path(root)
     random = json.loads((root / "stage1" / bench.REFERENCES).read_text())
-    runs = per_run(sweep.load_results(root / "stage1" / "runs"), random)
-    records = io.read_jsonl(root / "stage1" / "runs" / sweep.CELLS)
-    decisions = apply_rule(runs, random)
+    if round_ >= 2:
+        grid, table = LR_GRID_2, ROUND2_TABLE
+        runs = round2_runs(root, random, 1, round_)
+        records = [r for n in range(2, round_ + 1)
+                   for r in io.read_jsonl(root / f"round{n}" / "stage1" / "runs" / sweep.CELLS)]
+    else:
+        grid, table = LR_GRID, CANDIDATES
+        runs = per_run(sweep.load_results(root / "stage1" / "runs"), random)
+        records = io.read_jsonl(root / "stage1" / "runs" / sweep.CELLS)
+    decisions = apply_rule(runs, random, grid)
     lines = [f"T = {T} learner iterations per run, {NUM_EVALS} evaluations of 16 episodes; "
-             f"K = 4 × M = 8; learning-rate grid {list(LR_GRID)}; design seeds "
+             f"K = 4 × M = 8; learning-rate grid {list(grid)}; design seeds "
              f"{DESIGN_SEED}–{DESIGN_SEED + SEEDS - 1}.", "",
              "## Stage 1: synchronous PPO-Clip on the candidates", "",
              "| task | suite | envs × steps = steps/iter | steps per run | lr (AUC-best) | random | "
              "cap | final [min] | at 3/4 | kept (L') | kept (L as written) | why |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for env, d in decisions.items():
-        num_envs = CANDIDATES[env][0]
+        num_envs = table[env][0]
         lines.append(
             f"| `{env}` | {suite(env)}{', discrete' if env in DISCRETE else ''} | "
             f"{num_envs} × {UNROLL} = {num_envs * UNROLL:,} | {T * num_envs * UNROLL:,} | "
@@ -365,11 +396,11 @@ def summarise(root: str) -> str:
             f"{'**kept**' if d['kept'] else 'out'} | {'kept' if d['kept_as_written'] else 'out'} | "
             f"{d['why']} |")
     lines += ["", "Mean AUC over the design seeds per learning rate (the rate is chosen by it):", "",
-              "| task | " + " | ".join(f"{lr:g}" for lr in LR_GRID) + " |",
-              "|---|" + "---|" * len(LR_GRID)]
+              "| task | " + " | ".join(f"{lr:g}" for lr in grid) + " |",
+              "|---|" + "---|" * len(grid)]
     for env, d in decisions.items():
         lines.append(f"| `{env}` | " + " | ".join(
-            f"{d['auc_by_lr'].get(repr(float(lr)), float('nan')):.1f}" for lr in LR_GRID) + " |")
+            f"{d['auc_by_lr'].get(repr(float(lr)), float('nan')):.1f}" for lr in grid) + " |")
     lines += ["", "PPO-Clip's seed-mean evaluation return at the chosen rate, at each quarter of "
               "the run:", "", "| task | 1/4 | 1/2 | 3/4 | 1 |", "|---|---|---|---|---|"]
     for env, d in decisions.items():
@@ -393,7 +424,7 @@ def summarise(root: str) -> str:
         total += c["projected_seconds"] if d["kept"] else 0
         lines.append(f"| `{env}` | {c['runs']} | {c['sps']:,.0f} | {c['compile_seconds']:.0f} | "
                      f"{c['wall_seconds']:.0f} | {c['projected_seconds'] / 60:.1f} | "
-                     + (f"{v2 / 60:.1f} |" if (v2 := projected_from_v2(env)) else "— |"))
+                     + (f"{v2 / 60:.1f} |" if (v2 := projected_from_v2(env, table)) else "— |"))
     factor = load_factor(records)
     if factor:
         lines += ["", f"Load factor: this machine's learner seconds per env step ÷ those of "
@@ -408,7 +439,12 @@ def summarise(root: str) -> str:
               f"{total / 60:.0f} min at this machine's rate."]
     stage2 = root / "stage2" / "runs"
     if io.has_rows(stage2 / sweep.CELLS):
-        r2 = per_run(sweep.load_results(stage2), random)
+        r2 = (round2_runs(root, random, 2, round_) if round_ >= 2
+              else per_run(sweep.load_results(stage2), random))
+        # each kept task at its chosen rate (round 2: round 1's lag runs where the rate is the same)
+        r2 = r2[[decisions.get(e, {}).get("kept", False)
+                 and abs(lr - decisions[e]["learning_rate"]) < 1e-12
+                 for e, lr in zip(r2.env, r2.learning_rate)]]
         lines += ["", "## Stage 2: PPO-Clip at constant lags, its stage-1 rate per task", "",
                   "(AUC_k − random) ÷ (AUC_0 − random), mean of the design seeds' AUCs:", "",
                   "| task | lr | " + " | ".join(f"k = {k}" for k in LAGS) + " |",
@@ -435,8 +471,12 @@ def summarise(root: str) -> str:
 def plan(root: str, tasks, round_: int = 1) -> None:
     from vaco_jax.study import sweep
 
-    records = bench.measured_cells(Path(root) / ("round2/stage1" if round_ == 2 else "stage1"))
-    cells = round2_stage1_cells(tasks) if round_ == 2 else stage1_cells(tasks)
+    records = bench.measured_cells(Path(root) / (f"round{round_}/stage1" if round_ >= 2
+                                                 else "stage1"))
+    cells = (stage1_cells(tasks) if round_ == 1 else round2_stage1_cells(tasks) if round_ == 2
+             else bench.tuning_cells(bench.Method("ppo_clip"),
+                                     design_protocol([t for t in tasks if t in ROUND3],
+                                                     ROUND3, LR_GRID_2)))
     size = bench.plan_size(cells, records)
     print(f"T = {T}; stage 1: {size['cells']} programs, {size['runs']} runs, "
           f"{size['env_steps']:,} env steps, {size['evaluation_episodes']:,} evaluation episodes")
@@ -460,14 +500,15 @@ def main(argv=None):
                                      description=__doc__.splitlines()[0])
     parser.add_argument("out")
     parser.add_argument("--stage", type=int, choices=(1, 2), default=1)
-    parser.add_argument("--round", type=int, choices=(1, 2), default=1,
-                        help="2: round 2's candidates and grid (module docstring)")
+    parser.add_argument("--round", type=int, choices=(1, 2, 3), default=1,
+                        help="2, 3: that round's candidates and grid (module docstring)")
     parser.add_argument("--tasks", nargs="+", default=None)
     parser.add_argument("--summary", action="store_true",
                         help="write OUT/summary.md from the runs already in OUT and stop")
     parser.add_argument("--plan", action="store_true", help="print the size and cost and stop")
     args = parser.parse_args(argv)
-    candidates = list(ROUND2) + list(ROUND1_KEPT) if args.round == 2 else list(CANDIDATES)
+    candidates = {1: list(CANDIDATES), 2: list(ROUND2) + list(ROUND1_KEPT),
+                  3: list(ROUND3) + list(ROUND2) + list(ROUND1_KEPT)}[args.round]
     args.tasks = args.tasks or candidates
     unknown = [env for env in args.tasks if env not in candidates]
     if unknown:
@@ -477,30 +518,36 @@ def main(argv=None):
         plan(args.out, args.tasks, args.round)
         return
     if args.summary:
+        option = f"--round {args.round} " if args.round >= 2 else ""
         text = ("# Design-seed measurements for the benchmark's cpu protocol v3 (design stage)\n\n"
-                f"Generated by `python -m experiments.design_cpu_v3 {args.out} --summary`. "
+                f"Generated by `python -m experiments.design_cpu_v3 {args.out} {option}--summary`. "
                 "Exploratory: 5 design seeds, no test; they choose tasks and lags, they say "
-                "nothing about methods.\n\n" + summarise(args.out))
-        io.write_bytes_atomic(f"{args.out}/summary.md", text.encode())
-        print(f"{args.out}/summary.md")
+                "nothing about methods.\n\n" + summarise(args.out, args.round))
+        name = f"{args.out}/{f'round{args.round}/' if args.round >= 2 else ''}summary.md"
+        io.write_bytes_atomic(name, text.encode())
+        print(name)
         return
     from vaco_jax.study import sweep
 
     root = Path(args.out)
-    proto = design_protocol(args.tasks, ROUND2_TABLE if args.round == 2 else None)
+    proto = design_protocol(args.tasks, ROUND2_TABLE if args.round >= 2 else None)
     random = bench.random_returns(root / "stage1", proto)
     if args.round == 2 and args.stage == 1:
         cells, runs = round2_stage1_cells(args.tasks), root / "round2" / "stage1" / "runs"
-    elif args.round == 2:
-        decisions = apply_rule(round2_runs(root, random, 1), random, LR_GRID_2)
-        done = round2_runs(root, random, 2)[["env", "learning_rate"]].drop_duplicates()
+    elif args.round == 3 and args.stage == 1:
+        new = [env for env in args.tasks if env in ROUND3]
+        cells = bench.tuning_cells(bench.Method("ppo_clip"), design_protocol(new, ROUND3, LR_GRID_2))
+        runs = root / "round3" / "stage1" / "runs"
+    elif args.round >= 2:
+        decisions = apply_rule(round2_runs(root, random, 1, args.round), random, LR_GRID_2)
+        done = round2_runs(root, random, 2, args.round)[["env", "learning_rate"]].drop_duplicates()
         ran = set(zip(done.env, done.learning_rate))
         tasks = [env for env in args.tasks if decisions.get(env, {}).get("kept")
                  and (env, decisions[env]["learning_rate"]) not in ran]
         print("stage 2 (round 2) on", tasks)
         cells = stage2_cells(tasks, {env: decisions[env]["learning_rate"] for env in tasks},
                              ROUND2_TABLE)
-        runs = root / "round2" / "stage2" / "runs"
+        runs = root / f"round{args.round}" / "stage2" / "runs"
     elif args.stage == 1:
         cells, runs = stage1_cells(args.tasks), root / "stage1" / "runs"
     else:
