@@ -472,14 +472,8 @@ def _setting_name(setting: Setting, extra) -> str:
 def _v1_cells(method: Method, proto: Protocol, lag_profile=()) -> list[Cell]:
     """Version 1's cells (unchanged: their fingerprints are those of the committed results)."""
     cells = []
-    for task in (proto.held_out if held_out else proto.tasks):
+    for task in proto.tasks:
         seeds = range(proto.seed, proto.seed + task.seeds)
-        if isinstance(learning_rate, dict):   # per-task tuning: the task's chosen configuration
-            learning_rate_of = (tuning.run_hparams(learning_rate[task.env],
-                                                   method_grid(method, proto))
-                                if task.env in learning_rate else None)
-        else:
-            learning_rate_of = learning_rate
         settings = [("lag", proto.lags, ())]
         if proto.forward:
             settings.append(("forward", proto.forward_lags, proto.forward))
