@@ -42,6 +42,11 @@ k_max (at most T/16 = 8; never chosen by how methods spread apart): the smallest
 at which PPO-Clip's median over kept tasks of (AUC_k - random) / (AUC_0 - random)
 is at most 0.9 (none: reported, and T is chosen again).
 
+  AMENDMENT K' (made after reading round 3's stage 2, which holds PPO-Clip's runs only): the
+  protocol's lag axis must hold at least four values in 0..k_max, so k_max >= 3; k_max is the
+  smallest measured k >= 3 whose median is at most 0.9. (Over the six kept tasks the rule as
+  written gives 2: a lag axis {0, 1, 2} of three values.)
+
 Held-out tasks (`HELD_OUT`) are named here and never run on the design seeds.
 
 ROUND 2 (written after round 1's stage 1 and stage 2, before any round-2 run). Round 1 kept five
@@ -464,6 +469,12 @@ def summarise(root: str, round_: int = 1) -> str:
         chosen = next((k for k in LAGS[1:] if np.nanmedian(ratios[k]) <= 0.9), None)
         lines += ["", f"k_max by the rule (smallest k with median ≤ 0.9): "
                   f"{chosen if chosen is not None else f'none ≤ {max(LAGS)}'}"]
+        # AMENDMENT K' (made after reading round 3's stage 2, PPO-Clip only): the protocol's lag
+        # axis needs at least four values in 0..k_max, so k_max is the smallest k >= 3 the
+        # median rule allows.
+        four = next((k for k in LAGS if k >= 3 and np.nanmedian(ratios[k]) <= 0.9), None)
+        lines += [f"k_max with at least four lags in 0..k_max (amendment K′): "
+                  f"{four if four is not None else f'none ≤ {max(LAGS)}'}"]
     return "\n".join(lines) + "\n"
 
 
