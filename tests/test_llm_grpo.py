@@ -224,7 +224,8 @@ def test_the_lag_diagnostics_split_backward_from_forward_lag(two_iterations):
     np.testing.assert_allclose(m2["tv_backward"][3], m2["steps"]["tv_estimate"][3, 0], rtol=1e-4)
     # The objective's own fraction: PPO-Clip's clip, VACO's filter, 0 for pg.
     steps = m2["steps"]
-    np.testing.assert_array_equal(steps["intervened_fraction"][0], steps["clip_fraction"][0])
+    # (PPO-Clip's: the tokens whose gradient its clip removed, a part of those outside the band)
+    assert np.all(steps["intervened_fraction"][0] <= steps["clip_fraction"][0])
     np.testing.assert_array_equal(steps["intervened_fraction"][1], steps["filtered_fraction"][1])
     assert np.all(steps["intervened_fraction"][2] == 0.0)
 

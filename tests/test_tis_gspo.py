@@ -148,7 +148,7 @@ def test_gspo_against_a_hand_computation():
     np.testing.assert_allclose(grad, expected_grad, rtol=1e-5, atol=1e-8)
     assert np.all(grad[[0, 2, 3]] == 0) and np.all(grad[[1, 4]][SEQ_MASK[[1, 4]] > 0] != 0)
     # The clip took the gradient of sequences 0 and 2 away: 5 of the 11 tokens.
-    assert metrics["clip_fraction"] == pytest.approx(binding_tokens / SEQ_MASK.sum()) == \
+    assert metrics["intervened_fraction"] == pytest.approx(binding_tokens / SEQ_MASK.sum()) == \
         pytest.approx(5 / 11)
 
 
@@ -167,11 +167,14 @@ def test_gspo_with_one_token_sequences_is_ppo_clip():
                                                          mask=mask, clip_eps=0.2)
     assert loss == pytest.approx(ppo_loss, rel=1e-6)
     np.testing.assert_allclose(grad[:, 0], ppo_grad, rtol=1e-6, atol=1e-9)
-    # PPO-Clip's clip_fraction counts |w − 1| > ε; GSPO's the tokens whose gradient it removed.
+    # Both count |w − 1| > ε as `clip_fraction`, and the tokens whose gradient the clip removed
+    # as `intervened_fraction`.
     binds = mask * (((adv > 0) & (np.exp(log_p - log_b) > 1.2))
                     | ((adv < 0) & (np.exp(log_p - log_b) < 0.8)))
-    assert 0 < metrics["clip_fraction"] == pytest.approx(binds.sum() / mask.sum())
-    assert metrics["clip_fraction"] <= ppo_metrics["clip_fraction"]
+    assert 0 < metrics["intervened_fraction"] == pytest.approx(binds.sum() / mask.sum())
+    assert metrics["intervened_fraction"] == pytest.approx(ppo_metrics["intervened_fraction"])
+    assert metrics["clip_fraction"] == pytest.approx(ppo_metrics["clip_fraction"])
+    assert metrics["intervened_fraction"] < metrics["clip_fraction"]
 
 
 def test_gspo_at_theta_equal_beta_is_the_sequence_mean_policy_gradient():
@@ -231,7 +234,8 @@ def test_in_grpo_tis_is_decoupled_ppo_and_gspo_reads_its_own_clip_range():
                              eps_high=4e-4, mask=batch.mask)
     loss, grad, metrics = grpo_loss("gspo", log_prob, batch)
     assert loss == pytest.approx(float(direct[0]), rel=1e-6)
-    assert metrics["intervened_fraction"] == pytest.approx(float(direct[1]["clip_fraction"]))
+    assert metrics["intervened_fraction"] == pytest.approx(
+        float(direct[1]["intervened_fraction"]))
     assert np.all(grad[np.asarray(batch.mask) == 0] == 0) and np.all(np.isfinite(grad))
     wide = grpo_loss("gspo", log_prob, batch, objective_hparams=("gspo_eps_low=0.9",
                                                                 "gspo_eps_high=9"))

@@ -119,14 +119,18 @@ def ratio_diagnostics(log_prob, log_behavior, *, clip_eps, mask=None):
 
 
 def ppo_clip(log_prob, log_behavior, advantages, *, clip_eps, mask=None):
-    """PPO's clipped surrogate `−E[min(wÂ, clip(w, 1±ε)Â)]`."""
+    """PPO's clipped surrogate `−E[min(wÂ, clip(w, 1±ε)Â)]`. `clip_fraction`: `|w − 1| > ε`;
+    `intervened_fraction`: the samples whose gradient the clip took away (`clip_binds`: outside
+    the band on the side where the `min` picks the clipped term)."""
     log_prob, log_behavior, advantages = unmasked(mask, log_prob, log_behavior, advantages)
     ratio = jnp.exp(log_ratio(log_prob, log_behavior))
     unclipped = ratio * advantages
     clipped = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantages
     loss = -masked_mean(jnp.minimum(unclipped, clipped), mask)
     clipped_active = (jnp.abs(sg(ratio) - 1.0) > clip_eps).astype(ratio.dtype)
-    return loss, {"clip_fraction": masked_mean(clipped_active, mask)}
+    binds = clip_binds(sg(ratio), advantages, 1.0 - clip_eps, 1.0 + clip_eps)
+    return loss, {"clip_fraction": masked_mean(clipped_active, mask),
+                  "intervened_fraction": masked_mean(binds.astype(ratio.dtype), mask)}
 
 
 def decoupled_ppo(log_prob, log_behavior, advantages, *, log_proximal, clip_eps, is_max,
@@ -142,29 +146,33 @@ def decoupled_ppo(log_prob, log_behavior, advantages, *, log_proximal, clip_eps,
     iteration: forward lag), whatever the data's staleness (backward lag), which the behavioural
     weight corrects, truncated at C (`is_max`; truncated importance sampling, as verl's TIS; C ≥ 1).
     With π_prox = β the weight is 1 and this is `ppo_clip`, bit for bit.
-    `intervened_fraction`: samples clipped or whose weight was truncated (the union of its rules).
+    `intervened_fraction`: samples whose gradient the clip took away (`clip_binds`) or whose
+    weight was truncated (the union of its rules); `clip_fraction`: `|r − 1| > ε`.
     """
     log_prob, log_behavior, advantages, log_proximal = unmasked(
         mask, log_prob, log_behavior, advantages, log_proximal)
     behavior_ratio = jnp.exp(sg(log_ratio(log_proximal, log_behavior)))
     behavior_weight = jnp.minimum(behavior_ratio, is_max)
-    surrogate, clipped_active = _proximal_surrogate(log_prob, log_proximal, advantages, clip_eps)
+    surrogate, clipped_active, binds = _proximal_surrogate(log_prob, log_proximal, advantages,
+                                                           clip_eps)
     loss = -masked_mean(behavior_weight * surrogate, mask)
     capped = behavior_ratio > is_max
     return loss, {"clip_fraction": masked_mean(clipped_active, mask),
                   "behavior_capped_fraction": masked_mean(capped.astype(surrogate.dtype), mask),
-                  "intervened_fraction": masked_mean(
-                      (capped | (clipped_active > 0)).astype(surrogate.dtype), mask)}
+                  "intervened_fraction": masked_mean((capped | binds).astype(surrogate.dtype),
+                                                     mask)}
 
 
 def _proximal_surrogate(log_prob, log_proximal, advantages, clip_eps):
-    """PPO's clipped surrogate of `r = π_θ/π_prox` per sample, `min(rÂ, clip(r, 1±ε)Â)`, and
-    where its clip is active (`|r − 1| > ε`, as a float): decoupled PPO's, IcePop's and M2PO's."""
+    """PPO's clipped surrogate of `r = π_θ/π_prox` per sample, `min(rÂ, clip(r, 1±ε)Â)`, where
+    `r` is outside the clip's band (`|r − 1| > ε`, as a float) and where the clip takes the
+    sample's gradient away (`clip_binds`, boolean): decoupled PPO's, IcePop's and M2PO's."""
     ratio = jnp.exp(log_ratio(log_prob, sg(log_proximal)))
     unclipped = ratio * advantages
     clipped = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantages
     clipped_active = (jnp.abs(sg(ratio) - 1.0) > clip_eps).astype(ratio.dtype)
-    return jnp.minimum(unclipped, clipped), clipped_active
+    binds = clip_binds(sg(ratio), advantages, 1.0 - clip_eps, 1.0 + clip_eps)
+    return jnp.minimum(unclipped, clipped), clipped_active, binds
 
 
 def icepop(log_prob, log_behavior, advantages, *, log_proximal, clip_eps, low, high, mask=None):
@@ -177,19 +185,21 @@ def icepop(log_prob, log_behavior, advantages, *, log_proximal, clip_eps, low, h
     ```
     A sample the behaviour policy drew far from where π_T would (ρ out of range) contributes
     nothing, rather than a capped weight. With β = π_T (ρ = 1) this is `ppo_clip`.
-    `intervened_fraction`: samples masked or clipped (the union of its two rules).
+    `intervened_fraction`: samples masked or whose gradient the clip took away (`clip_binds`;
+    the union of its two rules); `clip_fraction`: `|r − 1| > ε`.
     """
     log_prob, log_behavior, advantages, log_proximal = unmasked(
         mask, log_prob, log_behavior, advantages, log_proximal)
     behavior_ratio = jnp.exp(sg(log_ratio(log_proximal, log_behavior)))
     inside = (behavior_ratio >= low) & (behavior_ratio <= high)
     behavior_weight = jnp.where(inside, behavior_ratio, 0.0)
-    surrogate, clipped_active = _proximal_surrogate(log_prob, log_proximal, advantages, clip_eps)
+    surrogate, clipped_active, binds = _proximal_surrogate(log_prob, log_proximal, advantages,
+                                                           clip_eps)
     loss = -masked_mean(behavior_weight * surrogate, mask)
     return loss, {"masked_fraction": masked_mean((~inside).astype(surrogate.dtype), mask),
                   "clip_fraction": masked_mean(clipped_active, mask),
                   "intervened_fraction": masked_mean(
-                      ((~inside) | (clipped_active > 0)).astype(surrogate.dtype), mask)}
+                      ((~inside) | binds).astype(surrogate.dtype), mask)}
 
 
 def cispo(log_prob, log_behavior, advantages, *, eps_low, eps_high, mask=None):
@@ -284,14 +294,16 @@ def m2po(log_prob, log_behavior, advantages, *, log_proximal, clip_eps, tau, cap
     `decoupled_ppo`.
 
     Metrics: `masked_fraction` (the M2PO mask), `capped_fraction` (weights the cap zeroed or
-    truncated), `clip_fraction` (`|r − 1| > ε`) and `intervened_fraction`, their union."""
+    truncated), `clip_fraction` (`|r − 1| > ε`) and `intervened_fraction`: the union of the mask,
+    the cap and the samples whose gradient the clip took away (`clip_binds`)."""
     log_prob, log_behavior, advantages, log_proximal = unmasked(
         mask, log_prob, log_behavior, advantages, log_proximal)
     keep = second_moment_mask(log_proximal, log_behavior, tau, mask)
     behavior_ratio = jnp.exp(sg(log_ratio(log_proximal, log_behavior)))
     above_cap = behavior_ratio > cap
     behavior_weight = jnp.where(above_cap, jnp.where(truncate > 0, cap, 0.0), behavior_ratio)
-    surrogate, clipped_active = _proximal_surrogate(log_prob, log_proximal, advantages, clip_eps)
+    surrogate, clipped_active, binds = _proximal_surrogate(log_prob, log_proximal, advantages,
+                                                           clip_eps)
     kept_terms = jnp.where(keep, behavior_weight * surrogate, 0.0)
     valid = jnp.ones(keep.shape, bool) if mask is None else jnp.asarray(mask) > 0
     count = jnp.where(over_kept > 0, jnp.sum(keep & valid), jnp.sum(valid)).astype(surrogate.dtype)
@@ -301,7 +313,7 @@ def m2po(log_prob, log_behavior, advantages, *, log_proximal, clip_eps, tau, cap
                   "capped_fraction": masked_mean(above_cap.astype(dtype), mask),
                   "clip_fraction": masked_mean(clipped_active, mask),
                   "intervened_fraction": masked_mean(
-                      ((~keep) | above_cap | (clipped_active > 0)).astype(dtype), mask)}
+                      ((~keep) | above_cap | binds).astype(dtype), mask)}
 
 
 def topr(log_prob, log_behavior, advantages, *, threshold=0.0, mask=None):
@@ -334,7 +346,8 @@ def geppo(log_prob, log_behavior, advantages, *, log_proximal, clip_eps, eps_mul
     With β = π_T (c = 1) this is `ppo_clip`, bit for bit. The algorithm `geppo` adds the rest of
     the authors' method around it (V-trace advantages, `geppo_advantages`,
     `geppo_learning_rate_scale`, ε = `clip_eps · eps_mult`, its `geppo_eps_mult`); `geppo_clip`
-    is this alone (no `eps_mult`: ε = `clip_eps`)."""
+    is this alone (no `eps_mult`: ε = `clip_eps`). `clip_fraction`: `|w − c| > ε`;
+    `intervened_fraction`: the samples whose gradient the clip took away (`clip_binds`)."""
     if eps_mult is not None:
         clip_eps = clip_eps * eps_mult
     log_prob, log_behavior, advantages, log_proximal = unmasked(
@@ -345,7 +358,9 @@ def geppo(log_prob, log_behavior, advantages, *, log_proximal, clip_eps, eps_mul
     clipped = jnp.clip(ratio, centre - clip_eps, centre + clip_eps) * advantages
     loss = -masked_mean(jnp.minimum(unclipped, clipped), mask)
     clipped_active = (jnp.abs(sg(ratio) - centre) > clip_eps).astype(ratio.dtype)
-    return loss, {"clip_fraction": masked_mean(clipped_active, mask)}
+    binds = clip_binds(sg(ratio), advantages, centre - clip_eps, centre + clip_eps)
+    return loss, {"clip_fraction": masked_mean(clipped_active, mask),
+                  "intervened_fraction": masked_mean(binds.astype(ratio.dtype), mask)}
 
 
 def geppo_advantages(advantages, log_behavior, log_proximal, mask=None):
@@ -433,7 +448,8 @@ def gspo(log_prob, log_behavior, advantages, *, eps_low, eps_high, mask=None):
     their tokens); a sequence without tokens is left out. A sequence's term has the gradient of
     `min(s_i Â, clip(s_i) Â)` (for Â shared by its tokens, as GRPO's): its tokens are clipped
     together. With one-token sequences and ε_low = ε_high = ε this is `ppo_clip`.
-    `clip_fraction`: tokens whose gradient the sequence's clip took away (`clip_binds`).
+    `intervened_fraction`: tokens whose gradient the sequence's clip took away (`clip_binds`);
+    `clip_fraction`: tokens whose sequence ratio is outside `[1 − ε_low, 1 + ε_high]`.
     """
     log_prob, log_behavior, advantages = unmasked(mask, log_prob, log_behavior, advantages)
     shape = jnp.shape(log_prob)
@@ -453,7 +469,9 @@ def gspo(log_prob, log_behavior, advantages, *, eps_low, eps_high, mask=None):
     loss = -(jnp.sum(jnp.where(has_tokens, per_sequence, 0.0))
              / jnp.maximum(jnp.sum(has_tokens), 1))
     binds = clip_binds(sg(ratio), advantages, low, high)
-    return loss, {"clip_fraction": masked_mean(binds.astype(per_token.dtype), mask)}
+    outside = (sg(ratio) < low) | (sg(ratio) > high)
+    return loss, {"clip_fraction": masked_mean(outside.astype(per_token.dtype), mask),
+                  "intervened_fraction": masked_mean(binds.astype(per_token.dtype), mask)}
 
 
 def value_loss(values, targets, mask=None):
