@@ -659,7 +659,8 @@ def test_the_leaderboard_holds_each_distinct_algorithm_once():
 
 def test_the_tuned_learning_rate_is_chosen_recorded_and_required(tmp_path, capsys):
     out = tmp_path / "ppo_clip"
-    base = ["--algo", "ppo_clip", "--protocol", "tiny", "--out", str(out), "--no-progress"]
+    base = ["--algo", "ppo_clip", "--protocol", "tiny", "--protocol-version", "2", "--out",
+            str(out), "--no-progress"]
     # No choice yet, no --learning-rate: refused before anything compiles.
     assert bench_command.main(base) == 2
     assert "--tune" in capsys.readouterr().err and not (out / bench.RUNS).exists()
@@ -748,3 +749,28 @@ def test_check_of_a_v1_leaderboard_says_why_there_is_nothing_to_recompute(tmp_pa
     assert bench_command.main(["--table", str(tmp_path), "--check"]) == 2
     assert (f"error: {tmp_path} is a protocol v1 leaderboard: its methods' per-run files are not "
             "kept") in capsys.readouterr().err
+
+
+def test_per_task_tuning_chooses_inside_its_grid_and_the_scored_runs_use_the_choice(tmp_path, capsys):
+    """Protocol v3: `--tune` runs learning rates × ε on the design seeds, extends a choice on an
+    edge until it is inside (or at a ladder's end), and the scored runs take the task's choice."""
+    out = tmp_path / "ppo_clip"
+    base = ["--algo", "ppo_clip", "--protocol", "tiny", "--protocol-version", "3", "--out",
+            str(out), "--no-progress"]
+    assert bench_command.main(base + ["--tune"]) == 0
+    assert "toy_reach: learning_rate" in capsys.readouterr().out
+    tuning = json.loads((out / bench.TUNING_FILE).read_text())
+    task = tuning["tasks"]["toy_reach"]
+    chosen, grid = task["chosen"], task["grid"]
+    assert set(chosen) == {"learning_rate", "clip_eps"}
+    # inside the final grid on both axes (this task's ladders do not end within reach)
+    assert min(grid["learning_rates"]) < chosen["learning_rate"] < max(grid["learning_rates"])
+    assert min(grid["values"]) < chosen["clip_eps"] < max(grid["values"]) and not task["edge"]
+    assert len(task["configurations"]) == len(grid["learning_rates"]) * len(grid["values"]) >= 16
+    best = max(task["configurations"], key=lambda row: row["auc"])
+    assert (best["learning_rate"], best["clip_eps"]) == (chosen["learning_rate"], chosen["clip_eps"])
+    assert bench_command.main(base) == 0
+    rows = sweep.load_results(out / bench.RUNS)
+    assert set(rows["learning_rate"]) == {chosen["learning_rate"]}
+    assert set(rows["clip_eps"]) == {chosen["clip_eps"]}
+    assert set(rows["seed"]) == {400, 401, 402}

@@ -213,7 +213,44 @@ CONSTRAINTS_V3 = (
 )
 _LR_V3 = (3e-4, 1e-3, 3e-3, 1e-2)
 _LR_ONLY_V3 = tuning.FINE_LR_LADDER[12:28]          # 3.16e-4 … 2.37e-2, 10^(1/8) apart
+# cpu v3: the tasks the design rule kept on the design seeds (results/lag-bench/design-v3, rounds
+# 1-3), each run T = 128 learner iterations of num_envs × 32 steps, so a lag is the same fraction
+# of every run; the held-out tasks were named before any design run and are scored after the board.
+_V3_T = 128
+_V3_SHAPES = (("unroll_length", 32), ("num_epochs", 4), ("num_minibatches", 8), ("num_actors", 4),
+              ("num_evals", 16), ("eval_envs", 16))
+_CPU_V3_TASKS = (   # (env, envs per iteration, its own fields)
+    ("dmc:CartpoleBalance", 32, ()),
+    ("dmc:CartpoleSwingup", 128, ()),
+    ("dmc:ReacherEasy", 32, ()),
+    ("inverted_double_pendulum", 16, ()),
+    ("gymnax:Breakout-MinAtar", 64, (("ent_coef", 0.01),)),
+    ("gymnax:SpaceInvaders-MinAtar", 32, (("ent_coef", 0.01),)),
+)
+_CPU_V3_HELD_OUT = (
+    ("gymnax:Asterix-MinAtar", 64, (("ent_coef", 0.01),)),
+    ("dmc:FingerTurnEasy", 64, ()),
+    ("pusher", 32, ()),
+)
+
+
+def _v3_tasks(table, seeds: int) -> tuple[Task, ...]:
+    return tuple(Task(env, (("num_envs", envs),) + _V3_SHAPES
+                      + (("total_steps", _V3_T * envs * 32),) + own, seeds)
+                 for env, envs, own in table)
+
+
+CPU_V3_KMAX = 4
 PROTOCOLS_V3 = (
+    Protocol("cpu", 3, _v3_tasks(_CPU_V3_TASKS, 20), lags=(0, 1, 2, CPU_V3_KMAX),
+             forward=(("num_epochs", 16),), forward_lags=(0, CPU_V3_KMAX), seed=400,
+             sampling="profile", stochastic=((f"uniform≤{CPU_V3_KMAX}",
+                                              uniform_profile(CPU_V3_KMAX)),),
+             design_seed=900, design_seeds=5, learning_rates=_LR_V3, per_task=True,
+             constraints=CONSTRAINTS_V3, lr_only=_LR_ONLY_V3,
+             held_out=_v3_tasks(_CPU_V3_HELD_OUT, 20), requires=("dmc", "gymnax"),
+             description="six tasks of three suites, 128 iterations each, every method tuned "
+                         "per task; one 2-core CPU machine"),
     Protocol("tiny", 3, (Task("toy_reach", _TINY, 3),), lags=(0, 1, 3),
              forward=(("num_epochs", 4),), forward_lags=(0, 3), seed=400,
              sampling="profile", stochastic=(("uniform≤3", uniform_profile(3)),),
