@@ -271,3 +271,54 @@ def test_the_line_figure_draws_each_methods_points_over_the_setting():
     assert drawn.keys() == {"base", "m"}
     np.testing.assert_allclose(drawn["base"], [0.7, 0.35])
     assert figures.setting_value("k=8, lr=0.0003", "lr") == 0.0003
+
+
+def test_a_family_across_a_change_and_a_level_is_corrected_once_in_each_estimands_words():
+    """Two estimands in one family: Holm's correction counts the pooled test of both (two tests,
+    where each alone counts one), and each row keeps its own estimand's words."""
+    change = {**SPEC, "estimand": "change_difference", "base": {"k": 0}, "pre_registered": True,
+              "words": ["degrades less", "degrades more", "no difference shown"]}
+    level = {**SPEC, "estimand": "difference", "pre_registered": True}
+    alone = estimands.family_table(table(LAGGED), [level])
+    both = estimands.family_table(table(LAGGED), [change, level])
+    counted = both[both["p_holm"].notna()]
+    assert len(counted) == 2 and set(counted["estimand"]) == {"change_difference", "difference"}
+    p = counted["p"].to_numpy()
+    assert counted["p_holm"].to_numpy() == pytest.approx(
+        families.stats.holm(p))   # one correction over both estimands' rows
+    assert row(alone, task="pooled").p_holm == pytest.approx(row(alone, task="pooled").p)
+    assert set(counted["verdict"]) <= {"degrades less", "degrades more", "no difference shown",
+                                       "higher", "lower"}
+    assert row(counted, estimand="change_difference").verdict == "no difference shown"
+
+
+def test_twenty_seeds_get_the_exact_sign_flip_test_and_an_interval_that_inverts_it():
+    d = np.array([0.3, -0.1] * 4 + [0.2] * 12)          # 20 seeds
+    exact = families.stats.sign_flip_test(d, exact=True)
+    signs = ((np.arange(2 ** 20)[:, None] >> np.arange(20)) & 1) * 2 - 1
+    by_hand = np.mean(np.abs(signs @ d) / 20 >= abs(d.mean()) - 1e-12)
+    assert exact == pytest.approx(by_hand) and exact < 1e-3
+    mean, low, high = families.stats.sign_flip_interval(d, exact=True)
+    assert low < mean < high and low > 0           # p < 0.05 at 0: the interval excludes it
+    assert families.stats.sign_flip_test(d - low, exact=True) >= 0.05
+    assert families.stats.sign_flip_test(d - (low - 1e-3), exact=True) < 0.05
+    table_ = families.family([{"method": "m", "differences": d}], exact=True,
+                             interval="sign-flip")
+    assert table_.iloc[0].p_sign_flip == exact and table_.iloc[0].low == pytest.approx(low)
+
+
+def test_the_stability_of_a_joint_family_reads_each_estimands_verdict():
+    rng = np.random.default_rng(1)
+    values = {}
+    for task in ("a", "b", "c"):
+        noise = rng.normal(0, 0.01, 10)
+        for k, drop in ((0, 0.0), (8, 0.5)):
+            values[task, "base", k] = list(1 - drop + noise)
+            values[task, "robust", k] = list(1 + noise + rng.normal(0, 0.01, 10))
+    members = [{**SPEC, "estimand": "change_difference", "base": {"k": 0}},
+               {**SPEC, "estimand": "difference"}]
+    found = estimands.stability(table(values), {**SPEC, "reps": 20, "members": members})
+    boot = found[found["estimand"] == "stability_bootstrap"]
+    assert sorted(boot["setting"]) == ["change_difference: k=8", "difference: k=8"]
+    assert (boot["point"] == 1.0).all()
+    assert set(boot["verdict"]) == {"Holm p < 0.05, estimate > 0"}

@@ -547,7 +547,7 @@ def test_version_1_protocols_keep_the_cells_of_their_results():
     for name in ("tiny", "cpu"):
         for cell in bench.bench_cells(bench.Method("vaco"), bench.protocol(name, 1)):
             assert cell.fingerprint() == pinned[name, cell.variant], cell.cell_id
-    assert bench.protocol("cpu").version == 2 and bench.protocol("cpu", 1).lags == (0, 3, 15)
+    assert bench.protocol("cpu").version == 3 and bench.protocol("cpu", 1).lags == (0, 3, 15)
     with pytest.raises(ConfigError, match="option `protocol_version`"):
         bench.protocol("cpu", 7)
 
@@ -601,7 +601,14 @@ def test_a_protocol_whose_extras_are_missing_fails_with_the_install_command(monk
 
 def test_the_plan_prints_the_size_and_a_time_only_where_throughput_was_measured(capsys, tmp_path):
     assert bench_command.main(["--algo", "vaco", "--protocol", "cpu", "--plan", "--out",
-                           str(tmp_path / "none"), "--leaderboard", str(tmp_path)]) == 0
+                               str(tmp_path / "none"), "--leaderboard", str(tmp_path)]) == 0
+    # v3: six tasks × (4 lags + a uniform lag, and K = 16 at 2 lags) × 20 seeds, 128 iterations
+    # of num_envs × 32 steps: (32 + 128 + 32 + 16 + 64 + 32) × 4,096 × 140 env steps
+    assert "12 cells (12 compiled programs), 840 runs, 174,325,760 env steps" in \
+        capsys.readouterr().out
+    assert bench_command.main(["--algo", "vaco", "--protocol", "cpu", "--protocol-version", "2",
+                               "--plan", "--out", str(tmp_path / "none"), "--leaderboard",
+                               str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "10 cells (10 compiled programs), 300 runs, 108,134,400 env steps, 96,000 " \
            "evaluation episodes" in out

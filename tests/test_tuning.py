@@ -98,3 +98,34 @@ def test_an_objectives_own_constraint_reaches_the_run_as_its_hyper_parameter():
     assert dict(run.hparams)["objective_hparams"] == ("m2_tau=0.02",)
     hp = run.config(lag.config).hparams()
     assert float(hp.objective["m2_tau"]) == pytest.approx(0.02)
+
+
+def test_a_per_task_board_is_normalised_by_tuned_ppo_clips_design_seed_scores(tmp_path):
+    """Protocol v3's reference is fixed before the scored runs: PPO-Clip's chosen configuration's
+    mean final and AUC over the design seeds (its tuning.json), not its scored runs."""
+    import json
+
+    import pandas as pd
+
+    from vaco_jax.study import robustness
+
+    tuning_file = {"per_task": True, "tasks": {"t": {
+        "chosen": {"learning_rate": 1e-3, "clip_eps": 0.2}, "edge": False,
+        "configurations": [
+            {"learning_rate": 1e-3, "clip_eps": 0.1, "auc": 50.0, "final": 60.0},
+            {"learning_rate": 1e-3, "clip_eps": 0.2, "auc": 40.0, "final": 80.0}]}}}
+    (tmp_path / "ppo_clip").mkdir()
+    (tmp_path / "ppo_clip" / bench.TUNING_FILE).write_text(json.dumps(tuning_file))
+    fixed = robustness.fixed_reference(tmp_path)
+    assert fixed == (("t", 80.0, 40.0),)
+    assert robustness._grid_edge(tmp_path / "ppo_clip" / bench.TUNING_FILE) == ""
+    import numpy as np
+
+    runs = pd.DataFrame({"task": ["t", "t"], "method": ["vaco", "ppo_clip"], "k": [4, 4],
+                         "seed": [400, 400], "returns": [np.full(4, 25.0), np.full(4, 10.0)],
+                         "steps": [np.arange(1, 5) * 100] * 2,
+                         "diverged_at_step": [None, None]})
+    scored = robustness.normalise(runs, {"t": 10.0}, robustness.Spec(fixed=fixed))
+    # (x − random) / (reference − random): AUC (25 − 10) / (40 − 10), final (25 − 10) / (80 − 10)
+    assert scored["auc_score"].tolist() == pytest.approx([0.5, 0.0])
+    assert scored["final_score"].tolist() == pytest.approx([15 / 70, 0.0])

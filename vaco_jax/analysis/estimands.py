@@ -108,7 +108,9 @@ def _tested(spec: Mapping, estimand: str, tests: list[dict]) -> pd.DataFrame:
     table = families.family(tests, test=spec.get("test", "sign-flip"),
                             pre_registered=spec.get("pre_registered", False),
                             alpha=spec.get("alpha", families.ALPHA),
-                            words=tuple(spec.get("words", families.WORDS)))
+                            words=tuple(spec.get("words", families.WORDS)),
+                            exact=bool(spec.get("exact", False)),
+                            interval=spec.get("interval", "t"))
     return rows(spec, estimand, [
         {"method": r.method, "baseline": spec["baseline"], "task": r.task, "setting": r.setting,
          "point": r.estimate, "low": r.low, "high": r.high, "seeds": r.seeds, "p": r.p,
@@ -119,10 +121,11 @@ def _tests(spec: Mapping, per_method: dict, setting: Mapping) -> list[dict]:
     """method → task → seed-indexed differences, as a family's entries: the family is the pooled
     rows (`family` "pooled"; a lone task's row when there is one), the tasks' or "none"."""
     which = spec.get("family", "pooled")
-    return [{"method": method, "task": task, "setting": label(setting), "differences": d,
-             "family": which != "none" and (task == POOLED) == (
-                 which == "pooled" and len(by_task) - (POOLED in by_task) > 1)}
-            for method, by_task in per_method.items() for task, d in by_task.items()]
+    tests = [{"method": method, "task": task, "setting": label(setting), "differences": d,
+              "family": which != "none" and (task == POOLED) == (
+                  which == "pooled" and len(by_task) - (POOLED in by_task) > 1)}
+             for method, by_task in per_method.items() for task, d in by_task.items()]
+    return [t for t in tests if t["family"]] if spec.get("family_only") else tests
 
 
 def difference(runs: pd.DataFrame, spec: Mapping) -> pd.DataFrame:
@@ -228,27 +231,55 @@ def _resampled(runs: pd.DataFrame, chosen: np.ndarray, seeds: np.ndarray) -> pd.
                      ignore_index=True)
 
 
+def joint(table: pd.DataFrame, specs: list[Mapping]) -> pd.DataFrame:
+    """`table` (the rows of the estimands `specs`, in order) with one Holm's correction over
+    every family row of them all (rows whose `p_holm` is set), and each row's verdict again in
+    its own estimand's words: a family that spans estimands (a change and a level)."""
+    table = table.copy()
+    counted = table["p_holm"].notna() & table["p"].notna()
+    table.loc[counted, "p_holm"] = stats.holm(table.loc[counted, "p"].to_numpy())
+    by_estimand = {s["estimand"]: s for s in specs}
+    table.loc[counted, "verdict"] = [
+        families.verdict(r.point, r.p_holm, by_estimand[r.estimand].get("pre_registered", False),
+                         by_estimand[r.estimand].get("alpha", families.ALPHA),
+                         tuple(by_estimand[r.estimand].get("words", families.WORDS)))
+        for r in table[counted].itertuples()]
+    return table
+
+
+def family_table(runs: pd.DataFrame, members: list[Mapping]) -> pd.DataFrame:
+    """The rows of every estimand of a family (`members`: their specs), Holm over them jointly."""
+    table = pd.concat([ESTIMANDS[m["estimand"]](runs, m) for m in members], ignore_index=True)
+    return joint(table, members) if len(members) > 1 else table
+
+
 def stability(runs: pd.DataFrame, spec: Mapping) -> pd.DataFrame:
-    """How often each family verdict of `difference` (same spec) holds: under `reps` (default
-    200) seed bootstraps that resample seeds jointly across methods and tasks
-    ("stability_bootstrap"), and with each task left out ("stability_leave_one_task_out").
+    """How often each family verdict holds: under `reps` (default 200) seed bootstraps that
+    resample seeds jointly across methods, tasks and settings ("stability_bootstrap"), and with
+    each task left out ("stability_leave_one_task_out"). The family is `members` (the specs of
+    its estimands, Holm over them jointly, as `family_table`), else `difference` with this spec.
     point: the fraction that agree; verdict: the verdict on all runs."""
-    key = ["method", "task", "setting"]
-    full = difference(runs, spec)
-    full = full[full["p_holm"].notna()].set_index(key)["verdict"]
+    key = ["estimand", "method", "task", "setting"]
+    members = list(spec.get("members") or [{**spec, "estimand": "difference"}])
+    full = family_table(runs, members)
+    full = full[full["p_holm"].notna()].set_index(key)[["verdict", "baseline"]]
     rng, seeds = np.random.default_rng(spec.get("seed", 0)), np.sort(runs["seed"].unique())
-    boot = [difference(_resampled(runs, rng.integers(0, len(seeds), len(seeds)), seeds), spec)
-            for _ in range(spec.get("reps", 200))]
+    # a replica needs only the family's tests and their verdicts (no intervals)
+    fast = [{**m, "interval": "t", "family_only": True} for m in members]
+    boot = [family_table(_resampled(runs, rng.integers(0, len(seeds), len(seeds)), seeds),
+                         fast) for _ in range(spec.get("reps", 200))]
     tasks = sorted(runs["task"].unique())
-    left = [difference(runs[runs["task"] != t], spec) for t in tasks] if len(tasks) > 2 else []
+    left = ([family_table(runs[runs["task"] != t], fast) for t in tasks]
+            if len(tasks) > 2 else [])
     out = []
     for estimand, replicas in (("stability_bootstrap", boot),
                                ("stability_leave_one_task_out", left)):
-        for (m, task, setting), verdict in full.items():
-            agree = [r.set_index(key)["verdict"].get((m, task, setting)) == verdict
+        for (of, m, task, setting), (verdict, baseline) in full.iterrows():
+            agree = [r.set_index(key)["verdict"].get((of, m, task, setting)) == verdict
                      for r in replicas]
-            out.append({"estimand": estimand, "method": m, "baseline": spec["baseline"],
-                        "task": task, "setting": setting, "verdict": verdict,
+            out.append({"estimand": estimand, "method": m, "baseline": baseline,
+                        "task": task, "setting": f"{of}: {setting}" if len(members) > 1 else setting,
+                        "verdict": verdict,
                         "point": float(np.mean(agree)) if agree else np.nan,
                         "seeds": len(seeds)})
     return rows(spec, "stability", out)

@@ -87,19 +87,23 @@ def verdict(estimate: float, p_holm: float, pre_registered: bool, alpha: float =
 
 
 def family(tests: list[dict], *, test: str = "sign-flip", pre_registered: bool = True,
-           alpha: float = ALPHA, words: tuple[str, str, str] = WORDS) -> pd.DataFrame:
+           alpha: float = ALPHA, words: tuple[str, str, str] = WORDS, exact: bool = False,
+           interval: str = "t") -> pd.DataFrame:
     """A family of paired tests: each entry has `differences` (one per seed), `family` (whether
     it counts in the family; default True) and any labels. Adds the mean and its 95% Student-t
-    interval, the exact sign-flip test's p (`p_sign_flip`) and the two-sided paired t-test's
+    interval (`interval` "sign-flip": the shifts the sign-flip test does not reject, so it
+    excludes 0 exactly when that test's p is below 0.05), the sign-flip test's p (`p_sign_flip`;
+    every sign pattern enumerated up to 24 seeds with `exact`) and the two-sided paired t-test's
     (`p_t`; 1 when every difference is 0), `p` (the one `test` names), Holm's adjusted p over
     the family and the verdict (in `words`, `verdict`)."""
     rows = []
     for entry in tests:
         d = np.asarray(entry["differences"], np.float64)
-        mean, low, high = stats.paired_t_interval(d)
+        mean, low, high = (stats.sign_flip_interval(d, exact=exact) if interval == "sign-flip"
+                           else stats.paired_t_interval(d))
         p_t = (1.0 if len(d) > 1 and not np.any(d) else
                float(scipy_stats.ttest_1samp(d, 0.0).pvalue) if len(d) > 1 else np.nan)
-        p_flip = stats.sign_flip_test(d)
+        p_flip = stats.sign_flip_test(d, exact=exact)
         rows.append({**{k: v for k, v in entry.items() if k != "differences"},
                      "family": bool(entry.get("family", True)), "estimate": mean, "low": low,
                      "high": high, "seeds": len(d), "p_t": p_t, "p_sign_flip": p_flip,

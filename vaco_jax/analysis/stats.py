@@ -341,6 +341,7 @@ def _quantiles(ordered: np.ndarray, levels: np.ndarray) -> np.ndarray:
 
 # --- paired tests -------------------------------------------------------------------------------
 EXACT_SIGN_FLIPS = 16   # up to 2**16 sign patterns are enumerated; more are sampled
+MOST_EXACT_SIGN_FLIPS = 24   # `exact=True` enumerates up to 2**24 patterns, in two halves
 
 
 def _finite_and_mean(differences) -> tuple[np.ndarray, float]:
@@ -350,39 +351,68 @@ def _finite_and_mean(differences) -> tuple[np.ndarray, float]:
     return d, float(d.mean()) if d.size else float("nan")
 
 
-def _sign_patterns(n: int, samples: int, seed: int) -> tuple[np.ndarray, bool]:
-    """The sign patterns of the sign-flip test: all 2**n (exact) for n ≤ `EXACT_SIGN_FLIPS`, else
-    `samples` random ones; and whether they are exact."""
+def _sign_patterns(n: int, samples: int, seed: int, exact: bool = False) -> tuple[np.ndarray, bool]:
+    """The sign patterns of the sign-flip test: all 2**n (exact) for n ≤ `EXACT_SIGN_FLIPS` or
+    when `exact` (up to `MOST_EXACT_SIGN_FLIPS`), else `samples` random ones; and whether they are
+    exact."""
     if n <= EXACT_SIGN_FLIPS:
-        return (((np.arange(2 ** n)[:, None] >> np.arange(n)) & 1) * 2 - 1).astype(np.float64), True
+        return _all_signs(n), True
+    if exact and n <= MOST_EXACT_SIGN_FLIPS:
+        return None, True            # enumerated in two halves (`_split_sign_flip_p`)
     return np.random.default_rng(seed).choice((-1.0, 1.0), size=(samples, n)), False
 
 
-def _sign_flip_p(d: np.ndarray, patterns: np.ndarray, exact: bool) -> float:
+@functools.lru_cache(maxsize=4)
+def _all_signs(n: int) -> np.ndarray:
+    patterns = (((np.arange(2 ** n)[:, None] >> np.arange(n)) & 1) * 2 - 1).astype(np.float64)
+    patterns.flags.writeable = False
+    return patterns
+
+
+def _split_sign_flip_p(d: np.ndarray, threshold: float) -> float:
+    """The share of all 2**n sign patterns s with |s·d| / n ≥ `threshold`, counted exactly by
+    meeting in the middle: the 2**(n/2) signed sums of each half, one half sorted, so a pattern
+    is a pair (a, b) with |a + b| ≥ n × threshold."""
+    n, h = d.size, d.size // 2
+    a = _all_signs(h) @ d[:h]
+    b = np.sort(_all_signs(n - h) @ d[h:])
+    t = n * threshold
+    if t <= 0:
+        return 1.0
+    hits = (b.size - np.searchsorted(b, t - a, side="left")) + np.searchsorted(b, -t - a,
+                                                                             side="right")
+    return float(hits.sum() / 2 ** n)
+
+
+def _sign_flip_p(d: np.ndarray, patterns: np.ndarray | None, exact: bool) -> float:
     observed = abs(d.mean())
     tolerance = 1e-12 * max(1.0, np.abs(d).max())
+    if patterns is None:
+        return _split_sign_flip_p(d, observed - tolerance)
     hits = np.sum(np.abs(patterns @ d) / d.size >= observed - tolerance)
     return float(hits / len(patterns)) if exact else float((hits + 1) / (len(patterns) + 1))
 
 
-def sign_flip_test(differences, *, samples: int = 200_000, seed: int = 0) -> float:
+def sign_flip_test(differences, *, samples: int = 200_000, seed: int = 0,
+                   exact: bool = False) -> float:
     """Two-sided p-value of the paired permutation (sign-flip) test that the mean of `differences`
     (one per seed: method A − method B on the same seed) is 0.
 
     Under the null each difference is as likely to have either sign; the p-value is the fraction
     of the 2**n sign patterns whose |mean| is at least the observed one (exact for n ≤
-    `EXACT_SIGN_FLIPS`, else estimated from `samples` random patterns, the observed one counted).
-    The smallest p-value n seeds can give is 2 / 2**n (0.0625 at n = 5, 0.002 at n = 10).
+    `EXACT_SIGN_FLIPS`, or with `exact` up to `MOST_EXACT_SIGN_FLIPS`; else estimated from
+    `samples` random patterns, the observed one counted). The smallest p-value n seeds can give is
+    2 / 2**n (0.0625 at n = 5, 0.002 at n = 10).
     """
     d = np.asarray(differences, np.float64)
     d = d[np.isfinite(d)]
     if d.size == 0:
         return float("nan")
-    return _sign_flip_p(d, *_sign_patterns(d.size, samples, seed))
+    return _sign_flip_p(d, *_sign_patterns(d.size, samples, seed, exact))
 
 
 def sign_flip_interval(differences, confidence: float = 0.95, *, samples: int = 200_000,
-                       seed: int = 0) -> tuple[float, float, float]:
+                       seed: int = 0, exact: bool = False) -> tuple[float, float, float]:
     """(mean, low, high): the mean of paired differences and the interval of shifts Δ that the
     sign-flip test of `differences − Δ` does not reject at 1 − `confidence` (p ≥ 1 − confidence).
 
@@ -397,7 +427,7 @@ def sign_flip_interval(differences, confidence: float = 0.95, *, samples: int = 
     n = d.size
     if n < 2:
         return mean, float("nan"), float("nan")
-    patterns, exact = _sign_patterns(n, samples, seed)
+    patterns, exact = _sign_patterns(n, samples, seed, exact)
     alpha = 1.0 - confidence
 
     def kept(shift: float) -> bool:

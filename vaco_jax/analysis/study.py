@@ -20,7 +20,8 @@ with the committed files (`check.check_files`). A new study is a new file, not n
     correction = "holm"
 
     [[estimands]]                   # each an `estimands.estimate` spec; `in_family = true` marks
-    estimand = "difference"         # the one the [family] registers
+    estimand = "difference"         # those the [family] registers (one Holm over them all);
+                                    # `of_family = true` on a `stability` entry: of their verdicts
     ...
 
     [[headlines]]                   # rows picked by key (`report.headline`): label, estimand,
@@ -95,8 +96,8 @@ def _problem(data: Mapping) -> str | None:
     family = data.get("family")
     if family and ("registration" not in family or family.get("correction", "holm") != "holm"):
         return "[family] needs 'registration' and correction = \"holm\" (the one implemented)"
-    if family and sum(bool(e.get("in_family")) for e in data["estimands"]) != 1:
-        return "[family] registers one estimand: mark it in_family = true"
+    if family and not any(e.get("in_family") for e in data["estimands"]):
+        return "[family] registers estimands: mark each in_family = true"
     if not family and not data.get("exploratory"):
         return "a study with no [family] says why it is exploratory ('exploratory')"
     return None
@@ -139,16 +140,24 @@ def estimate(study: StudyFile, root: str | Path, descends=None) -> tuple[pd.Data
     """(the estimates table, the pre-registration status in words): every estimand of the study
     (`estimands.estimate`), the family's verdict words only when `status` allows them."""
     table = runs(study, root)
-    specs = [{k: v for k, v in e.items() if k != "in_family"} for e in study.estimands]
-    tested = None   # the family's tests: the rows of its estimand that Holm's correction counts
-    for spec, entry in zip(specs, study.estimands):
-        if entry.get("in_family"):
-            tested = len(estimands.ESTIMANDS[spec["estimand"]](table, spec).query(
-                "p_holm == p_holm"))
+    specs = [{"study": study.name, **{k: v for k, v in e.items() if k not in ("in_family", "of_family")}}
+             for e in study.estimands]
+    members = [spec for spec, entry in zip(specs, study.estimands) if entry.get("in_family")]
+    # the family's tests: the rows of its estimands that Holm's correction counts
+    tested = (len(estimands.family_table(table, members).query("p_holm == p_holm"))
+              if members else None)
     registered, words = status(study, root, tested, descends)
+    for spec in members:
+        spec["pre_registered"] = registered
     for spec, entry in zip(specs, study.estimands):
-        spec["pre_registered"] = bool(entry.get("in_family")) and registered
-    return estimands.estimate(table, {"study": study.name, "estimands": specs}), words
+        if entry.get("of_family"):           # stability of the family's own verdicts
+            spec["members"] = members
+    estimates = estimands.estimate(table, {"study": study.name, "estimands": specs})
+    if len(members) > 1:                     # one Holm's correction over every estimand in it
+        mine = estimates["estimand"].isin([m["estimand"] for m in members])
+        estimates = pd.concat([estimates[~mine], estimands.joint(estimates[mine], members)]
+                              ).sort_index()
+    return estimates, words
 
 
 def render(study: StudyFile, estimates: pd.DataFrame, words: str) -> str:

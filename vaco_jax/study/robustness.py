@@ -75,6 +75,10 @@ class Spec:
     registration: str = ""
     family: tuple = ()
     descends: Callable | None = dataclasses.field(default=None, compare=False, repr=False)
+    fixed: tuple = ()
+    """Per task (task, final, auc): a reference fixed before the scored runs (protocol v3: tuned
+    PPO-Clip's design-seed means, `fixed_reference`); empty: the reference method's runs at
+    `base`, seed-mean per task."""
 
     @classmethod
     def of(cls, runs: pd.DataFrame, reference: str = REFERENCE, **kwargs) -> "Spec":
@@ -262,6 +266,9 @@ def reliability(runs: pd.DataFrame, random: Mapping, spec: Spec,
 
 
 def normalise(runs: pd.DataFrame, random: Mapping, spec: Spec) -> pd.DataFrame:
+    if spec.fixed:
+        reference = pd.DataFrame(list(spec.fixed), columns=["task", "final", "auc"])
+        return scores.normalised(runs[runs["task"].isin(reference["task"])], random, reference)
     reference = scores.reference_of_method(runs, random, spec.reference, **spec.base)
     if reference.empty:
         raise ValueError(f"no {spec.reference} runs at {dict(spec.base)}: nothing to normalise by")
@@ -410,7 +417,9 @@ def costs(directory: str | Path) -> pd.DataFrame | None:
                 row[f"{phase}_others_cpu_seconds"] = float(others.sum())
             hosts |= set(map(tables.host, cells["host"]))
         if row:
-            rows.append({"method": info["method"], "learning_rate": info.get("learning_rate"),
+            rate = info.get("learning_rate")
+            rows.append({"method": info["method"],
+                         "learning_rate": "per task" if isinstance(rate, dict) else rate,
                          "grid_edge": _grid_edge(path.parent / bench.TUNING_FILE),
                          **row, "hosts": ", ".join(sorted(hosts))})
     return pd.DataFrame(rows) if rows else None
@@ -418,21 +427,45 @@ def costs(directory: str | Path) -> pd.DataFrame | None:
 
 def _grid_edge(tuning: Path) -> str:
     """"largest" or "smallest" when the learning-rate choice (`tuning.json`) chose an end of its
-    grid, where a better rate may lie beyond it; else (or without a choice) empty."""
+    grid, where a better rate may lie beyond it; per task (protocol v3) the tasks whose choice
+    stayed at a ladder's end; else (or without a choice) empty."""
     if not tuning.exists():
         return ""
     choice = json.loads(tuning.read_text())
+    if choice.get("per_task"):
+        return ", ".join(env for env, task in choice["tasks"].items() if task["edge"])
     grid = choice["grid"]
     return ("largest" if choice["chosen"] == max(grid) else
             "smallest" if choice["chosen"] == min(grid) else "")
 
 
+def fixed_reference(directory: str | Path) -> tuple:
+    """Per task (task, final, auc) of a per-task-tuned board (protocol v3): its reference
+    method's tuned configuration's means over the design seeds at k = 0, from
+    `<directory>/<reference>/tuning.json`; empty for other boards (or before that tuning)."""
+    path = Path(directory) / REFERENCE / bench.TUNING_FILE
+    if not path.exists():
+        return ()
+    tuning = json.loads(path.read_text())
+    if not tuning.get("per_task"):
+        return ()
+    out = []
+    for env, task in tuning["tasks"].items():
+        chosen = task["chosen"]
+        row = next(r for r in task["configurations"]
+                   if all(abs(r[k] - v) <= 1e-12 * max(1.0, abs(v)) for k, v in chosen.items()))
+        out.append((env, float(row["final"]), float(row["auc"])))
+    return tuple(out)
+
+
 def _recompute(directory: str | Path, spec: Spec | None) -> Report:
     """The report of `directory`'s per-run files, with what each method cost; without a `spec`,
-    the runs' own with the pre-registration of the directory's protocol."""
+    the runs' own with the pre-registration of the directory's protocol (and, for a per-task
+    tuned board, its fixed reference)."""
     runs, random = read(directory)
     out = report(runs, random, spec or Spec.of(runs, registration=registration(directory),
-                                                family=family(directory)))
+                                                family=family(directory),
+                                                fixed=fixed_reference(directory)))
     out.cost = costs(directory)
     return out
 
