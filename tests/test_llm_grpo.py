@@ -938,3 +938,22 @@ def test_every_objective_stays_finite_with_a_top_p_nucleus(nucleus_batches):
     for name, leaves in zip(llm_config.OBJECTIVES[1:], flat[1:]):
         if not llm_config.resolve(name).sequences:
             np.testing.assert_allclose(leaves, flat[0], atol=1e-6, err_msg=name)
+
+
+def test_a_summary_of_runs_without_training_set_evaluations_leaves_that_entry_out():
+    """`train_eval_size = 0` evaluates no training problem: its accuracy is NaN, written as None,
+    and the summary has no entry for it (nor a generalisation gap) rather than failing."""
+    from vaco_jax.llm import experiment
+
+    def row(seed, train):
+        return {"objective": "ppo_clip", "n": 1, "seed": seed, "k": 0, "final_accuracy": 0.5,
+                "eval_accuracy": [0.4, 0.5], "eval_iterations": [1, 2], "reward": [0.1],
+                "clip_fraction_mean": [0.0], "filtered_fraction_mean": [0.0],
+                "tv_estimate_mean": [0.0], "tv_estimate_max": [0.0], "approx_kl_mean": [0.0],
+                "final_sampled_accuracy": 0.25, "final_train_greedy_accuracy": train}
+
+    table = experiment.summarize_lag([row(0, None), row(1, None)])["ppo_clip"]["1"]
+    assert "train_greedy_accuracy" not in table and "generalization_gap" not in table
+    assert table["sampled_accuracy"] == 0.25
+    table = experiment.summarize_lag([row(0, 0.75), row(1, 0.75)])["ppo_clip"]["1"]
+    assert table["generalization_gap"] == 0.25

@@ -289,7 +289,9 @@ def summarize_lag(rows) -> dict:
                                                          for b in bins}
             for key, name in (("final_train_greedy_accuracy", "train_greedy_accuracy"),
                               ("final_sampled_accuracy", "sampled_accuracy")):
-                if all(key in r for r in runs):
+                # absent in earlier rows; None (NaN) where no training problem was evaluated
+                # (`train_eval_size` = 0)
+                if all(r.get(key) is not None for r in runs):
                     values = np.array([r[key] for r in runs])
                     table[str(n)][name] = float(values.mean())
                     table[str(n)][f"{name}_by_seed"] = values.tolist()
