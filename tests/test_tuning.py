@@ -129,3 +129,33 @@ def test_a_per_task_board_is_normalised_by_tuned_ppo_clips_design_seed_scores(tm
     # (x − random) / (reference − random): AUC (25 − 10) / (40 − 10), final (25 − 10) / (80 − 10)
     assert scored["auc_score"].tolist() == pytest.approx([0.5, 0.0])
     assert scored["final_score"].tolist() == pytest.approx([15 / 70, 0.0])
+
+
+def test_a_fixed_reference_board_ranks_on_the_mean_and_shows_each_methods_change():
+    """Protocol v3's table: ranked by the mean normalised AUC at the largest lag over tasks ×
+    seeds, beside each method's change from k = 0 (per seed, mean over tasks)."""
+    import numpy as np
+    import pandas as pd
+
+    from vaco_jax.study import robustness
+
+    rows = []
+    for method, (at0, at4) in {"ppo_clip": (1.0, 0.6), "vaco": (0.9, 0.8)}.items():
+        for task in ("a", "b"):
+            for seed in range(6):
+                for k, value in ((0, at0), (4, at4)):
+                    rows.append({"task": task, "method": method, "k": k, "sampling": "oldest",
+                                 "K": 4, "seed": seed, "auc_score": value + 0.01 * seed,
+                                 "final_score": value})
+    scored = pd.DataFrame(rows)
+    spec = robustness.Spec(base={"k": 0, "sampling": "oldest", "K": 4},
+                           largest={"k": 4, "sampling": "oldest", "K": 4}, reps=50,
+                           fixed=(("a", 1.0, 1.0), ("b", 1.0, 1.0)))
+    aggregates = robustness.aggregates(scored, spec)
+    report = robustness.Report(spec, scores=scored, aggregates=aggregates)
+    assert robustness.ranking(report) == ["vaco", "ppo_clip"]
+    at4 = aggregates[(aggregates.k == 4) & (aggregates.metric == "auc")].set_index("method")
+    assert at4.loc["vaco", "mean"] == pytest.approx(0.8 + 0.01 * np.mean(range(6)))
+    point, low, high = robustness.change(scored, spec, "ppo_clip")
+    assert point == pytest.approx(-0.4) and low <= point <= high
+    assert robustness.change(scored, spec, "vaco")[0] == pytest.approx(-0.1)

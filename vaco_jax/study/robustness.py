@@ -155,9 +155,18 @@ def aggregates(scored: pd.DataFrame, spec: Spec) -> pd.DataFrame:
                 continue
             table = stats.interval_estimates(matrices, reps=spec.reps, seed=spec.seed,
                                              metrics=("iqm",))
+            # a board with a fixed reference (v3) ranks on the mean over tasks × seeds, which
+            # with every task's seeds equal in number is the mean over tasks of task means
+            means = (stats.interval_estimates(matrices, reps=spec.reps, seed=spec.seed,
+                                              metrics=("mean",)).set_index("method")
+                     if spec.fixed else None)
             for r in table.itertuples():
                 rows.append({"method": r.method, **setting, "metric": metric, "iqm": r.point,
-                             "low": r.low, "high": r.high, "runs": matrices[r.method].size})
+                             "low": r.low, "high": r.high, "runs": matrices[r.method].size,
+                             **({"mean": means.loc[r.method, "point"],
+                                 "mean_low": means.loc[r.method, "low"],
+                                 "mean_high": means.loc[r.method, "high"]}
+                                if means is not None else {})})
     return pd.DataFrame(rows)
 
 
@@ -486,10 +495,16 @@ def _words(setting: Mapping) -> str:
 def markdown(r: Report) -> str:
     s = r.spec
     lines = ["# Lag-robustness leaderboard", "",
-             f"Normalised per task: random = 0, {s.reference} at {_words(s.base)} = 1. Ranked by "
-             f"the IQM of normalised AUC at {_words(s.largest)} (95% stratified bootstrap CI). "
-             f"AUC retention, the robustness measure (not ranked on): a method's AUC there ÷ its "
-             f"own at {_words(s.base)}, pooled over tasks.",
+             (f"Normalised per task: random = 0, tuned {s.reference}'s mean over the design seeds "
+              f"at its chosen configuration = 1 (fixed before any scored run). Ranked by the mean "
+              f"normalised AUC at {_words(s.largest)} over tasks × seeds (95% stratified "
+              f"bootstrap CI); the change is that mean at {_words(s.largest)} minus at "
+              f"{_words(s.base)}, per seed (95% t interval). IQMs beside them."
+              if s.fixed else
+              f"Normalised per task: random = 0, {s.reference} at {_words(s.base)} = 1. Ranked by "
+              f"the IQM of normalised AUC at {_words(s.largest)} (95% stratified bootstrap CI). "
+              f"AUC retention, the robustness measure (not ranked on): a method's AUC there ÷ its "
+              f"own at {_words(s.base)}, pooled over tasks."),
              "",
              f"Pre-registration: {r.status_words}; "
              + ("the verdicts are the pre-registered ones." if r.pre_registered else
@@ -498,11 +513,16 @@ def markdown(r: Report) -> str:
         at = estimates._select(r.aggregates, s.largest)
         auc, final = (at[at.metric == m].set_index("method") for m in ("auc", "final"))
         rows = auc.loc[ranking(r)]
-        frame = pd.DataFrame({"method": rows.index,
-                              "IQM AUC": tables.intervals(rows, "iqm"),
-                              "IQM final": [tables.interval(*final.loc[m, ["iqm", "low", "high"]])
-                                            if m in final.index else tables.UNDEFINED
-                                            for m in rows.index]})
+        frame = pd.DataFrame({"method": rows.index})
+        if s.fixed and "mean" in rows:
+            frame["mean AUC"] = [tables.interval(*rows.loc[m, ["mean", "mean_low", "mean_high"]])
+                                 for m in rows.index]
+            frame["change from " + _words(s.base)] = [
+                tables.interval(*change(r.scores, s, m)) for m in rows.index]
+        frame = frame.assign(**{"IQM AUC": tables.intervals(rows, "iqm"),
+                                "IQM final": [tables.interval(*final.loc[m, ["iqm", "low", "high"]])
+                                              if m in final.index else tables.UNDEFINED
+                                              for m in rows.index]})
         if r.retention is not None and len(r.retention):
             kept = estimates._select(r.retention, s.largest)
             kept = kept[(kept.metric == "auc") & (kept.task == estimates.POOLED)]
@@ -563,10 +583,23 @@ def markdown(r: Report) -> str:
 
 
 def ranking(r: Report) -> list[str]:
-    """The methods as the leaderboard ranks them: by IQM of normalised AUC at the largest lag,
-    highest first (the table's rows and the figure's, top to bottom)."""
+    """The methods as the leaderboard ranks them: by IQM of normalised AUC at the largest lag
+    (with a fixed reference, protocol v3: by its mean over tasks × seeds, the pre-registered
+    aggregate), highest first (the table's rows and the figure's, top to bottom)."""
     at = estimates._select(r.aggregates, r.spec.largest)
-    return list(at[at.metric == "auc"].sort_values("iqm", ascending=False)["method"])
+    by = "mean" if r.spec.fixed and "mean" in at else "iqm"
+    return list(at[at.metric == "auc"].sort_values(by, ascending=False)["method"])
+
+
+def change(scored: pd.DataFrame, spec: Spec, method: str) -> tuple[float, float, float]:
+    """A method's change in normalised AUC from `spec.base` to `spec.largest`: per seed, the mean
+    over tasks at the largest lag minus at the base; the mean over seeds and its 95% Student-t
+    interval (NaN where it has no seed at both)."""
+    mine = scored[scored["method"] == method]
+    at, base = (estimates._select(mine, s).groupby("seed")["auc_score"].mean()
+                for s in (spec.largest, spec.base))
+    d = (at - base).dropna().to_numpy()
+    return stats.paired_t_interval(d) if d.size else (np.nan, np.nan, np.nan)
 
 
 def figure(r: Report):
