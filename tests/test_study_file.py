@@ -156,3 +156,32 @@ def test_the_v3_paper_study_is_one_family_of_six_over_a_change_and_a_level(tmp_p
     assert vaco.point == pytest.approx(0.3, abs=0.02) and vaco.low > 0
     stable = table[table["estimand"] == "stability_bootstrap"]
     assert len(stable) == 6 and (stable.loc[stable["method"] == "vaco", "point"] == 1.0).all()
+
+
+def test_the_settings_studys_registered_family_is_one_study_file_to_1e9():
+    """Migration: studies/settings-forward-family.toml gives every estimate, interval, p, Holm p
+    and verdict of the forward × backward lag study's pre-registered family of 24
+    (results/settings_report/primary.csv) within 1e-9."""
+    import numpy as np
+    import pandas as pd
+
+    from vaco_jax.analysis import study
+
+    loaded = study.load(ROOT / "studies" / "settings-forward-family.toml", root=ROOT)
+    table, words = study.estimate(loaded, ROOT, descends=lambda commit, ancestor: True)
+    assert "over 24 tests" in words
+    family = table[table["p_holm"].notna()]
+    family = family.assign(k=family["setting"].str.extract(r"k=(\d+)")[0].astype(int))
+    ref = pd.read_csv(ROOT / "results" / "settings_report" / "primary.csv")
+    ref = ref[ref["family"]].assign(
+        method=lambda f: f["comparison"].str.split(" − ").str[0],
+        baseline=lambda f: f["comparison"].str.split(" − ").str[1],
+        metric=lambda f: f["metric"].map({"final score": "final", "AUC": "auc"}),
+        k=lambda f: f["setting"].str.extract(r"k=(\d+)")[0].astype(int))
+    both = ref.merge(family, on=["method", "baseline", "task", "metric", "k"],
+                     suffixes=("_ref", ""))
+    assert len(both) == len(ref) == 24
+    for theirs, ours in (("estimate", "point"), ("low_ref", "low"), ("high_ref", "high"),
+                         ("p_ref", "p"), ("p_holm_ref", "p_holm")):
+        assert np.max(np.abs(both[theirs] - both[ours])) < 1e-9, theirs
+    assert (both["verdict_ref"] == both["verdict"]).all()

@@ -5,7 +5,7 @@ TOML file): `metric` (a run column, default "auc"); `at` (column → value: the 
 default every run); `over` (a column: one estimate per value it takes at `at`); `base` (column →
 value replacing `at`'s: the setting a retention or a change starts from); `methods` (default
 every method, sorted); `baseline`; `reps`, `seed`, `confidence`; for tests `test` ("sign-flip" or
-"t"), `family` ("pooled": the pooled rows are the Holm family, "tasks": the per-task rows, "none"),
+"t"), `family` ("pooled": the pooled rows are the Holm family, "tasks": the per-task rows, "all": both, "none"),
 `pre_registered` (verdict words, else what Holm's p shows), `words` (the three verdict words).
 Pooled rows (task "pooled") weight tasks equally."""
 
@@ -119,10 +119,11 @@ def _tested(spec: Mapping, estimand: str, tests: list[dict]) -> pd.DataFrame:
 
 def _tests(spec: Mapping, per_method: dict, setting: Mapping) -> list[dict]:
     """method → task → seed-indexed differences, as a family's entries: the family is the pooled
-    rows (`family` "pooled"; a lone task's row when there is one), the tasks' or "none"."""
+    rows (`family` "pooled"; a lone task's row when there is one), the tasks', "all" (tasks and
+    pooled) or "none"."""
     which = spec.get("family", "pooled")
     tests = [{"method": method, "task": task, "setting": label(setting), "differences": d,
-              "family": which != "none" and (task == POOLED) == (
+              "family": which == "all" or which != "none" and (task == POOLED) == (
                   which == "pooled" and len(by_task) - (POOLED in by_task) > 1)}
              for method, by_task in per_method.items() for task, d in by_task.items()]
     return [t for t in tests if t["family"]] if spec.get("family_only") else tests
