@@ -185,3 +185,28 @@ def test_the_settings_studys_registered_family_is_one_study_file_to_1e9():
                          ("p_ref", "p"), ("p_holm_ref", "p_holm")):
         assert np.max(np.abs(both[theirs] - both[ours])) < 1e-9, theirs
     assert (both["verdict_ref"] == both["verdict"]).all()
+
+
+def test_the_llm_boards_primary_family_is_one_study_file_to_1e9():
+    """Migration: studies/llm-cpu-f1.toml, over the LLM board's per-run files (a glob), gives
+    every F1 row of results/lag-bench/llm-cpu/primary.csv (48 tests) within 1e-9, verdicts too."""
+    import numpy as np
+    import pandas as pd
+
+    from vaco_jax.analysis import study
+
+    loaded = study.load(ROOT / "studies" / "llm-cpu-f1.toml", root=ROOT)
+    table, words = study.estimate(loaded, ROOT, descends=lambda commit, ancestor: True)
+    assert "over 48 tests" in words
+    family = table[table["p_holm"].notna()]
+    family = family.assign(N=family["setting"].str.extract(r"N=(\d+)")[0].astype(int),
+                           objective=family["method"],
+                           metric=family["metric"].replace({"final": "final_accuracy"}))
+    ref = pd.read_csv(ROOT / "results" / "lag-bench" / "llm-cpu" / "primary.csv")
+    ref = ref[ref["family"] == "F1"]
+    both = ref.merge(family, on=["objective", "N", "metric"], suffixes=("_ref", ""))
+    assert len(both) == len(ref) == 48
+    for theirs, ours in (("mean", "point"), ("ci_low", "low"), ("ci_high", "high"),
+                         ("p_ref", "p"), ("p_holm_ref", "p_holm")):
+        assert np.max(np.abs(both[theirs] - both[ours])) < 1e-9, theirs
+    assert (both["verdict_ref"] == both["verdict"]).all()

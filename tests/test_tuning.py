@@ -159,3 +159,22 @@ def test_a_fixed_reference_board_ranks_on_the_mean_and_shows_each_methods_change
     point, low, high = robustness.change(scored, spec, "ppo_clip")
     assert point == pytest.approx(-0.4) and low <= point <= high
     assert robustness.change(scored, spec, "vaco")[0] == pytest.approx(-0.1)
+
+
+def test_a_field_a_metric_overwrote_in_float32_is_read_as_the_grids_value():
+    """PPO-KL logs its coefficient as a metric of the same name, in float32, over the run's
+    value in its rows: the tuning reads each value as the nearest one its grid holds."""
+    import numpy as np
+    import pandas as pd
+
+    proto = bench.protocol("tiny", 3)
+    grid = bench.method_grid(bench.Method("ppo_kl"), proto)
+    rows = pd.DataFrame([{"env": "toy_reach", "learning_rate": lr, "kl_coef": float(np.float32(c)),
+                          "seed": seed, "eval_index": i, "eval_return": 1.0 + c}
+                         for lr in grid.learning_rates for c in grid.values for seed in (0, 1)
+                         for i in range(3)])
+    assert float(np.float32(0.03)) != 0.03
+    runs = bench._tuning_runs(rows, {"toy_reach": 0.0}, proto, grid)["toy_reach"]
+    assert {r["kl_coef"] for r in runs} == set(grid.values)
+    chosen, _ = tuning.choose(runs, grid)
+    assert chosen == {"learning_rate": min(grid.learning_rates), "kl_coef": max(grid.values)}

@@ -9,7 +9,7 @@ with the committed files (`check.check_files`). A new study is a new file, not n
     exploratory = "why"             # a study with no [family]: said in its report
 
     [runs]
-    table = "results/.../scores.csv"  # the per-run table
+    table = "results/.../scores.csv"  # the per-run table (a glob pattern: every file it matches)
     adapter = "bench"                 # schema's adapter: bench, sweeps, settings, llm
     commits = "results/.../*/runs/cells.jsonl"  # where the runs' commits are (their git_commit)
 
@@ -104,9 +104,16 @@ def _problem(data: Mapping) -> str | None:
 
 
 def runs(study: StudyFile, root: str | Path) -> pd.DataFrame:
-    """The run table (`schema.COLUMNS`) of the study's per-run file, through its adapter."""
-    table = Path(root) / study.runs["table"]
-    frame = pd.read_parquet(table) if table.suffix == ".parquet" else pd.read_csv(table)
+    """The run table (`schema.COLUMNS`) of the study's per-run file, through its adapter; a
+    pattern (`results/.../*/results.parquet`) reads every file it matches, in sorted order, as
+    one table."""
+    pattern = study.runs["table"]
+    paths = (sorted(Path(root).glob(pattern)) if any(c in pattern for c in "*?[")
+             else [Path(root) / pattern])
+    if not paths:
+        raise FileNotFoundError(f"{study.path}: [runs] table {pattern!r} matches no file")
+    frame = pd.concat([pd.read_parquet(p) if p.suffix == ".parquet" else pd.read_csv(p)
+                       for p in paths], ignore_index=True)
     return ADAPTERS[study.runs.get("adapter", "bench")](frame, study=study.name)
 
 

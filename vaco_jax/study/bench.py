@@ -921,12 +921,27 @@ def _tuning_runs(results, random: dict[str, float], proto: Protocol, grid: tunin
     """Per task, one dict per tuning run: its configuration's fields, its AUC (the mean of its
     evaluation returns) and final score (the last `last_evals`); a diverged run scores random
     from its divergence on."""
+    import numpy as np
+
     frame = results.assign(value=results["eval_return"].astype(float))
     frame["value"] = frame["value"].fillna(frame["env"].map(random))
     if grid.own:   # the objective's own constraint is the run's "name=value" item
         frame[grid.field] = [float(str(list(v)[0]).split("=", 1)[1])
                              for v in frame["objective_hparams"]]
     fields = ["learning_rate"] + ([grid.field] if grid.field else [])
+    # A metric of the same name as a field (PPO-KL logs its coefficient, in float32) overwrites
+    # the run's value in its rows: each value is read as the nearest one the grid can hold.
+    ladders = {"learning_rate": (*tuning.LR_LADDER, *tuning.FINE_LR_LADDER, *grid.learning_rates)}
+    if grid.field:
+        ladders[grid.field] = grid.values
+        for constraint in dict(proto.constraints).values():
+            if constraint.field == grid.field:
+                ladders[grid.field] += constraint.ladder
+    for name in fields:
+        known = np.asarray(sorted(set(ladders[name])), np.float64)
+        values = frame[name].astype(float).to_numpy()
+        nearest = known[np.abs(np.log(values[:, None] / known[None, :])).argmin(1)]
+        frame[name] = np.where(np.abs(nearest / values - 1) < 1e-5, nearest, values)
     out: dict[str, list] = {}
     for (env, *values, _seed), run in frame.sort_values("eval_index").groupby(
             ["env", *fields, "seed"], sort=False):
