@@ -178,3 +178,18 @@ def test_a_field_a_metric_overwrote_in_float32_is_read_as_the_grids_value():
     assert {r["kl_coef"] for r in runs} == set(grid.values)
     chosen, _ = tuning.choose(runs, grid)
     assert chosen == {"learning_rate": min(grid.learning_rates), "kl_coef": max(grid.values)}
+
+
+def test_the_committed_tiny_board_recomputes_from_a_copy_in_another_folder(tmp_path):
+    """results/lag-bench/tiny-v3, the board the README's first benchmark command compares with:
+    every table recomputes from its per-run files wherever the folder lies."""
+    import shutil
+    from pathlib import Path
+
+    from vaco_jax.study import robustness
+
+    board = Path(__file__).resolve().parent.parent / "results" / "lag-bench" / "tiny-v3"
+    copy = tmp_path / "elsewhere" / "tiny-v3"
+    shutil.copytree(board, copy)
+    assert robustness.check(copy) == []
+    assert len(list(copy.glob("*/tuning.json"))) == len(bench.LEADERBOARD_METHODS)

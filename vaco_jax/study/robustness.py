@@ -107,6 +107,8 @@ class Report:
     cost: pd.DataFrame = None
     """Per method: its learning rate and what its runs cost (`costs`); only from a directory."""
     notes: list = dataclasses.field(default_factory=list)
+    remarks: list = dataclasses.field(default_factory=list)
+    """What was not computed because the runs cannot give it (not a failure of `check`)."""
     status: str = "none"
     """Whether the runs were made after the pre-registration: "after" (verdict words), "before",
     "unknown", "none" (no pre-registration named) or "incomplete" (made after it, but not
@@ -301,8 +303,13 @@ def report(runs: pd.DataFrame, random: Mapping, spec: Spec | None = None) -> Rep
         setattr(out, name, _section(out.notes, name, lambda make=make: make(scored, spec)))
     out.comparisons = _section(out.notes, "comparisons",
                                lambda: comparisons(scored, spec, words))
-    out.reliability = _section(out.notes, "reliability",
-                               lambda: reliability(runs, random, spec, words))
+    seeds = runs["seed"].nunique()
+    if seeds >= 4:   # two halves of at least two seeds
+        out.reliability = _section(out.notes, "reliability",
+                                   lambda: reliability(runs, random, spec, words))
+    else:
+        out.remarks.append(f"Split-half reliability needs at least 4 seeds; these runs have "
+                           f"{seeds}.")
     return out
 
 
@@ -356,7 +363,9 @@ def beside(method_dir: str | Path, board: str | Path,
     if mine is None:
         raise FileNotFoundError(f"{method_dir} holds no per-run files ({bench.RUNS}/)")
     protocol = (info["protocol"], info.get("protocol_version", 1))
-    parts, random, left_out = [mine[0]], dict(mine[1]), []
+    # typed as `read` types them, so no table's dtype hangs on which methods diverged
+    typed = {"diverged_at_step": "float64"}
+    parts, random, left_out = [mine[0].astype(typed)], dict(mine[1]), []
     for path in sorted(board.glob(f"*/{bench.BENCH_FILE}")) if board.is_dir() else []:
         other = json.loads(path.read_text())
         if path.parent.resolve() == method_dir.resolve() or other["method"] == info["method"]:
@@ -368,10 +377,11 @@ def beside(method_dir: str | Path, board: str | Path,
         if found is None:
             left_out.append(f"{other['method']}: {why if not same else 'no per-run files'}")
             continue
-        parts.append(found[0])
+        parts.append(found[0].astype(typed))
         random.update(found[1])
     runs = pd.concat(parts, ignore_index=True)
-    out = report(runs, random, Spec.of(runs, **options))   # no pre-registration: exploratory
+    # no pre-registration: exploratory; a per-task-tuned board's fixed reference
+    out = report(runs, random, Spec.of(runs, **{"fixed": fixed_reference(board), **options}))
     out.status_words = (f"{info['method']} beside the leaderboard {board}, a method its "
                         f"pre-registered family did not name: the same tests, without verdicts")
     out.left_out = left_out
@@ -577,6 +587,7 @@ def markdown(r: Report) -> str:
     if r.left_out:
         lines += ["Methods of the leaderboard left out, and why:",
                   *[f"* {n}" for n in r.left_out], ""]
+    lines += [*r.remarks, ""] if r.remarks else []
     if r.notes:
         lines += ["Not computed:", *[f"* {n}" for n in r.notes], ""]
     return "\n".join(lines)
