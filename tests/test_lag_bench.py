@@ -781,3 +781,17 @@ def test_per_task_tuning_chooses_inside_its_grid_and_the_scored_runs_use_the_cho
     assert set(rows["learning_rate"]) == {chosen["learning_rate"]}
     assert set(rows["clip_eps"]) == {chosen["clip_eps"]}
     assert set(rows["seed"]) == {400, 401, 402}
+
+
+def test_the_held_out_tasks_run_as_their_own_board_and_a_protocol_without_them_refuses(
+        capsys, tmp_path):
+    base = ["--algo", "vaco", "--protocol", "cpu", "--plan", "--out", str(tmp_path / "m")]
+    assert bench_command.main(base + ["--held-out", "--tune"]) == 0
+    out = capsys.readouterr().out
+    assert "3 cells (3 compiled programs), 240 runs" in out      # 3 tasks × 16 configs × 5 seeds
+    for env in ("gymnax:Asterix-MinAtar", "dmc:FingerTurnEasy", "pusher"):
+        assert f"bench/{env}/vaco/tune" in out
+    assert "dmc:CartpoleSwingup" not in out
+    assert bench.committed_leaderboard("cpu", 3, held_out=True).name == "cpu-v3-held-out"
+    assert bench_command.main(base + ["--held-out", "--protocol-version", "2"]) == 2
+    assert "option `held_out` is invalid" in capsys.readouterr().err

@@ -57,6 +57,10 @@ class Args:
     tune: bool = False
     """Choose the method's learning rate: the protocol's grid × its design seeds at k = 0, one
     program per task, into --out/tuning/ and --out/tuning.json; then exit."""
+    held_out: bool = False
+    """Run the protocol's held-out tasks instead of its tasks (cpu v3: scored only after every
+    method of the board has run; a directory of their own, e.g.
+    results/lag-bench/cpu-v3-held-out/<method>), tuning included."""
     learning_rate: float | None = None
     """Run at this learning rate instead of the tuned one (recorded as not tuned)."""
     out: str = ""
@@ -140,6 +144,11 @@ def main(argv: list[str] | None = None, prog: str = "vaco-bench") -> int:
         if not args.algo:
             raise ConfigError("option `algo` is required (e.g. --algo vaco)")
         proto = bench.protocol(args.protocol, args.protocol_version)
+        if args.held_out:
+            if not proto.held_out:
+                raise ConfigError(f"option `held_out` is invalid for protocol {proto.name} "
+                                  f"v{proto.version}: it names no held-out tasks")
+            proto = dataclasses.replace(proto, tasks=proto.held_out, held_out=())
         proto.check_requires()
         method = bench.Method(args.algo, bench.parse_overrides(args.set), args.label)
         lag_profile = read_lag_profile(args.lag_profile) if args.lag_profile else ()
@@ -157,7 +166,8 @@ def main(argv: list[str] | None = None, prog: str = "vaco-bench") -> int:
         return 2
     out = Path(args.out) if args.out else Path("runs") / "lag-bench" / proto.name / method.name
     leaderboard_dir = (Path(args.leaderboard) if args.leaderboard else
-                       bench.committed_leaderboard(proto.name, proto.version))
+                       bench.committed_leaderboard(proto.name, proto.version,
+                                                   held_out=args.held_out))
     if args.leaderboard and not leaderboard_dir.is_dir():
         print(f"error: option `leaderboard` = {args.leaderboard!r} is invalid: not a directory",
               file=sys.stderr)

@@ -45,11 +45,11 @@ REFERENCES = "random_returns.json"
 STUDY = "bench"
 PROFILE = "profile"   # the setting of a method acting with the user's lag profile
 
-def committed_leaderboard(protocol: str, version: int = 1) -> Path:
+def committed_leaderboard(protocol: str, version: int = 1, held_out: bool = False) -> Path:
     """The leaderboard committed with the repository, `results/lag-bench/<protocol>` of the
-    checkout this package runs from (`<protocol>-v<version>` from version 2 on; absent when it is
-    installed without one): found from any directory."""
-    name = protocol if version == 1 else f"{protocol}-v{version}"
+    checkout this package runs from (`<protocol>-v<version>` from version 2 on, `…-held-out` for
+    its held-out tasks; absent when it is installed without one): found from any directory."""
+    name = (protocol if version == 1 else f"{protocol}-v{version}") + ("-held-out" * held_out)
     return Path(io.__file__).resolve().parent.parent / "results" / "lag-bench" / name
 
 
@@ -392,18 +392,19 @@ def settings(proto: Protocol, lags) -> list[Setting]:
 
 
 def bench_cells(method: Method, proto: Protocol, lag_profile=(), *,
-                learning_rate: float | dict | None = None, held_out: bool = False) -> list[Cell]:
+                learning_rate: float | dict | None = None) -> list[Cell]:
     """The method's cells: per task, the lag axis (one program: every lag × seed) and the
     high-update-frequency setting (another program), each config validated before compiling.
     With a `lag_profile` (`config.read_lag_profile`), also the method acting with it at the
     protocol's shapes (setting `profile`, capacity the profile's length: a program per task).
     A protocol that tunes (`Protocol.tuned`) runs every cell at `learning_rate`, a column of its
     rows (the tasks' own when None, e.g. to plan); per task (`Protocol.per_task`) it is a dict
-    env -> the task's chosen configuration. `held_out`: the protocol's held-out tasks instead."""
+    env -> the task's chosen configuration (the held-out tasks run as a protocol whose tasks
+    they are: `vaco-bench --held-out`)."""
     if not proto.tuned:
         return _v1_cells(method, proto, lag_profile)
     cells = []
-    for task in (proto.held_out if held_out else proto.tasks):
+    for task in proto.tasks:
         seeds = range(proto.seed, proto.seed + task.seeds)
         if isinstance(learning_rate, dict):   # per-task tuning: the task's chosen configuration
             learning_rate_of = (tuning.run_hparams(learning_rate[task.env],
@@ -424,8 +425,7 @@ def bench_cells(method: Method, proto: Protocol, lag_profile=(), *,
     return cells
 
 
-def tuning_cells(method: Method, proto: Protocol, grids: dict | None = None,
-                 held_out: bool = False) -> list[Cell]:
+def tuning_cells(method: Method, proto: Protocol, grids: dict | None = None) -> list[Cell]:
     """Per task, one program: every learning rate of the grid × design seed, at k = 0. On a
     per-task protocol, `grids` (env -> (variant, configurations)) names each task's
     configurations (default: the method's base grid, variant `tune`)."""
@@ -433,7 +433,7 @@ def tuning_cells(method: Method, proto: Protocol, grids: dict | None = None,
         raise ConfigError(f"option `tune` is invalid for protocol {proto.name!r} "
                           f"v{proto.version}: it has no learning-rate grid")
     design = range(proto.design_seed, proto.design_seed + proto.design_seeds)
-    tasks = proto.held_out if held_out else proto.tasks
+    tasks = proto.tasks
     if not proto.per_task:
         return [_cell(method, proto, task, "tune", settings(proto, (0,)), (), design,
                       proto.learning_rates) for task in tasks]
@@ -866,7 +866,7 @@ PER_TASK_RULE = ("per task, the configuration (learning rate × the method's key
                  "the ladder's next value on that side and is made again")
 
 
-def run_per_task_tuning(method: Method, proto: Protocol, out: Path, *, held_out: bool = False,
+def run_per_task_tuning(method: Method, proto: Protocol, out: Path,
                         **sweep_options) -> dict | None:
     """Per-task tuning (`study.tuning`): each task's base grid × design seeds (variant `tune`),
     then, while a task's choice sits on its grid's edge, the added row or column (`tune-ext1`, ...
@@ -875,8 +875,8 @@ def run_per_task_tuning(method: Method, proto: Protocol, out: Path, *, held_out:
     grid0 = method_grid(method, proto)
     constraint = method_constraint(method, proto)
     ladder = tuning.FINE_LR_LADDER if grid0.field is None else tuning.LR_LADDER
-    tasks = proto.held_out if held_out else proto.tasks
-    random = random_returns(out, dataclasses.replace(proto, tasks=tasks))
+    tasks = proto.tasks
+    random = random_returns(out, proto)
     runs = out / TUNING_RUNS
     state = {t.env: {"grid": grid0, "steps": [], "pending": ("tune", grid0.configs())}
              for t in tasks}
@@ -884,7 +884,7 @@ def run_per_task_tuning(method: Method, proto: Protocol, out: Path, *, held_out:
         pending = {env: s["pending"] for env, s in state.items() if s["pending"]}
         if not pending:
             break
-        cells = tuning_cells(method, proto, pending, held_out=held_out)
+        cells = tuning_cells(method, proto, pending)
         sweep.run_sweep(cells, runs, **sweep_options)
         if unfinished([c.cell_id for c in cells], runs):
             return None
@@ -900,7 +900,7 @@ def run_per_task_tuning(method: Method, proto: Protocol, out: Path, *, held_out:
     finished = sweep.load_cells(runs)
     result = {"method": method.name, "algo": method.algo, "protocol": proto.name,
               "protocol_version": proto.version, "rule": PER_TASK_RULE, "per_task": True,
-              "held_out": held_out, "base_grid": grid0.describe(),
+              "base_grid": grid0.describe(),
               "tasks": {env: {"random": float(random[env]), "grid": s["grid"].describe(),
                               "chosen": s["chosen"], "steps": s["steps"],
                               "edge": bool(s["steps"][-1]["notes"]), "configurations": s["table"]}
@@ -910,11 +910,8 @@ def run_per_task_tuning(method: Method, proto: Protocol, out: Path, *, held_out:
                        **{k: float(finished[k].sum()) for k in
                           ("wall_seconds", "compile_seconds", "train_seconds")}},
               **io.provenance()}
-    io.write_json_atomic(out / (HELD_OUT_TUNING_FILE if held_out else TUNING_FILE), result)
+    io.write_json_atomic(out / TUNING_FILE, result)
     return result
-
-
-HELD_OUT_TUNING_FILE = "tuning-held-out.json"
 
 
 def _tuning_runs(results, random: dict[str, float], proto: Protocol, grid: tuning.Grid) -> dict:
