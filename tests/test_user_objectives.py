@@ -406,8 +406,12 @@ def ppo_clip_masked(x, p):
     surrogate = jnp.minimum(ratio * x.advantages,
                             jnp.clip(ratio, 1.0 - p.eps, 1.0 + p.eps) * x.advantages)
     clipped = (jnp.abs(jax.lax.stop_gradient(ratio) - 1.0) > p.eps).astype(ratio.dtype)
+    binds = objectives_lib.clip_binds(jax.lax.stop_gradient(ratio), x.advantages,
+                                      1.0 - p.eps, 1.0 + p.eps)
     return (-objectives_lib.masked_mean(surrogate, x.mask),
-            {"clip_fraction": objectives_lib.masked_mean(clipped, x.mask)})
+            {"clip_fraction": objectives_lib.masked_mean(clipped, x.mask),
+             "intervened_fraction": objectives_lib.masked_mean(binds.astype(ratio.dtype),
+                                                               x.mask)})
 
 
 def test_a_user_objective_runs_in_grpo_exactly_as_the_built_in_it_reimplements():
