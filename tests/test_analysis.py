@@ -130,6 +130,16 @@ def test_the_robustness_estimand_is_positive_where_the_method_loses_less_than_th
     assert row(found, task="pooled").point == pytest.approx(0.1)
 
 
+def test_a_methods_own_change_is_paired_by_seed():
+    spec = {k: v for k, v in SPEC.items() if k != "baseline"}   # a change needs no baseline
+    found = estimands.change(table(LAGGED), {**spec, "base": {"k": 0}})
+    # m on a: (1.0, 1.1, 0.9, 1.0) − (1.0, 1.2, 0.8, 1.0); base on b: 0.2 − 0.4 on every seed
+    assert row(found, method="m", task="a").point == pytest.approx(0.0)
+    assert row(found, method="base", task="b").point == pytest.approx(-0.2)
+    pooled = row(found, method="base", task="pooled")
+    assert pooled.point == pytest.approx((-0.5 - 0.2) / 2) and pooled.baseline == ""
+
+
 def test_iqm_and_the_mean_of_task_iqms_are_rlibles_and_differ_when_tasks_spread_differently():
     runs = table({("a", "m", 8): [0.0, 1.0, 2.0, 3.0, 100.0, 4.0, 5.0, 6.0],
                   ("b", "m", 8): [10.0, 10.0, 10.0, 10.0, 10.0, 10.0, 10.0, 10.0]})

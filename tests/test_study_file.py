@@ -187,25 +187,28 @@ def test_the_settings_studys_registered_family_is_one_study_file_to_1e9():
     assert (both["verdict_ref"] == both["verdict"]).all()
 
 
-def test_the_llm_boards_primary_family_is_one_study_file_to_1e9():
-    """Migration: studies/llm-cpu-f1.toml, over the LLM board's per-run files (a glob), gives
-    every F1 row of results/lag-bench/llm-cpu/primary.csv (48 tests) within 1e-9, verdicts too."""
+@pytest.mark.parametrize("name, size", [("F1", 48), ("F2", 52)])
+def test_the_llm_boards_families_are_one_study_file_each_to_1e9(name, size):
+    """Migration: studies/llm-cpu-f1.toml and -f2.toml, over the LLM board's per-run files (a
+    glob), give every row of their family in results/lag-bench/llm-cpu/primary.csv within 1e-9,
+    verdicts too (F1: each objective − PPO-Clip at k = 32; F2: each objective's own change from
+    k = 0 to 32)."""
     import numpy as np
     import pandas as pd
 
     from vaco_jax.analysis import study
 
-    loaded = study.load(ROOT / "studies" / "llm-cpu-f1.toml", root=ROOT)
+    loaded = study.load(ROOT / "studies" / f"llm-cpu-{name.lower()}.toml", root=ROOT)
     table, words = study.estimate(loaded, ROOT, descends=lambda commit, ancestor: True)
-    assert "over 48 tests" in words
+    assert f"over {size} tests" in words
     family = table[table["p_holm"].notna()]
     family = family.assign(N=family["setting"].str.extract(r"N=(\d+)")[0].astype(int),
                            objective=family["method"],
                            metric=family["metric"].replace({"final": "final_accuracy"}))
     ref = pd.read_csv(ROOT / "results" / "lag-bench" / "llm-cpu" / "primary.csv")
-    ref = ref[ref["family"] == "F1"]
+    ref = ref[ref["family"] == name]
     both = ref.merge(family, on=["objective", "N", "metric"], suffixes=("_ref", ""))
-    assert len(both) == len(ref) == 48
+    assert len(both) == len(ref) == size
     for theirs, ours in (("mean", "point"), ("ci_low", "low"), ("ci_high", "high"),
                          ("p_ref", "p"), ("p_holm_ref", "p_holm")):
         assert np.max(np.abs(both[theirs] - both[ours])) < 1e-9, theirs

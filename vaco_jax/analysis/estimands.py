@@ -112,7 +112,8 @@ def _tested(spec: Mapping, estimand: str, tests: list[dict]) -> pd.DataFrame:
                             exact=bool(spec.get("exact", False)),
                             interval=spec.get("interval", "t"))
     return rows(spec, estimand, [
-        {"method": r.method, "baseline": spec["baseline"], "task": r.task, "setting": r.setting,
+        {"method": r.method, "baseline": spec.get("baseline", ""), "task": r.task,
+         "setting": r.setting,
          "point": r.estimate, "low": r.low, "high": r.high, "seeds": r.seeds, "p": r.p,
          "p_holm": r.p_holm, "verdict": r.verdict} for r in table.itertuples()])
 
@@ -139,6 +140,20 @@ def difference(runs: pd.DataFrame, spec: Mapping) -> pd.DataFrame:
                       for m in methods(runs, spec) if m != base}
         tests += _tests(spec, per_method, setting)
     return _tested(spec, "difference", tests)
+
+
+def change(runs: pd.DataFrame, spec: Mapping) -> pd.DataFrame:
+    """Per method: its own change from `base` (k = 0) to `at`, paired by seed (pooled: the
+    per-seed mean over tasks); tests and Holm as `difference`'s. Does lag change the method's
+    own score?"""
+    metric, tests = spec.get("metric", "auc"), []
+    for setting in settings(runs, spec):
+        start = {**setting, **spec["base"]}
+        per_method = {m: paired.paired_differences(runs, metric, {"method": m, **setting},
+                                                   {"method": m, **start})
+                      for m in methods(runs, spec)}
+        tests += _tests(spec, per_method, setting)
+    return _tested(spec, "change", tests)
 
 
 def change_difference(runs: pd.DataFrame, spec: Mapping) -> pd.DataFrame:
@@ -297,7 +312,7 @@ def argmax(runs: pd.DataFrame, spec: Mapping) -> pd.DataFrame:
 
 
 ESTIMANDS = {"mean": mean, "retention": retention, "difference": difference,
-             "change_difference": change_difference, "iqm": iqm, "task_iqm_mean": task_iqm_mean,
+             "change": change, "change_difference": change_difference, "iqm": iqm, "task_iqm_mean": task_iqm_mean,
              "improvement": improvement, "reliability": reliability, "stability": stability,
              "argmax": argmax}
 
