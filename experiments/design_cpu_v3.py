@@ -197,6 +197,12 @@ def round2_stage1_cells(tasks):
                if old else []))
 
 
+def round3_stage1_cells(tasks):
+    """Round 3's new candidates over the extended grid."""
+    return bench.tuning_cells(bench.Method("ppo_clip"),
+                              design_protocol([t for t in tasks if t in ROUND3], ROUND3, LR_GRID_2))
+
+
 ROUND2_TABLE = {**CANDIDATES, **ROUND2, **ROUND3}
 
 
@@ -485,9 +491,7 @@ def plan(root: str, tasks, round_: int = 1) -> None:
     records = bench.measured_cells(Path(root) / (f"round{round_}/stage1" if round_ >= 2
                                                  else "stage1"))
     cells = (stage1_cells(tasks) if round_ == 1 else round2_stage1_cells(tasks) if round_ == 2
-             else bench.tuning_cells(bench.Method("ppo_clip"),
-                                     design_protocol([t for t in tasks if t in ROUND3],
-                                                     ROUND3, LR_GRID_2)))
+             else round3_stage1_cells(tasks))
     size = bench.plan_size(cells, records)
     print(f"T = {T}; stage 1: {size['cells']} programs, {size['runs']} runs, "
           f"{size['env_steps']:,} env steps, {size['evaluation_episodes']:,} evaluation episodes")
@@ -546,9 +550,7 @@ def main(argv=None):
     if args.round == 2 and args.stage == 1:
         cells, runs = round2_stage1_cells(args.tasks), root / "round2" / "stage1" / "runs"
     elif args.round == 3 and args.stage == 1:
-        new = [env for env in args.tasks if env in ROUND3]
-        cells = bench.tuning_cells(bench.Method("ppo_clip"), design_protocol(new, ROUND3, LR_GRID_2))
-        runs = root / "round3" / "stage1" / "runs"
+        cells, runs = round3_stage1_cells(args.tasks), root / "round3" / "stage1" / "runs"
     elif args.round >= 2:
         decisions = apply_rule(round2_runs(root, random, 1, args.round), random, LR_GRID_2)
         done = round2_runs(root, random, 2, args.round)[["env", "learning_rate"]].drop_duplicates()

@@ -33,6 +33,7 @@ import pandas as pd
 from scipy import stats as scipy_stats
 
 from vaco_jax import io
+from vaco_jax.analysis import paired
 from vaco_jax.pipeline import estimates, figures, preregistration, runs as runs_, scores, tables
 from vaco_jax.study import bench, stats, sweep
 
@@ -155,20 +156,20 @@ def aggregates(scored: pd.DataFrame, spec: Spec) -> pd.DataFrame:
             matrices = {m: x for m, x in matrices.items() if x.size}
             if not matrices:
                 continue
-            table = stats.interval_estimates(matrices, reps=spec.reps, seed=spec.seed,
-                                             metrics=("iqm",))
             # a board with a fixed reference (v3) ranks on the mean over tasks × seeds, which
-            # with every task's seeds equal in number is the mean over tasks of task means
-            means = (stats.interval_estimates(matrices, reps=spec.reps, seed=spec.seed,
-                                              metrics=("mean",)).set_index("method")
-                     if spec.fixed else None)
-            for r in table.itertuples():
-                rows.append({"method": r.method, **setting, "metric": metric, "iqm": r.point,
-                             "low": r.low, "high": r.high, "runs": matrices[r.method].size,
-                             **({"mean": means.loc[r.method, "point"],
-                                 "mean_low": means.loc[r.method, "low"],
-                                 "mean_high": means.loc[r.method, "high"]}
-                                if means is not None else {})})
+            # with every task's seeds equal in number is the mean over tasks of task means; one
+            # bootstrap gives both (its resamples do not depend on the metrics)
+            table = stats.interval_estimates(
+                matrices, reps=spec.reps, seed=spec.seed,
+                metrics=("iqm", "mean") if spec.fixed else ("iqm",)).set_index(["method", "metric"])
+            for m in matrices:
+                iqm = table.loc[(m, "iqm")]
+                rows.append({"method": m, **setting, "metric": metric, "iqm": iqm.point,
+                             "low": iqm.low, "high": iqm.high, "runs": matrices[m].size,
+                             **({"mean": table.loc[(m, "mean"), "point"],
+                                 "mean_low": table.loc[(m, "mean"), "low"],
+                                 "mean_high": table.loc[(m, "mean"), "high"]}
+                                if spec.fixed else {})})
     return pd.DataFrame(rows)
 
 
@@ -603,14 +604,14 @@ def ranking(r: Report) -> list[str]:
 
 
 def change(scored: pd.DataFrame, spec: Spec, method: str) -> tuple[float, float, float]:
-    """A method's change in normalised AUC from `spec.base` to `spec.largest`: per seed, the mean
-    over tasks at the largest lag minus at the base; the mean over seeds and its 95% Student-t
-    interval (NaN where it has no seed at both)."""
-    mine = scored[scored["method"] == method]
-    at, base = (estimates._select(mine, s).groupby("seed")["auc_score"].mean()
-                for s in (spec.largest, spec.base))
-    d = (at - base).dropna().to_numpy()
-    return stats.paired_t_interval(d) if d.size else (np.nan, np.nan, np.nan)
+    """A method's change in normalised AUC from `spec.base` to `spec.largest`, paired by seed
+    (`analysis.paired.paired_differences`: per seed, the mean over tasks of the largest lag minus
+    the base); the mean over seeds and its 95% Student-t interval (NaN where it has no seed at
+    both)."""
+    by_task = paired.paired_differences(scored[scored["method"] == method], "auc_score",
+                                        spec.largest, spec.base)
+    d = by_task.get(paired.POOLED, next(iter(by_task.values()), pd.Series(dtype=float)))
+    return stats.paired_t_interval(d.to_numpy()) if len(d) else (np.nan, np.nan, np.nan)
 
 
 def figure(r: Report):
