@@ -888,7 +888,7 @@ def run_per_task_tuning(method: Method, proto: Protocol, out: Path,
         sweep.run_sweep(cells, runs, **sweep_options)
         if unfinished([c.cell_id for c in cells], runs):
             return None
-        per_run = _tuning_runs(sweep.load_results(runs), random, proto, grid0)
+        per_run = _tuning_runs(sweep.load_results(runs), random, proto, grid0, constraint)
         for env in pending:
             s = state[env]
             s["chosen"], s["table"] = tuning.choose(per_run[env], s["grid"])
@@ -914,10 +914,12 @@ def run_per_task_tuning(method: Method, proto: Protocol, out: Path,
     return result
 
 
-def _tuning_runs(results, random: dict[str, float], proto: Protocol, grid: tuning.Grid) -> dict:
+def _tuning_runs(results, random: dict[str, float], proto: Protocol, grid: tuning.Grid,
+                 constraint: tuning.Constraint | None = None) -> dict:
     """Per task, one dict per tuning run: its configuration's fields, its AUC (the mean of its
     evaluation returns) and final score (the last `last_evals`); a diverged run scores random
-    from its divergence on."""
+    from its divergence on. A field's values are those of `grid` or of the ladders it grows on
+    (`constraint`'s)."""
     import numpy as np
 
     frame = results.assign(value=results["eval_return"].astype(float))
@@ -930,10 +932,7 @@ def _tuning_runs(results, random: dict[str, float], proto: Protocol, grid: tunin
     # the run's value in its rows: each value is read as the nearest one the grid can hold.
     ladders = {"learning_rate": (*tuning.LR_LADDER, *tuning.FINE_LR_LADDER, *grid.learning_rates)}
     if grid.field:
-        ladders[grid.field] = grid.values
-        for constraint in dict(proto.constraints).values():
-            if constraint.field == grid.field:
-                ladders[grid.field] += constraint.ladder
+        ladders[grid.field] = grid.values + (constraint.ladder if constraint else ())
     for name in fields:
         known = np.asarray(sorted(set(ladders[name])), np.float64)
         values = frame[name].astype(float).to_numpy()

@@ -35,7 +35,7 @@ from scipy import stats as scipy_stats
 from vaco_jax import io
 from vaco_jax.analysis import paired
 from vaco_jax.pipeline import estimates, figures, preregistration, runs as runs_, scores, tables
-from vaco_jax.study import bench, stats, sweep
+from vaco_jax.study import bench, stats, sweep, tuning
 
 REFERENCE = "ppo_clip"
 SETTING = ("k", "sampling", "K")
@@ -466,14 +466,12 @@ def fixed_reference(directory: str | Path) -> tuple:
     path = Path(directory) / REFERENCE / bench.TUNING_FILE
     if not path.exists():
         return ()
-    tuning = json.loads(path.read_text())
-    if not tuning.get("per_task"):
+    choice = json.loads(path.read_text())
+    if not choice.get("per_task"):
         return ()
     out = []
-    for env, task in tuning["tasks"].items():
-        chosen = task["chosen"]
-        row = next(r for r in task["configurations"]
-                   if all(abs(r[k] - v) <= 1e-12 * max(1.0, abs(v)) for k, v in chosen.items()))
+    for env, task in choice["tasks"].items():
+        row = next(r for r in task["configurations"] if tuning.matches(r, task["chosen"]))
         out.append((env, float(row["final"]), float(row["auc"])))
     return tuple(out)
 

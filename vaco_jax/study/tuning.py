@@ -80,8 +80,9 @@ def base_grid(constraint: Constraint | None, learning_rates: tuple[float, ...],
 
 
 def _step(ladder: tuple[float, ...], current: tuple[float, ...], chosen: float):
-    """The ladder's next value beyond `current` on the side where `chosen` sits on its edge (None
-    when `chosen` is inside, or the ladder ends there; `'end'` in the second place then)."""
+    """(the ladder's next value beyond `current` on the side where `chosen` sits on its edge,
+    "below" or "above"); (None, "lower/upper end of the ladder") where the ladder ends there;
+    (None, None) when `chosen` is inside."""
     if len(current) < 2 or not (math.isclose(chosen, min(current)) or
                                 math.isclose(chosen, max(current))):
         return None, None
@@ -123,13 +124,18 @@ def added(old: Grid, new: Grid) -> list[dict[str, Any]]:
     return [c for c in new.configs() if tuple(sorted(c.items())) not in have]
 
 
+def matches(row: dict, config: dict[str, Any]) -> bool:
+    """Does `row` (a run's or a table's) hold configuration `config`'s values?"""
+    return all(math.isclose(row[k], v) for k, v in config.items())
+
+
 def choose(per_run: list[dict], grid: Grid) -> tuple[dict[str, Any], list[dict]]:
     """The configuration of `grid` with the highest mean AUC over its runs (`per_run`: dicts with
     the configuration's fields, `auc` and `final`); ties to the smaller learning rate, then the
     smaller constraint. Also the table of every configuration's means."""
     table = []
     for config in grid.configs():
-        mine = [r for r in per_run if all(math.isclose(r[k], v) for k, v in config.items())]
+        mine = [r for r in per_run if matches(r, config)]
         if not mine:
             raise ValueError(f"no finished run of configuration {config}")
         table.append({**config, "runs": len(mine),
