@@ -187,6 +187,55 @@ def test_the_settings_studys_registered_family_is_one_study_file_to_1e9():
     assert (both["verdict_ref"] == both["verdict"]).all()
 
 
+def test_the_settings_studys_break_rule_is_in_the_same_study_file_to_1e9():
+    """Migration: the retention rows of studies/settings-forward-family.toml give the final-score
+    retention, its 95% BCa interval and the break rule's verdict (docs/preregistrations.md,
+    section 3) of VACO, PPO-Clip and APPO at k = 15 and at K = 32, per task and pooled: the 18
+    retention rows of results/settings_report/primary.csv, within 1e-9; results not known to
+    follow the registration say where the interval lies instead."""
+    loaded = study.load(ROOT / "studies" / "settings-forward-family.toml", root=ROOT)
+    key = ["method", "task", "k"]
+
+    def retention(after: bool) -> pd.DataFrame:
+        table, words = study.estimate(loaded, ROOT, descends=lambda commit, ancestor: after)
+        assert ("over 24 tests" in words) == after   # the break rule adds verdicts, not tests
+        rows = table[table["estimand"] == "retention"]
+        return rows.assign(k=rows["setting"].str.extract(r"k=(\d+)")[0].astype(int))
+
+    ref = pd.read_csv(ROOT / "results" / "settings_report" / "primary.csv")
+    ref = ref[ref["metric"] == "final score retention"].assign(
+        method=lambda f: f["comparison"].str.removesuffix(" retention"),
+        k=lambda f: f["setting"].str.extract(r"k=(\d+)")[0].astype(int))
+    both = ref.merge(retention(True), on=key, suffixes=("_ref", ""))
+    assert len(both) == len(ref) == 18
+    for theirs, ours in (("estimate", "point"), ("low_ref", "low"), ("high_ref", "high")):
+        assert np.max(np.abs(both[theirs] - both[ours])) < 1e-9, theirs
+    assert (both["verdict_ref"] == both["verdict"]).all()
+    assert set(both["verdict"]) == set(families.BREAK_WORDS)
+    tasks = both[both["task"] != "pooled"]   # pooled: the fewest seeds of a task, not their sum
+    assert (tasks["seeds_ref"] == tasks["seeds"]).all()
+    exploratory = both[key].merge(retention(False), on=key)["verdict"]
+    assert set(exploratory) == {"95% CI above 0.8", "95% CI below 0.8", "95% CI spans 0.8"}
+
+
+def test_the_break_rule_gives_the_v1_leaderboards_verdicts_on_its_committed_intervals():
+    """The v1 leaderboard (results/lag-bench/cpu) keeps each method's retention intervals, not its
+    runs, so they cannot be recomputed; on its final-score retention at k = 15 the break rule gives
+    each method the verdict the leaderboard counts (a confirmed break-lag breaks, a lower end
+    above 0.8 holds): 9 break, 6 hold, 2 undetermined."""
+    from vaco_jax.study import specs
+
+    board = ROOT / "results" / "lag-bench" / "cpu"
+    table = pd.read_csv(board / "leaderboard.csv")
+    ours = [families.break_verdict(r.lag_low, r.lag_high, True) for r in table.itertuples()]
+    legacy = ["breaks" if r.confirmed else "holds" if r.lag_low >= families.BREAK_LEVEL
+              else "undetermined" for r in table.itertuples()]
+    assert ours == legacy and len(ours) == 17
+    counted = (f"break rule: {ours.count('breaks')} break, {ours.count('holds')} hold, "
+               f"{ours.count('undetermined')} undetermined")
+    assert specs._break_rule_verdict(board) == counted == "break rule: 9 break, 6 hold, 2 undetermined"
+
+
 @pytest.mark.parametrize("name, size", [("F1", 48), ("F2", 52)])
 def test_the_llm_boards_families_are_one_study_file_each_to_1e9(name, size):
     """Migration: studies/llm-cpu-f1.toml and -f2.toml, over the LLM board's per-run files (a

@@ -6,7 +6,8 @@ default every run); `over` (a column: one estimate per value it takes at `at`); 
 value replacing `at`'s: the setting a retention or a change starts from); `methods` (default
 every method, sorted); `baseline`; `reps`, `seed`, `confidence`; for tests `test` ("sign-flip" or
 "t"), `family` ("pooled": the pooled rows are the Holm family, "tasks": the per-task rows, "all": both, "none"),
-`pre_registered` (verdict words, else what Holm's p shows), `words` (the three verdict words).
+`pre_registered` (verdict words, else what Holm's p shows), `words` (the three verdict words);
+for a retention `level` (the break rule's, 0.8: its verdict on each interval).
 Pooled rows (task "pooled") weight tasks equally."""
 
 from __future__ import annotations
@@ -82,8 +83,9 @@ def mean(runs: pd.DataFrame, spec: Mapping) -> pd.DataFrame:
 
 def retention(runs: pd.DataFrame, spec: Mapping) -> pd.DataFrame:
     """Per method, task and pooled: mean at `at` ÷ mean at `base`, paired by seed, stratified BCa
-    (`paired.retention`). Verdict "denominator below 0.5" where a task's base mean (for pooled:
-    any task's) is below `LOW_DENOMINATOR`."""
+    (`paired.retention`). Verdict: with `level`, the break rule's on the interval
+    (`families.break_verdict`, its words when `pre_registered`); "denominator below 0.5" where a
+    task's base mean (for pooled: any task's) is below `LOW_DENOMINATOR`."""
     metric, out = spec.get("metric", "auc"), []
     for setting in settings(runs, spec):
         base = {**setting, **spec["base"]}
@@ -93,9 +95,12 @@ def retention(runs: pd.DataFrame, spec: Mapping) -> pd.DataFrame:
             low = paired._select(group, base).groupby("task")[metric].mean() < LOW_DENOMINATOR
             for r in table.itertuples():
                 flagged = low.any() if r.task == POOLED else low.get(r.task, False)
+                verdict = ([families.break_verdict(r.low, r.high, spec.get("pre_registered", False),
+                                                   spec["level"])] if "level" in spec else [])
+                verdict += ["denominator below 0.5"] if flagged else []
                 out.append({"method": method, "task": r.task, "setting": label(setting),
                             "point": r.retention, "low": r.low, "high": r.high, "seeds": r.seeds,
-                            "verdict": "denominator below 0.5" if flagged else ""})
+                            "verdict": "; ".join(verdict)})
     return rows(spec, "retention", out)
 
 

@@ -1,6 +1,7 @@
 """Pre-registered tests: whether results were made after the tests were written (the ancestry
-check), and a family of paired tests with Holm's correction and verdicts. The target of a
-comparison is a parameter of each study, never fixed here."""
+check), a family of paired tests with Holm's correction and verdicts, and the break rule's
+verdict on a retention interval. The target of a comparison is a parameter of each study, never
+fixed here."""
 
 from __future__ import annotations
 
@@ -18,6 +19,11 @@ from vaco_jax.analysis import stats
 ALPHA = 0.05
 WORDS = ("higher", "lower", "no difference shown")
 """A verdict's words: Holm's p below alpha with a positive estimate, with a negative one, else."""
+BREAK_LEVEL = 0.8
+"""The break rule's level (docs/preregistrations.md, section 3): a retention below it drops."""
+BREAK_WORDS = ("holds", "breaks", "undetermined")
+"""The break rule's verdicts: the interval's lower end above the level, its upper end below it,
+else."""
 STATUS = {"after": "made after the pre-registration",
           "before": "analysed before the pre-registration",
           "unknown": "not known to follow the pre-registration"}
@@ -84,6 +90,19 @@ def verdict(estimate: float, p_holm: float, pre_registered: bool, alpha: float =
                 if p_holm < alpha else f"Holm p ≥ {alpha:g}")
     higher, lower, neither = words
     return (higher if estimate > 0 else lower) if p_holm < alpha else neither
+
+
+def break_verdict(low: float, high: float, pre_registered: bool,
+                  level: float = BREAK_LEVEL) -> str:
+    """The break rule on a retention's interval (`BREAK_WORDS`): "holds" when its lower end is
+    above `level` (non-inferiority with margin 1 − `level`), "breaks" when its upper end is below
+    it, else "undetermined"; not pre-registered: where the interval lies ("95% CI above 0.8", …);
+    "undefined" for an interval that is not finite."""
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return "undefined"
+    words = (BREAK_WORDS if pre_registered else
+             tuple(f"95% CI {w} {level:g}" for w in ("above", "below", "spans")))
+    return words[0] if low > level else words[1] if high < level else words[2]
 
 
 def family(tests: list[dict], *, test: str = "sign-flip", pre_registered: bool = True,

@@ -20,7 +20,8 @@ with the committed files (`check.check_files`). A new study is a new file, not n
     correction = "holm"
 
     [[estimands]]                   # each an `estimands.estimate` spec; `in_family = true` marks
-    estimand = "difference"         # those the [family] registers (one Holm over them all);
+    estimand = "difference"         # those the [family] registers (one Holm over their tests; a
+                                    # retention with `level`: the break rule's words, no Holm);
                                     # `of_family = true` on a `stability` entry: of their verdicts
     ...
 

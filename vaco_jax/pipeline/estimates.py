@@ -1,15 +1,14 @@
 """The paired estimates (retention, paired differences, Welch's difference) live in
 `vaco_jax.analysis.paired`; this name stays for the code that imports it from here (each rule is
-defined once, there). The break rule of the lag studies and the v1 leaderboard is here."""
+defined once, there). The break rule's level and verdict live in `vaco_jax.analysis.families`;
+the break lag of the lag studies and the v1 leaderboard is here."""
 
 import numpy as np
 
+from vaco_jax.analysis.families import BREAK_LEVEL, break_verdict  # noqa: F401
 from vaco_jax.analysis.paired import (  # noqa: F401
     ESTIMATE, POOLED, REPS, _select, cells, difference_of_ratios, estimate, mean_of, means, paired,
     paired_differences, ratio, ratio_of, ratios, retention, welch_difference, with_pooled)
-
-BREAK_LEVEL = 0.8
-"""A method breaks at the smallest lag whose retention is below this."""
 
 
 def break_lag(lags, retentions, highs, level: float = BREAK_LEVEL) -> tuple[str, str]:

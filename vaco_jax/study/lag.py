@@ -477,15 +477,8 @@ def enough_seeds(rows: pd.DataFrame) -> list[bool]:
             for r in rows.itertuples()]
 
 
-def break_verdict(low: float, high: float, pre_registered: bool) -> str:
-    """The break rule's verdict on a retention interval: "holds" (lower end above `BREAK_LEVEL`),
-    "breaks" (upper end below it) or "undetermined"; not pre-registered: where the interval lies
-    ("95% CI above 0.8", ...); "undefined" for an interval that is not finite."""
-    if not (np.isfinite(low) and np.isfinite(high)):
-        return "undefined"
-    words = (("holds", "breaks", "undetermined") if pre_registered else
-             tuple(f"95% CI {w} {BREAK_LEVEL:g}" for w in ("above", "below", "spans")))
-    return words[0] if low > BREAK_LEVEL else words[1] if high < BREAK_LEVEL else words[2]
+break_verdict = estimates.break_verdict
+"""The break rule's verdict on a retention interval (`analysis.families.break_verdict`)."""
 
 
 def paired_differences(at: pd.DataFrame, baseline: str, value: str,
