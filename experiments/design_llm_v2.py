@@ -150,7 +150,8 @@ def run(out: Path, n: int, ks: tuple[int, ...], learning_rate: float | None = No
 
 # --- 3. the lag profile ---------------------------------------------------------------------------
 def areal_profile(eta: int = 8, batch: int = 64, concurrency: int = 120, mean_latency: float = 2.0,
-                  sigma: float = 1.0, cap: float = 8.0, steps: int = 3000, seed: int = 0):
+                  sigma: float = 1.0, cap: float = 8.0, steps: int = 3000, seed: int = 0,
+                  bins: int | None = None):
     """Snapshot ages of a discrete-event model of AReaL's bounded-staleness rollout admission.
 
     AReaL (`areal/core/staleness_manager.py`, `StalenessManager.get_capacity`) admits new rollouts
@@ -162,8 +163,8 @@ def areal_profile(eta: int = 8, batch: int = 64, concurrency: int = 120, mean_la
     one step of 1 time unit each, then its version advances. A sample's age is the version it is
     trained at minus the version it was submitted at (AReaL's head off-policyness; with
     interruptible rollouts later tokens are newer). The first 200 steps are dropped. Returns the
-    histogram over ages 0..eta (a rollout that finishes after later-submitted ones may be older
-    than eta: the last bin holds those too) and the mean age."""
+    histogram over ages 0..`bins` (default eta; a rollout that finishes after later-submitted
+    ones may be older than eta: the last bin holds every older one too) and the mean age."""
     import heapq
 
     rng = np.random.default_rng(seed)
@@ -194,17 +195,35 @@ def areal_profile(eta: int = 8, batch: int = 64, concurrency: int = 120, mean_la
             busy, busy_until = True, now + 1.0
         admit()
     ages = np.asarray(ages)
-    counts = np.bincount(np.minimum(ages, eta), minlength=eta + 1)   # the last bin: eta or older
+    bins = eta if bins is None else bins
+    counts = np.bincount(np.minimum(ages, bins), minlength=bins + 1)   # the last: bins or older
     return counts / counts.sum(), float(np.mean(ages))
+
+
+BOARD_PROFILE = dict(mean_latency=4.0, concurrency=240, bins=12)
+BOARD_PROFILE_WHY = (
+    "AReaL's admission at max_head_offpolicyness 8 with rollouts of a mean latency of 4 trainer "
+    "steps (long answers; 240 concurrent rollouts keep generation slightly slower than training), "
+    "ages counted to 12 = T/16 (the last bin: 12 or older): the design runs saw no drop from a "
+    "constant lag of 8, so the board's stress is the profile's tail past 8")
+"""The board's profile (protocol llm-cpu v2) and why."""
+
+
+def mean_profile(seeds: int = 4, **kw) -> tuple[list[float], float]:
+    """`areal_profile(**kw)` averaged over `seeds` simulations, rounded to 3 decimals and summing
+    to 1 (the rounding's remainder on the largest bin); and the mean age."""
+    runs = [areal_profile(seed=s, **kw) for s in range(seeds)]
+    probabilities = np.round(np.mean([p for p, _ in runs], 0), 3)
+    probabilities[np.argmax(probabilities)] += round(1.0 - probabilities.sum(), 3)
+    return ([round(float(x), 3) for x in probabilities],
+            round(float(np.mean([m for _, m in runs])), 2))
 
 
 def profile(out: Path, seeds: int = 4, log=print) -> dict:
     """The proposed v2 lag profile (`areal_profile`'s defaults, the mean over `seeds` simulations,
-    rounded to 3 decimals), with variants of its assumptions; OUT/lag_profile.json."""
-    runs = [areal_profile(seed=s) for s in range(seeds)]
-    probabilities = np.round(np.mean([p for p, _ in runs], 0), 3)
-    probabilities[np.argmax(probabilities)] += round(1.0 - probabilities.sum(), 3)
-    probabilities = [round(float(x), 3) for x in probabilities]
+    rounded to 3 decimals), with variants of its assumptions, and the board's (`BOARD_PROFILE`);
+    OUT/lag_profile.json."""
+    probabilities, mean_age = mean_profile(seeds)
     variants = {}
     for name, kw in (("concurrency 116", dict(concurrency=116)),
                      ("concurrency 124", dict(concurrency=124)),
@@ -221,12 +240,78 @@ def profile(out: Path, seeds: int = 4, log=print) -> dict:
         "64, 120 concurrent rollouts, lognormal rollout latency of mean 2 trainer steps (log-sd "
         "1, capped at 8x the mean): generation slightly slower than training. Modelled, not "
         "logged (experiments/design_llm_v2.py --profile)."),
-        "probabilities": probabilities,
-        "mean_age": round(float(np.mean([m for _, m in runs])), 2), "variants": variants}
+        "probabilities": probabilities, "mean_age": mean_age, "variants": variants}
+    board, board_mean = mean_profile(seeds, **BOARD_PROFILE)
+    record["board"] = {"probabilities": board, "mean_age": board_mean,
+                       "model": BOARD_PROFILE, "why": BOARD_PROFILE_WHY}
     out.mkdir(parents=True, exist_ok=True)
     (out / "lag_profile.json").write_text(json.dumps(record, indent=1) + "\n")
     log(json.dumps(record, indent=1))
     return record
+
+
+# --- 4. which objectives compute the same thing ---------------------------------------------------
+IDENTITY = dict(num_prompts=8, group_size=4, iterations=16, eval_every=16, train_eval_size=0)
+"""The identity check's runs: the v2 batch, 16 iterations (long enough for a difference in one
+update to change later batches), one evaluation at the end."""
+IDENTITY_METRICS = ("reward", "grad_norm_mean", "eval_accuracy", "eval_sampled_accuracy")
+"""Per-iteration training reward and gradient norm, and the final held-out accuracies: two runs
+whose parameters follow the same path agree on every one."""
+IDENTITY_RTOL = 1e-5
+
+
+def identity(out: Path, ks=(0, 8), ns=(1, 8), seeds: int = 2, log=print) -> None:
+    """Every built-in objective at each (N, k), design seeds 900-901, the same learning rate and
+    its default constraint, in one program per N: OUT/identity/results.jsonl. `identity_groups`
+    reads which runs are the same computation."""
+    from vaco_jax.llm import config as llm_config
+    from vaco_jax.llm import experiment
+
+    cfg = llm_config.replace(llm_config.preset("cpu"),
+                             grpo=dict(**IDENTITY, seed=SEED, num_seeds=seeds))
+    exp = llm_config.Experiment(cfg, ns=tuple(ns), ks=tuple(ks), lag_sampling="constant",
+                                objectives=llm_config.OBJECTIVES, out=str(out / "identity"),
+                                plot=False, throughput=False, runs_per_call=14)
+    wall, cpu = time.perf_counter(), _cpu_seconds()
+    experiment.run(exp, log=log)
+    with open(out / "calls.jsonl", "a") as fh:
+        fh.write(json.dumps({"n": list(ns), "ks": list(ks), "what": "identity",
+                             "learning_rate": cfg.grpo.learning_rate,
+                             "wall_seconds": time.perf_counter() - wall,
+                             "cpu_seconds": _cpu_seconds() - cpu, "load1": os.getloadavg()[0],
+                             "shape": IDENTITY, "seeds": [SEED, SEED + seeds - 1]}) + "\n")
+
+
+def same_runs(a: list[dict], b: list[dict], rtol: float = IDENTITY_RTOL) -> bool:
+    """Do two objectives' runs (one row per seed, the same seeds) agree on every metric of
+    `IDENTITY_METRICS` on every seed, within `rtol` (relative) or 1e-9?"""
+    by_seed = {r["seed"]: r for r in b}
+    if sorted(by_seed) != sorted(r["seed"] for r in a):
+        return False
+    return all(np.allclose(np.asarray(r[m], float), np.asarray(by_seed[r["seed"]][m], float),
+                           rtol=rtol, atol=1e-9) for r in a for m in IDENTITY_METRICS)
+
+
+def identity_groups(rows) -> dict[tuple[int, int], list[list[str]]]:
+    """Per (N, k): the objectives in groups whose runs are the same (`same_runs`), in the order of
+    `OBJECTIVES`; each group is compared by its first member."""
+    from vaco_jax.llm.config import OBJECTIVES
+
+    groups = {}
+    for n, k in sorted({(r["n"], r["k"]) for r in rows}):
+        cell = {o: [r for r in rows if (r["n"], r["k"], r["objective"]) == (n, k, o)]
+                for o in OBJECTIVES}
+        found: list[list[str]] = []
+        for o in OBJECTIVES:
+            if not cell[o]:
+                continue
+            home = next((g for g in found if same_runs(cell[g[0]], cell[o])), None)
+            if home is None:
+                found.append([o])
+            else:
+                home.append(o)
+        groups[(n, k)] = found
+    return groups
 
 
 # --- summary --------------------------------------------------------------------------------------
@@ -309,10 +394,15 @@ def main(argv=None) -> int:
                         "runs go to OUT/n<N>-lr<LR>")
     parser.add_argument("--profile", action="store_true",
                         help="model AReaL's staleness histogram: OUT/lag_profile.json")
+    parser.add_argument("--identity", action="store_true",
+                        help="every objective at k = 0 and 8, N = 1 and 8, 16 iterations: which "
+                             "are the same computation (OUT/identity)")
     parser.add_argument("--summary", action="store_true", help="write OUT/summary.md")
     args = parser.parse_args(argv)
     if args.timing:
         timing(args.out, args.timing)
+    elif args.identity:
+        identity(args.out)
     elif args.profile:
         profile(args.out)
     elif args.summary:

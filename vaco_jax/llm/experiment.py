@@ -127,33 +127,11 @@ def train_one_n(config: LLMConfig, n: int, objectives, params, train_set, test_s
     program = program_objectives(objectives) if program is None else tuple(program)
     validate(cfg, program)
     runs, keys, hps = sweep_keys(cfg, objectives, program, ks)
-    trainer = GRPO(cfg, train_set, test_set, objectives=program)
-    # Every (k, objective, seed) is a run: spread over every device (vaco_jax.program); the
-    # chunks are equal in size (the last padded with copies of its last run, then dropped).
-    chunks = _chunks(len(runs), runs_per_call)
-    size = chunks[0].stop - chunks[0].start
-    placed = program_lib.layout(size)
-    train = program_lib.jit_runs(trainer.train, placed, in_run_axes=(True, False, True, False))
-    shared_params, data = placed.replicate((params, trainer.data))
-    compiled, compile_s, parts = None, 0.0, []
-    start = time.perf_counter()
-    for chunk in chunks:
-        take = lambda x: _pad_to(np.asarray(x)[chunk], size)   # noqa: E731
-        chunk_keys, chunk_hps = placed.put((take(keys), jax.tree.map(take, hps)))
-        args = (chunk_keys, shared_params, chunk_hps, data)
-        if compiled is None:
-            compile_start = time.perf_counter()
-            compiled = train.lower(*args).compile(compiler_options)
-            compile_s = time.perf_counter() - compile_start
-        _, metrics = compiled(*args)
-        parts.append(jax.tree.map(lambda x: x[:chunk.stop - chunk.start], placed.unpad(metrics)))
-    metrics = jax.tree.map(lambda *xs: np.concatenate(xs), *parts)
-    run_s = time.perf_counter() - start - compile_s
-    calls = f" in {len(chunks)} calls of {size}" if len(chunks) > 1 else ""
+    metrics, compile_s, run_s, where = train_runs(cfg, program, keys, hps, params, train_set,
+                                                  test_set, compiler_options, runs_per_call)
     lags = "" if tuple(ks) == (0,) else f", k = {', '.join(map(str, ks))} ({lag_sampling})"
     profile = {"lag_profile": list(cfg.grpo.lag_profile)} if cfg.grpo.lag_profile else {}
-    log(f"N={n:>2}{lags}: {len(runs)} runs ({placed.describe()}{calls}) in {run_s:.0f} s "
-        f"(+{compile_s:.0f} s compile)")
+    log(f"N={n:>2}{lags}: {len(runs)} runs ({where}) in {run_s:.0f} s (+{compile_s:.0f} s compile)")
     rows = []
     for i, (k, objective, seed) in enumerate(runs):
         m = jax.tree.map(lambda x: np.asarray(x[i]), metrics)
@@ -176,6 +154,38 @@ def train_one_n(config: LLMConfig, n: int, objectives, params, train_set, test_s
         rows[-1]["final_sampled_accuracy"] = float(evaluations["eval_sampled_accuracy"][-1])
         rows[-1]["final_train_greedy_accuracy"] = float(evaluations["train_greedy_accuracy"][-1])
     return rows
+
+
+def train_runs(cfg: LLMConfig, program, keys, hps, params, train_set, test_set,
+               compiler_options=None, runs_per_call: int = 0):
+    """Train one run per row of `keys` and `hps` (stacked hyper-parameters, `stack_hparams`) with
+    `cfg`'s shapes, in one compiled program that runs every objective of `program`, in chunks of
+    at most `runs_per_call`: (per-run metrics, compile seconds, training seconds, where they ran)."""
+    trainer = GRPO(cfg, train_set, test_set, objectives=tuple(program))
+    # Every run spreads over every device (vaco_jax.program); the chunks are equal in size (the
+    # last padded with copies of its last run, then dropped).
+    num_runs = len(keys)
+    chunks = _chunks(num_runs, runs_per_call)
+    size = chunks[0].stop - chunks[0].start
+    placed = program_lib.layout(size)
+    train = program_lib.jit_runs(trainer.train, placed, in_run_axes=(True, False, True, False))
+    shared_params, data = placed.replicate((params, trainer.data))
+    compiled, compile_s, parts = None, 0.0, []
+    start = time.perf_counter()
+    for chunk in chunks:
+        take = lambda x: _pad_to(np.asarray(x)[chunk], size)   # noqa: E731
+        chunk_keys, chunk_hps = placed.put((take(keys), jax.tree.map(take, hps)))
+        args = (chunk_keys, shared_params, chunk_hps, data)
+        if compiled is None:
+            compile_start = time.perf_counter()
+            compiled = train.lower(*args).compile(compiler_options)
+            compile_s = time.perf_counter() - compile_start
+        _, metrics = compiled(*args)
+        parts.append(jax.tree.map(lambda x: x[:chunk.stop - chunk.start], placed.unpad(metrics)))
+    metrics = jax.tree.map(lambda *xs: np.concatenate(xs), *parts)
+    run_s = time.perf_counter() - start - compile_s
+    calls = f" in {len(chunks)} calls of {size}" if len(chunks) > 1 else ""
+    return metrics, compile_s, run_s, f"{placed.describe()}{calls}"
 
 
 def _chunks(num_runs: int, runs_per_call: int) -> list[slice]:
