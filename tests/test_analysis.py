@@ -332,3 +332,25 @@ def test_the_stability_of_a_joint_family_reads_each_estimands_verdict():
     assert sorted(boot["setting"]) == ["change_difference: k=8", "difference: k=8"]
     assert (boot["point"] == 1.0).all()
     assert set(boot["verdict"]) == {"Holm p < 0.05, estimate > 0"}
+
+
+def test_entries_with_the_same_runs_within_an_n_are_merged_and_the_baseline_keeps_its_name():
+    rows = []
+    for n in (1, 8):
+        for method in ("pg", "ppo_clip", "vaco"):
+            for k in (0, 4):
+                for seed in range(3):
+                    value = 0.4 + 0.01 * seed - 0.02 * (k > 0)
+                    if n == 8 and method != "ppo_clip":   # at N = 8 each differs a little
+                        value += 1e-3 * (1 + ("pg", "vaco").index(method)) * (seed + 1)
+                    rows.append({"task": "llm", "method": method, "k": k, "N": n, "seed": seed,
+                                 "final": value, "auc": value, "sampled": value / 2})
+    runs = schema.conform(pd.DataFrame(rows), ("sampled",))
+    kept, groups = schema.merge_identical(runs, ("N",), first=("ppo_clip",))
+    assert groups == [((1,), ["ppo_clip", "pg", "vaco"])]
+    assert sorted(kept.loc[kept.N == 1, "method"].unique()) == ["ppo_clip"]
+    assert sorted(kept.loc[kept.N == 8, "method"].unique()) == ["pg", "ppo_clip", "vaco"]
+    # One seed apart by more than the tolerance, in a free column only: not merged.
+    runs.loc[(runs.method == "vaco") & (runs.N == 1) & (runs.seed == 2), "sampled"] *= 1.001
+    _, groups = schema.merge_identical(runs, ("N",), first=("ppo_clip",))
+    assert groups == [((1,), ["ppo_clip", "pg"])]

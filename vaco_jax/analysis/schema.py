@@ -155,7 +155,11 @@ def from_llm(table: pd.DataFrame, study: str = "llm", task: str = "llm",
              commit: str = "") -> pd.DataFrame:
     """The LLM's per-run tables (results.parquet: n, objective, seed, k, lag_sampling,
     final_accuracy, final_sampled_accuracy, eval_iterations, eval_accuracy): N = n, final the
-    held-out greedy accuracy, auc the area under its curve, the sampled one a free column."""
+    held-out greedy accuracy, auc the area under its curve, the sampled ones free columns. A
+    table that names its entries (`method`, with `lr` and `constraint`: a tuned protocol's
+    runs.parquet) keeps those names; its objective is then a detail of the entry."""
+    if "method" in table:
+        table = table.drop(columns="objective")
     frame = table.rename(columns={"n": "N", "objective": "method", "final_accuracy": "final"})
     frame["sampling"] = frame.get("lag_sampling", pd.Series("constant", index=frame.index)).map(
         lambda s: LLM_SAMPLING.get(s, s))
@@ -163,4 +167,36 @@ def from_llm(table: pd.DataFrame, study: str = "llm", task: str = "llm",
     frame["auc"] = ([stats.area_under_curve(a, s) for a, s in zip(frame["eval_accuracy"],
                                                                    frame["eval_iterations"])]
                     if "eval_accuracy" in frame else np.nan)
-    return conform(frame, ("final_sampled_accuracy",), study=study, task=task, commit=commit)
+    return conform(frame, ("final_sampled_accuracy", "final_sampled_auc"), study=study, task=task,
+                   commit=commit)
+
+
+def merge_identical(runs: pd.DataFrame, within: Sequence[str] = ("N",), first: Sequence[str] = (),
+                    rtol: float = 1e-5) -> tuple[pd.DataFrame, list[tuple[tuple, list[str]]]]:
+    """Entries that compute the same thing, reported once: within each value of `within` (an
+    LLM board: each N), a method whose runs equal an earlier method's on every other key (task,
+    k, sampling, K, seed) and every number (final, auc and the free columns; relative `rtol`,
+    absolute 1e-9) is dropped there, and kept under the earlier one's name. Methods are taken in
+    the order of `first` (a baseline keeps its name), then by name. Returns the table and the
+    groups, `((within values), [kept, same, ...])`, of two or more."""
+    numbers = ["final", "auc", *runs.columns.difference(list(COLUMNS))]
+    keys = [k for k in KEY if k not in ("study", "method", "lr", "constraint", *within)]
+    groups, drop = [], []
+    for where, part in runs.groupby(list(within), sort=True, dropna=False):
+        order = lambda m: (list(first).index(m) if m in first else len(first), m)  # noqa: E731
+        by_method = {m: part[part["method"] == m].set_index(keys).sort_index()[numbers]
+                     .astype(float) for m in sorted(part["method"].unique(), key=order)}
+        found: list[list[str]] = []
+        for method, values in by_method.items():
+            home = next((g for g in found if by_method[g[0]].index.equals(values.index)
+                         and np.allclose(by_method[g[0]].to_numpy(), values.to_numpy(),
+                                         rtol=rtol, atol=1e-9, equal_nan=True)), None)
+            if home is None:
+                found.append([method])
+            else:
+                home.append(method)
+                drop.append(part.index[part["method"] == method])
+        where = where if isinstance(where, tuple) else (where,)
+        groups += [(tuple(where), g) for g in found if len(g) > 1]
+    kept = runs.drop(index=np.concatenate(drop)) if drop else runs
+    return kept.reset_index(drop=True), groups

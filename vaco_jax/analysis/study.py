@@ -12,6 +12,9 @@ with the committed files (`check.check_files`). A new study is a new file, not n
     table = "results/.../scores.csv"  # the per-run table (a glob pattern: every file it matches)
     adapter = "bench"                 # schema's adapter: bench, sweeps, settings, llm
     commits = "results/.../*/runs/cells.jsonl"  # where the runs' commits are (their git_commit)
+    merge_identical = ["N"]           # optional: entries with the same runs within each N are
+                                      # reported once (`schema.merge_identical`); the family's
+                                      # `size` counts its tests before that, Holm those after
 
     [family]                        # the pre-registered tests: verdict words only when every run's
     registration = "<commit>"       # commit descends from this one and the family has `size` tests
@@ -90,6 +93,11 @@ def _problem(data: Mapping) -> str | None:
         return "[runs] has no 'table'"
     if data["runs"].get("adapter", "bench") not in ADAPTERS:
         return f"[runs] adapter {data['runs']['adapter']!r} is not one of {sorted(ADAPTERS)}"
+    within = data["runs"].get("merge_identical", [])
+    if not isinstance(within, list) or set(within) - set(schema.KEY) - {"method"} or (
+            "method" in within):
+        return (f"[runs] merge_identical {within!r} is not a list of run-table keys "
+                f"{[k for k in schema.KEY if k != 'method']}")
     for entry in data["estimands"]:
         if entry.get("estimand") not in estimands.ESTIMANDS:
             return (f"estimand {entry.get('estimand')!r} is not one of "
@@ -128,7 +136,7 @@ def commits(study: StudyFile, root: str | Path) -> list[str]:
 
 
 def status(study: StudyFile, root: str | Path, tested: int | None = None,
-           descends=None) -> tuple[bool, str]:
+           descends=None, distinct: int | None = None) -> tuple[bool, str]:
     """(whether the family's tests give verdict words, why in words): the runs' commits descend
     from the registration (`families.status`) and the family holds `size` tests (`tested`)."""
     if not study.family:
@@ -141,20 +149,33 @@ def status(study: StudyFile, root: str | Path, tested: int | None = None,
     if tested is not None and family.get("size") not in (None, tested):
         return False, (f"exploratory: {words}{where}, but {tested} tests here where the "
                        f"registration names {family['size']}")
-    return True, f"pre-registered: {words}{where}; Holm's correction over {tested} tests"
+    over = tested if distinct in (None, tested) else (
+        f"the {distinct} distinct tests of the {tested} registered")
+    return True, f"pre-registered: {words}{where}; Holm's correction over {over} tests"
 
 
 def estimate(study: StudyFile, root: str | Path, descends=None) -> tuple[pd.DataFrame, str]:
     """(the estimates table, the pre-registration status in words): every estimand of the study
     (`estimands.estimate`), the family's verdict words only when `status` allows them."""
-    table = runs(study, root)
+    every = runs(study, root)
+    within = study.runs.get("merge_identical")
+    baselines = [e["baseline"] for e in study.estimands if e.get("baseline")]
+    table, merged = (schema.merge_identical(every, within, first=baselines) if within
+                     else (every, []))
     specs = [{"study": study.name, **{k: v for k, v in e.items() if k not in ("in_family", "of_family")}}
              for e in study.estimands]
     members = [spec for spec, entry in zip(specs, study.estimands) if entry.get("in_family")]
-    # the family's tests: the rows of its estimands that Holm's correction counts
-    tested = (len(estimands.family_table(table, members).query("p_holm == p_holm"))
-              if members else None)
-    registered, words = status(study, root, tested, descends)
+    # the family's tests: the rows of its estimands that Holm's correction counts (all of them,
+    # and the distinct ones once identical entries are merged)
+    count = lambda t: len(estimands.family_table(t, members).query("p_holm == p_holm"))  # noqa: E731
+    tested = count(every) if members else None
+    distinct = count(table) if members and merged else None
+    registered, words = status(study, root, tested, descends, distinct)
+    if merged:
+        words += "; " + "; ".join(
+            f"{', '.join(f'{k} = {v}' for k, v in zip(within, where))}: "
+            f"{', '.join(f'`{m}`' for m in group[1:])} gave `{group[0]}`'s runs on every seed "
+            f"and setting, reported once as `{group[0]}`" for where, group in merged)
     for spec in members:
         spec["pre_registered"] = registered
     for spec, entry in zip(specs, study.estimands):
