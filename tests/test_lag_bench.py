@@ -309,7 +309,7 @@ def test_a_scorecard_that_cannot_be_computed_ends_the_run_with_a_message_and_its
     (tmp_path / "board").mkdir()
     argv = ["--algo", "vaco", "--protocol", protocol, "--out", str(out),
             "--leaderboard", str(tmp_path / "board")]
-    assert bench_command.main(argv + (["--protocol-version", "1"] if protocol == "tiny" else [])) == 1
+    assert bench_command.main(argv + ["--protocol-version", "1"]) == 1
     assert (f"error: the scorecard of {out} could not be computed (KeyError: 'task'); its runs "
             f"are kept in {runs}: rerun with --report-only") in capsys.readouterr().err
     assert (runs / sweep.RESULTS).read_text() == row

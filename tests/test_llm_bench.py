@@ -22,14 +22,13 @@ WARM = {"greedy": 0.2, "sampled": 0.1}
 
 # --- protocols ------------------------------------------------------------------------------------
 def test_llm_protocols_are_data_that_validate_and_plan_from_their_own_fields():
-    cpu = bench.protocol("llm-cpu")
+    cpu = bench.protocol("llm-cpu", 1)
     assert cpu.version == 1 and cpu.ks == bench.LLM_CPU_KS and cpu.ks[0] == 0
     assert cpu.seeds == 10 and cpu.seed == 300 and cpu.runs_per_call <= 10
     scored = set(range(cpu.seed, cpu.seed + cpu.seeds))
     assert not scored & set(range(cpu.design_seed, cpu.design_seed + cpu.design_seeds))
     assert cpu.config().grpo.seed == 300 and cpu.config().grpo.num_seeds == 10
-    for name in bench.NAMES:
-        proto = bench.protocol(name)
+    for proto in bench.VERSIONS.values():
         config = bench.check(proto, "vaco")          # validates every N and lag, compiles nothing
         size = bench.plan(proto)
         assert size["runs"] == len(proto.lag_settings) * len(proto.ns) * proto.seeds
@@ -37,15 +36,16 @@ def test_llm_protocols_are_data_that_validate_and_plan_from_their_own_fields():
         assert size["answers"] == size["iterations"] * config.grpo.batch_size
     gpu = bench.protocol("llm-gpu").config()
     assert gpu.model.dtype == "bfloat16" and gpu.model.d_model == 1024
-    with pytest.raises(llm_config.ConfigError, match="--protocol-version"):
-        bench.protocol("llm-cpu", 2)
+    assert bench.protocol("llm-cpu").version == 2      # a name alone: its newest version
+    with pytest.raises(llm_config.ConfigError, match=r"--protocol-version.*\[1, 2\]"):
+        bench.protocol("llm-cpu", 7)
 
 
 def test_llm_tiny_says_it_checks_the_pipeline_and_measures_nothing():
     # Its shipped warm start scores 0 (the record's held-out accuracy), and its runs stay there:
     # the plan says so rather than promise a measurement.
     from vaco_jax.llm import sft
-    proto = bench.protocol("llm-tiny")
+    proto = bench.protocol("llm-tiny", 1)
     record = json.loads(sft.shipped_record(proto.config()).read_text())
     assert record["base_accuracy"] == 0.0
     text = bench.plan_text(proto)
@@ -58,10 +58,11 @@ def test_a_bad_objective_or_option_is_refused_before_anything_compiles(monkeypat
     assert bench_command.main(["--protocol", "llm-tiny", "--algo", "appo"]) == 2
     err = capsys.readouterr().err
     assert "`algo` = 'appo' is invalid" in err and "ppo_clip" in err and "llm-tiny" in err
-    assert bench_command.main(["--protocol", "llm-tiny", "--algo", "vaco", "--tune"]) == 2
-    assert "option `tune` is invalid for protocol llm-tiny" in capsys.readouterr().err
+    assert bench_command.main(["--protocol", "llm-tiny", "--protocol-version", "1", "--algo",
+                               "vaco", "--tune"]) == 2
+    assert "option `tune` is invalid for protocol llm-tiny v1" in capsys.readouterr().err
     assert bench_command.main(["--protocol", "llm-tiny", "--algo", "vaco",
-                           "--protocol-version", "2"]) == 2
+                           "--protocol-version", "7"]) == 2
     assert "--protocol-version" in capsys.readouterr().err
     assert bench_command.main(["--protocol", "llm-cpu", "--algo", "vaco", "--plan"]) == 0
     plan = capsys.readouterr().out
@@ -72,12 +73,12 @@ def test_a_bad_objective_or_option_is_refused_before_anything_compiles(monkeypat
 def test_llm_tiny_runs_resumes_and_writes_its_scorecard(tmp_path, capsys):
     out, board = tmp_path / "board" / "ppo_clip", tmp_path / "board"
     board.mkdir()
-    argv = ["--protocol", "llm-tiny", "--algo", "ppo_clip", "--out", str(out),
-            "--leaderboard", str(board)]
+    argv = ["--protocol", "llm-tiny", "--protocol-version", "1", "--algo", "ppo_clip", "--out",
+            str(out), "--leaderboard", str(board)]
     start = time.perf_counter()
     assert bench_command.main(argv) == 0
     print(f"llm-tiny ppo_clip: {time.perf_counter() - start:.0f} s")
-    proto = bench.protocol("llm-tiny")
+    proto = bench.protocol("llm-tiny", 1)
     assert io.compact_path(out / bench.RESULTS).exists() and not (out / bench.RESULTS).exists()
     rows = io.read_rows(out / bench.RESULTS)
     assert sorted((r["k"], r["n"], r["seed"]) for r in rows) == sorted(
@@ -109,7 +110,7 @@ def test_llm_tiny_runs_resumes_and_writes_its_scorecard(tmp_path, capsys):
 def _rows(method, accuracy):
     """Result rows of `method` on llm-tiny whose greedy accuracy at evaluation e (0, 1) is
     `accuracy(k, n, seed, e)` and sampled accuracy half of it."""
-    proto = bench.protocol("llm-tiny")
+    proto = bench.protocol("llm-tiny", 1)
     rows = []
     for k in proto.ks:
         for n in proto.ns:
@@ -206,8 +207,9 @@ def test_without_ppo_clip_the_report_names_what_it_could_not_compute(hand_board,
     alone = tmp_path / "alone"
     alone.mkdir()
     (hand_board / "vaco").rename(alone / "vaco")
-    assert bench_command.main(["--protocol", "llm-tiny", "--algo", "vaco", "--out",
-                           str(alone / "vaco"), "--leaderboard", str(alone), "--report-only"]) == 0
+    assert bench_command.main(["--protocol", "llm-tiny", "--protocol-version", "1", "--algo",
+                               "vaco", "--out", str(alone / "vaco"), "--leaderboard", str(alone),
+                               "--report-only"]) == 0
     assert "holds no ppo_clip entry" in capsys.readouterr().err
     card = json.loads((alone / "vaco" / "scorecard.json").read_text())
     assert card["comparisons"] is None and all(s["score"] is None for s in card["scores"])
@@ -285,7 +287,7 @@ def test_the_stochastic_lag_runs_after_the_constant_lags_and_resumes(tmp_path, m
                                                                      stub_warm_start):
     # A protocol with the stochastic lag: per N, one program for every constant k, then one for
     # the uniform lag (its k = 0 runs are done by then); trained by a stub, scored as any other.
-    proto = dataclasses.replace(bench.protocol("llm-tiny"), uniform=True)
+    proto = dataclasses.replace(bench.protocol("llm-tiny", 1), uniform=True)
     calls = []
 
     def train_one_n(config, n, objectives, *args, ks=(0,), lag_sampling="constant", **kwargs):
@@ -371,7 +373,7 @@ def test_the_families_are_paired_t_tests_with_holm_over_each_family(tmp_path):
     table = pd.read_csv(board / "primary.csv")
     assert list(table.columns) == ["family", "objective", "N", "metric", "mean", "ci_low",
                                    "ci_high", "p", "p_holm", "verdict", "n_seeds"]
-    proto = bench.protocol("llm-tiny")
+    proto = bench.protocol("llm-tiny", 1)
     K, seeds = proto.largest_lag, range(proto.seeds)
     expected = {"F1": [(o, n, m) for o in ("vaco", "spo") for n in proto.ns
                        for m in ("final_accuracy", "final_sampled_accuracy")],
@@ -407,8 +409,8 @@ def test_verdict_words_only_for_results_made_after_the_pre_registration(tmp_path
                                                                         after):
     from vaco_jax.pipeline import preregistration
 
-    registered = dataclasses.replace(bench.protocol("llm-tiny"), preregistration="f" * 40)
-    monkeypatch.setitem(bench.PROTOCOLS, "llm-tiny", registered)
+    registered = dataclasses.replace(bench.protocol("llm-tiny", 1), preregistration="f" * 40)
+    monkeypatch.setitem(bench.VERSIONS, ("llm-tiny", 1), registered)
     seen = []
     monkeypatch.setattr(preregistration, "descends_from",
                         lambda commit, ancestor: seen.append((commit, ancestor)) or after)
@@ -439,8 +441,8 @@ def test_a_pre_registered_family_is_its_named_objectives_and_judged_only_when_co
         tmp_path, monkeypatch):
     from vaco_jax.pipeline import preregistration
 
-    registered = dataclasses.replace(bench.protocol("llm-tiny"), preregistration="f" * 40)
-    monkeypatch.setitem(bench.PROTOCOLS, "llm-tiny", registered)
+    registered = dataclasses.replace(bench.protocol("llm-tiny", 1), preregistration="f" * 40)
+    monkeypatch.setitem(bench.VERSIONS, ("llm-tiny", 1), registered)
     monkeypatch.setattr(preregistration, "descends_from", lambda commit, ancestor: True)
     entries = [scorecard.load(p) for p in scorecard.entries(_three_board(tmp_path / "board"))]
     # The registration names PPO-Clip, VACO and GSPO: SPO is left out, GSPO's tests are missing.
@@ -504,7 +506,7 @@ def test_the_key_lowers_the_grpo_program_so_a_sampler_change_breaks_it(monkeypat
 
     from vaco_jax.llm import sampling
 
-    proto = bench.protocol("llm-tiny")
+    proto = bench.protocol("llm-tiny", 1)
     key = bench.program_key(proto, "ppo_clip")
     # Another objective runs in the same program, with other inputs.
     other = bench.program_key(proto, "vaco")

@@ -338,7 +338,6 @@ def _cells_to_lower(leaderboard: Path, proto) -> int:
 # Options of the control protocols that an LLM protocol does not take, and why.
 _NOT_LLM = {"set": "an LLM objective's own hyper-parameters are the protocol's",
             "label": "an LLM entry is named by its objective",
-            "tune": "the LLM protocols have no learning-rate grid",
             "learning_rate": "the LLM protocols fix the learning rate",
             "lag_profile": "the LLM protocols' lags are their own",
             "shard": "an LLM entry runs in one process",
@@ -382,6 +381,9 @@ def _llm(args: Args) -> int:
                 raise ConfigError(f"option `{name}` is invalid for protocol {args.protocol}: {why}")
         proto = llm_bench.protocol(args.protocol, args.protocol_version)
         llm_bench.check(proto, args.algo)
+        if args.tune and proto.tuning is None:
+            raise ConfigError(f"option `tune` is invalid for protocol {proto.name} "
+                              f"v{proto.version}: it fixes its configuration (version 2 tunes)")
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -407,10 +409,17 @@ def _llm(args: Args) -> int:
                 with open(log_path, "a") as f:
                     f.write(f"{time.strftime('%H:%M:%S')} {line}\n")
         try:
+            if args.tune:
+                llm_bench.tune(proto, args.algo, out, log=log)
+                return 0
             llm_bench.run(proto, args.algo, out, log=log)
         except (ConfigError, SweepError, CheckpointError) as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
+    if proto.tuning is not None:   # version 2 reports through its study file
+        print(f"{out / llm_bench.RUNS_TABLE}: the runs; the board's tests: vaco-report "
+              f"--study-file studies/{proto.name}-v{proto.version}.toml")
+        return 0
     card = _scorecard(lambda: scorecard.scorecard(out, leaderboard), out, out)
     if isinstance(card, int):
         return card

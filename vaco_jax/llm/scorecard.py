@@ -675,4 +675,4 @@ def board_spec():
          retention("sampled", "ppo_clip", "sampled"),
          retention("VACO's greedy", "vaco", "greedy")),
         _primary_verdicts, specs.seeds_of(families.PRIMARY, "n_seeds"),
-        registration=bench.PROTOCOLS["llm-cpu"].preregistration)
+        registration=bench.protocol("llm-cpu", 1).preregistration)
