@@ -119,7 +119,8 @@ def test_each_n_runs_its_tuned_configuration_in_three_lag_calls(tmp_path, monkey
                  "objective": exp.objectives[0], "seed": s, "eval_iterations": [2, 4],
                  "eval_accuracy": [0.1, 0.2], "eval_sampled_accuracy": [0.1, 0.3 + 0.1 * n],
                  "final_accuracy": 0.2, "final_sampled_accuracy": 0.3 + 0.1 * n,
-                 "compile_seconds": 1.0, "run_seconds": 2.0}
+                 "filtered_fraction_mean": [0.0, 0.1 * k], "compile_seconds": 1.0,
+                 "run_seconds": 2.0}
                 for n in exp.ns for k in ks for s in range(g.num_seeds)]
         io.append_jsonl(io.Path(out) / bench.RESULTS, rows)
         return {"warm_start": {"base_accuracy": 0.0, "digest": "d", "sha256": "s",
@@ -150,6 +151,7 @@ def test_each_n_runs_its_tuned_configuration_in_three_lag_calls(tmp_path, monkey
     assert table.final_sampled_auc.tolist() == pytest.approx(
         [np.mean([0.1, 0.3 + 0.1 * n]) for n in table.n])
     assert (table.method == "ppo_clip").all()
+    assert table.filtered_fraction.tolist() == pytest.approx([0.05 * k for k in table.k])
 
 
 def test_entries_plan_and_options_of_version_2():

@@ -262,3 +262,74 @@ def test_the_llm_boards_families_are_one_study_file_each_to_1e9(name, size):
                          ("p_ref", "p"), ("p_holm_ref", "p_holm")):
         assert np.max(np.abs(both[theirs] - both[ours])) < 1e-9, theirs
     assert (both["verdict_ref"] == both["verdict"]).all()
+
+
+def test_the_llm_v2_families_merge_identical_entries_and_test_the_distinct_ones(tmp_path):
+    """The pending LLM v2 study files on a synthetic board whose answer is known: at N = 1 every
+    entry but VACO gives PG's runs (one update per batch); at N = 8 PPO-Clip and `vaco_learner`
+    lose 0.06 under the profile, VACO nothing, the others 0.03 with noise."""
+    import dataclasses
+    import json
+
+    import numpy as np
+    import pandas as pd
+
+    from vaco_jax.analysis import study
+    from vaco_jax.llm.config import OBJECTIVES
+
+    rng = np.random.default_rng(1)
+    entries = [o for o in OBJECTIVES if o != "tis"] + ["vaco_learner"]
+    loss8 = {"ppo_clip": 0.06, "vaco_learner": 0.06, "vaco": 0.0}
+    board = tmp_path / "results" / "lag-bench" / "llm-cpu-v2"
+    base = {(n, s): 0.38 + rng.normal(0, 0.01) for n in (1, 8) for s in range(10)}
+    shared = {(n, s): rng.normal(0, 0.01) for n in (1, 8) for s in range(10)}
+    for entry in entries:
+        rows = []
+        for n in (1, 8):
+            own = {s: rng.normal(0, 0.01) for s in range(10)}
+            for k, sampling in ((0, "constant"), (12, "profile")):
+                for s in range(10):
+                    if n == 1 and entry != "vaco":     # PG's runs, exactly
+                        value = base[n, s] + (k > 0) * (-0.02 + shared[n, s])
+                    elif n == 1:
+                        value = base[n, s] + (k > 0) * (0.0 + own[s])
+                    else:
+                        value = base[n, s] + (k > 0) * (-loss8.get(entry, 0.03) + own[s] / 3)
+                    rows.append({"n": n, "k": k, "lag_sampling": sampling, "seed": s,
+                                 "method": entry, "objective": entry.split("_learner")[0],
+                                 "lr": 1e-4, "constraint": np.nan, "final_accuracy": value + 0.1,
+                                 "final_sampled_accuracy": value, "final_sampled_auc": value,
+                                 "filtered_fraction": 0.1 if entry == "vaco" else 0.0,
+                                 "eval_accuracy": [value + 0.1], "eval_iterations": [200]})
+        (board / entry).mkdir(parents=True)
+        pd.DataFrame(rows).to_parquet(board / entry / "runs.parquet")
+        (board / entry / "bench.json").write_text(json.dumps({"git_commit": "c" * 40}))
+    results = {}
+    for name in ("lag", "board", "anchor"):
+        loaded = study.load(ROOT / "studies" / "pending" / f"llm-cpu-v2-{name}.toml")
+        loaded = dataclasses.replace(loaded, path=Path(f"studies/llm-cpu-v2-{name}.toml"))
+        results[name] = study.estimate(loaded, tmp_path, descends=lambda commit, ancestor: True)
+    # Family L: 28 registered tests; at N = 1 twelve entries merge into PG's entry (PPO-Clip
+    # keeps no name there: it is not a baseline of this family), so 2 + 14 are distinct.
+    table, words = results["lag"]
+    assert words.startswith("pre-registered") and "the 16 distinct tests of the 28" in words, words
+    assert "N = 1: " in words and "reported once as `cispo`" in words
+    family = table[table["p_holm"].notna()].set_index(["method", "setting"])
+    assert len(family) == 16
+    assert family.loc[("ppo_clip", "k=12, sampling=profile, N=8"), "verdict"] == "lag lowers it"
+    assert family.loc[("vaco", "k=12, sampling=profile, N=8"), "verdict"] == "no change shown"
+    # Family R: PPO-Clip keeps its name as the baseline; at N = 1 only VACO differs from it.
+    table, words = results["board"]
+    assert "the 14 distinct tests of the 26" in words and "reported once as `ppo_clip`" in words
+    family = table[table["p_holm"].notna()].set_index(["method", "setting"])
+    assert family.loc[("vaco", "k=12, sampling=profile, N=8"), "verdict"] == \
+        "degrades less than PPO-Clip"
+    assert family.loc[("vaco_learner", "k=12, sampling=profile, N=8"), "verdict"] == \
+        "no difference shown"
+    # Family A: both tests, the β anchor degrading less at N = 8; the filtered fractions beside.
+    table, words = results["anchor"]
+    assert "over 2 tests" in words
+    family = table[table["p_holm"].notna()].set_index("setting")
+    assert family.loc["k=12, sampling=profile, N=8", "verdict"] == "the β anchor degrades less"
+    fractions = table[(table.estimand == "mean") & (table.method == "vaco_learner")]
+    assert (fractions.point == 0.0).all() and len(fractions) > 0

@@ -167,8 +167,8 @@ def from_llm(table: pd.DataFrame, study: str = "llm", task: str = "llm",
     frame["auc"] = ([stats.area_under_curve(a, s) for a, s in zip(frame["eval_accuracy"],
                                                                    frame["eval_iterations"])]
                     if "eval_accuracy" in frame else np.nan)
-    return conform(frame, ("final_sampled_accuracy", "final_sampled_auc"), study=study, task=task,
-                   commit=commit)
+    return conform(frame, ("final_sampled_accuracy", "final_sampled_auc", "filtered_fraction"),
+                   study=study, task=task, commit=commit)
 
 
 def merge_identical(runs: pd.DataFrame, within: Sequence[str] = ("N",), first: Sequence[str] = (),

@@ -686,7 +686,8 @@ def _write_profile(proto: LLMProtocol, out: Path) -> Path | None:
 def run_table(proto: LLMProtocol, algo: str, rows, chosen: dict[int, dict]):
     """Every run of a tuned entry as one table: the experiment's rows with the entry's name
     (`method`), its tuned learning rate (`lr`) and constraint value (`constraint`) at the run's
-    N, and `final_sampled_auc` (held-out sampled accuracy averaged over the evaluations)."""
+    N, `final_sampled_auc` (held-out sampled accuracy averaged over the evaluations) and
+    `filtered_fraction` (the share of tokens a filter dropped, averaged over the run)."""
     import numpy as np
     import pandas as pd
 
@@ -698,6 +699,7 @@ def run_table(proto: LLMProtocol, algo: str, rows, chosen: dict[int, dict]):
     frame["constraint"] = [float(chosen[n][fields[n]]) if fields[n] else np.nan
                            for n in frame["n"]]
     frame["final_sampled_auc"] = [float(np.mean(a)) for a in frame["eval_sampled_accuracy"]]
+    frame["filtered_fraction"] = [float(np.mean(a)) for a in frame["filtered_fraction_mean"]]
     return frame.sort_values(["n", "lag_sampling", "k", "seed"], kind="stable")
 
 
