@@ -333,3 +333,52 @@ def test_the_llm_v2_families_merge_identical_entries_and_test_the_distinct_ones(
     assert family.loc["k=12, sampling=profile, N=8", "verdict"] == "the β anchor degrades less"
     fractions = table[(table.estimand == "mean") & (table.method == "vaco_learner")]
     assert (fractions.point == 0.0).all() and len(fractions) > 0
+
+
+@pytest.mark.parametrize("name", ["minatar-long", "minatar-space-invaders"])
+def test_the_minatar_tests_are_one_study_file_each_to_1e9(name):
+    """Migration: studies/minatar-long.toml and -space-invaders.toml, over each network's
+    committed metrics.jsonl (the train adapter), give the pre-registered Welch test of the CNN
+    against the MLP in results/minatar-cnn/<study>/report.md: its estimate, interval and p (and
+    Holm's p over its family of one) within 1e-9 of the computation that printed that report
+    (`specs.two_arms`, whose text is still the committed file's), the numbers the report prints and
+    its verdict; and, exploratory, each network's mean final return and mean return over the
+    curve within 1e-9."""
+    import re
+
+    from vaco_jax.pipeline import estimates
+    from vaco_jax.study import specs
+
+    legacy = specs.TWO_ARMS[name]
+    committed = (ROOT / legacy.directory / "report.md").read_text()
+    assert specs.two_arms(legacy, ROOT) + "\n" == committed
+    # the committed report's numbers at full precision: two_arms' computation on the same files
+    curves = {arm: specs._curves(ROOT / legacy.directory, arm) for arm in legacy.arms}
+    final = {arm: c[:, -1] for arm, (_, c) in curves.items()}
+    curve_mean = {arm: (np.trapezoid(c, s, axis=1) / (s[-1] - s[0])).mean()
+                  for arm, (s, c) in curves.items()}
+    base, treated = legacy.arms
+    point, low, high, p = estimates.welch_difference(final[treated], final[base],
+                                                     legacy.confidence)
+
+    loaded = study.load(ROOT / "studies" / f"{name}.toml", root=ROOT)
+    table, words = study.estimate(loaded, ROOT, descends=lambda commit, ancestor: True)
+    assert words.startswith("pre-registered") and "over 1 tests" in words
+    family = table[table["p_holm"].notna()]
+    assert len(family) == 1
+    row = family.iloc[0]
+    assert (row.estimand, row.metric, row.method, row.baseline, row.seeds) == (
+        "welch", "final", treated, base, len(final[base]))
+    differences = {"point": row.point - point, "low": row.low - low, "high": row.high - high,
+                   "p": row.p - p, "p_holm": row.p_holm - p}
+    assert max(map(abs, differences.values())) < 1e-9, differences
+    printed = re.search(rf"primary: {treated} - {base} = (\S+), 95% Welch interval "
+                        r"\[(\S+), (\S+)\] \(p = (\S+)\): (.+)", committed)
+    assert [f"{row.point:+.2f}", f"{row.low:+.2f}", f"{row.high:+.2f}", f"{row.p:.3f}"] == \
+        list(printed.groups()[:4])
+    assert row.verdict == printed.group(5) and row.verdict in legacy.verdicts
+    means = table[table["estimand"] == "mean"].set_index(["metric", "method"])["point"]
+    for arm in legacy.arms:
+        assert abs(means["final", arm] - final[arm].mean()) < 1e-9
+        assert abs(means["curve_mean", arm] - curve_mean[arm]) < 1e-9
+    assert study.check_study(loaded, ROOT) == []

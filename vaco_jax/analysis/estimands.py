@@ -180,6 +180,37 @@ def change_difference(runs: pd.DataFrame, spec: Mapping) -> pd.DataFrame:
     return _tested(spec, "change_difference", tests)
 
 
+def welch(runs: pd.DataFrame, spec: Mapping) -> pd.DataFrame:
+    """Per method but the baseline, task and setting: method − baseline where their runs are not
+    paired (independent runs, such as two networks' on the same seed numbers): the difference of
+    the means over seeds, its Welch t interval (`confidence`) and two-sided p
+    (`paired.welch_difference`), Holm's p over the rows and the verdict (`families.verdict`, in
+    `words`); seeds: the fewer of the two arms'. No pooled row (runs of different tasks are not
+    paired either)."""
+    metric, b, out = spec.get("metric", "auc"), spec["baseline"], []
+    for setting in settings(runs, spec):
+        chosen = paired._select(runs, setting)
+        for task, group in chosen.groupby("task", sort=True):
+            y = group.loc[group["method"] == b, metric].to_numpy(np.float64)
+            for m in methods(runs, spec):
+                x = group.loc[group["method"] == m, metric].to_numpy(np.float64)
+                if m == b or len(x) < 2 or len(y) < 2:
+                    continue
+                point, low, high, p = paired.welch_difference(x, y, spec.get("confidence", 0.95))
+                out.append({"method": m, "baseline": b, "task": task, "setting": label(setting),
+                            "point": point, "low": low, "high": high,
+                            "seeds": min(len(x), len(y)), "p": p})
+    table = rows(spec, "welch", out)
+    if table.empty:
+        return table
+    table["p_holm"] = stats.holm(table["p"].to_numpy())
+    table["verdict"] = [families.verdict(r.point, r.p_holm, spec.get("pre_registered", False),
+                                         spec.get("alpha", families.ALPHA),
+                                         tuple(spec.get("words", families.WORDS)))
+                        for r in table.itertuples()]
+    return table
+
+
 # --- aggregates over tasks × seeds (rliable) -------------------------------------------------------
 def _aggregate(runs: pd.DataFrame, spec: Mapping, name: str) -> pd.DataFrame:
     """Per method: `stats.AGGREGATES[name]` of its `[seeds, tasks]` matrix with rliable's
@@ -317,7 +348,8 @@ def argmax(runs: pd.DataFrame, spec: Mapping) -> pd.DataFrame:
 
 
 ESTIMANDS = {"mean": mean, "retention": retention, "difference": difference,
-             "change": change, "change_difference": change_difference, "iqm": iqm, "task_iqm_mean": task_iqm_mean,
+             "change": change, "change_difference": change_difference, "welch": welch,
+             "iqm": iqm, "task_iqm_mean": task_iqm_mean,
              "improvement": improvement, "reliability": reliability, "stability": stability,
              "argmax": argmax}
 

@@ -18,7 +18,9 @@ One row per run; `KEY` tells runs apart. Columns (`COLUMNS`, in this order), the
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -169,6 +171,36 @@ def from_llm(table: pd.DataFrame, study: str = "llm", task: str = "llm",
                     if "eval_accuracy" in frame else np.nan)
     return conform(frame, ("final_sampled_accuracy", "final_sampled_auc", "filtered_fraction"),
                    study=study, task=task, commit=commit)
+
+
+def from_train(table: pd.DataFrame, study: str = "train") -> pd.DataFrame:
+    """vaco-train's runs: the rows of each output directory's metrics.jsonl (step, eval_return:
+    one per seed, …) with that `directory`, whose config.json gives the task (its env), k
+    (capacity − 1), K, lr, the seeds (its seed + index) and the commit (git_commit). The method is
+    the directory's name (the setting the runs compare, such as the network). final is the last
+    evaluation's return (summary.json's final_eval_return), auc the area under the curve
+    (`stats.area_under_curve`) and the free column curve_mean the mean return over the
+    evaluations (trapezoids from the first to the last, ÷ the steps between them); a run with a
+    return that is not finite has diverged, and these are NaN."""
+    out = []
+    for directory, rows in table.groupby("directory", sort=True):
+        info = json.loads((Path(directory) / "config.json").read_text())
+        config = info["config"]
+        rows = rows.sort_values("step")
+        steps = rows["step"].to_numpy(np.float64)
+        returns = np.array(rows["eval_return"].tolist(), np.float64).T    # [seeds, evals]
+        for i, curve in enumerate(returns):
+            diverged = not np.isfinite(curve).all()
+            out.append({"task": config["env"], "method": Path(directory).name,
+                        "k": config["capacity"] - 1, "K": config["num_epochs"],
+                        "lr": config["learning_rate"], "seed": config["seed"] + i,
+                        "diverged": diverged,
+                        "final": np.nan if diverged else curve[-1],
+                        "auc": np.nan if diverged else stats.area_under_curve(curve, steps),
+                        "curve_mean": np.nan if diverged else
+                        np.trapezoid(curve, steps) / (steps[-1] - steps[0]),
+                        "commit": info.get("git_commit", "")})
+    return conform(pd.DataFrame(out), ("curve_mean",), study=study)
 
 
 def merge_identical(runs: pd.DataFrame, within: Sequence[str] = ("N",), first: Sequence[str] = (),

@@ -9,8 +9,9 @@ with the committed files (`check.check_files`). A new study is a new file, not n
     exploratory = "why"             # a study with no [family]: said in its report
 
     [runs]
-    table = "results/.../scores.csv"  # the per-run table (a glob pattern: every file it matches)
-    adapter = "bench"                 # schema's adapter: bench, sweeps, settings, llm
+    table = "results/.../scores.csv"  # the per-run table (a glob pattern: every file it matches;
+                                      # CSV, Parquet, or JSONL: vaco-train's metrics.jsonl)
+    adapter = "bench"                 # schema's adapter: bench, sweeps, settings, llm, train
     commits = "results/.../*/runs/cells.jsonl"  # where the runs' commits are (their git_commit)
     merge_identical = ["N"]           # optional: entries with the same runs within each N are
                                       # reported once (`schema.merge_identical`); the family's
@@ -46,7 +47,7 @@ from vaco_jax import io
 from vaco_jax.analysis import check, estimands, families, report, schema
 
 ADAPTERS = {"bench": schema.from_bench, "sweeps": schema.from_sweeps,
-            "settings": schema.from_settings, "llm": schema.from_llm}
+            "settings": schema.from_settings, "llm": schema.from_llm, "train": schema.from_train}
 FILES = ("estimates.csv", "report.md")
 _KEYS = {"study", "question", "output", "exploratory", "runs", "family", "estimands", "headlines"}
 
@@ -121,9 +122,18 @@ def runs(study: StudyFile, root: str | Path) -> pd.DataFrame:
              else [Path(root) / pattern])
     if not paths:
         raise FileNotFoundError(f"{study.path}: [runs] table {pattern!r} matches no file")
-    frame = pd.concat([pd.read_parquet(p) if p.suffix == ".parquet" else pd.read_csv(p)
-                       for p in paths], ignore_index=True)
+    frame = pd.concat([_read(p) for p in paths], ignore_index=True)
     return ADAPTERS[study.runs.get("adapter", "bench")](frame, study=study.name)
+
+
+def _read(path: Path) -> pd.DataFrame:
+    """One per-run file as a table: Parquet, CSV, or a JSONL table (`io.read_rows`: a vaco-train
+    run's metrics.jsonl) with the directory that holds it (`directory`: where its config.json is)."""
+    if path.suffix == ".parquet":
+        return pd.read_parquet(path)
+    if path.suffix == ".jsonl":
+        return pd.DataFrame(io.read_rows(path)).assign(directory=str(path.parent))
+    return pd.read_csv(path)
 
 
 def commits(study: StudyFile, root: str | Path) -> list[str]:
