@@ -314,6 +314,32 @@ def identity_groups(rows) -> dict[tuple[int, int], list[list[str]]]:
     return groups
 
 
+def identity_summary(rows) -> list[str]:
+    """The identity check as markdown lines: per (N, k), the groups of objectives whose runs agree
+    (`identity_groups`), and the groups that agree at every k of an N."""
+    groups = identity_groups(rows)
+    seeds = sorted({r["seed"] for r in rows})
+    lines = ["## Which objectives compute the same thing (identity check)", "",
+             f"Every objective, {IDENTITY['iterations']} iterations of the v2 batch, seeds "
+             f"{', '.join(str(SEED + s) for s in seeds)}, learning rate 1e-4 and each objective's "
+             "default constraint. Objectives in one cell agree on every seed in "
+             f"{', '.join(IDENTITY_METRICS)} (relative {IDENTITY_RTOL:g}).", "",
+             "| N | k | groups of two or more | distinct |", "|---|---|---|---|"]
+    for (n, k), found in groups.items():
+        merged = "; ".join(" = ".join(g) for g in found if len(g) > 1) or "none"
+        lines.append(f"| {n} | {k} | {merged} | {len(found)} of {sum(map(len, found))} |")
+    lines.append("")
+    for n in sorted({n for n, _ in groups}):
+        cells = [found for (m, _), found in groups.items() if m == n]
+        home = lambda o, found: next(i for i, g in enumerate(found) if o in g)  # noqa: E731
+        together: dict[tuple, list[str]] = {}   # the meet of the partitions of every k
+        for o in [o for g in cells[0] for o in g]:
+            together.setdefault(tuple(home(o, found) for found in cells), []).append(o)
+        same = "; ".join(" = ".join(g) for g in together.values() if len(g) > 1) or "none"
+        lines.append(f"At N = {n}, the same at every k: {same}.")
+    return lines + [""]
+
+
 # --- summary --------------------------------------------------------------------------------------
 def _interval(x: np.ndarray) -> str:
     from vaco_jax.study import stats
@@ -368,6 +394,8 @@ def summary(out: Path) -> str:
                      f"{_interval(diff(lambda r: r['final_accuracy']))} | "
                      f"{_interval(diff(lambda r: float(np.mean(r['eval_sampled_accuracy']))))} |")
     lines.append("")
+    if io.has_rows(out / "identity" / "results.jsonl"):
+        lines += identity_summary(io.read_rows(out / "identity" / "results.jsonl"))
     calls = out / "calls.jsonl"
     if calls.exists():
         lines += ["## Calls (wall and process CPU seconds on a shared 2-core machine)", "",
