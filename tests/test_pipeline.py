@@ -443,12 +443,16 @@ def test_vaco_bench_writes_a_finished_v2_method_beside_the_leaderboard(tmp_path,
     assert "| vaco | " in text and "| appo | " in text and "| ppo_clip | " in text
 
 
-def test_the_minatar_studies_run_from_their_specs_with_the_committed_numbers():
+def test_the_minatar_studies_run_from_their_study_files_with_the_committed_numbers():
+    from vaco_jax.analysis import study
     from vaco_jax.study import specs
-    long = specs.two_arms(specs.TWO_ARMS["minatar-long"]).splitlines()
-    assert long[1] == ("primary: cnn - mlp = -6.62, 95% Welch interval [-13.02, -0.22] "
-                       "(p = 0.044): the MLP learns more at this budget")
-    assert long[2] == "exploratory: mean return over the curve (area / steps): mlp 9.67, cnn 6.84"
+    loaded = study.load(specs.ROOT / "studies" / "minatar-long.toml", root=specs.ROOT)
+    lines = study.make(loaded, specs.ROOT, descends=lambda commit, ancestor: True)[
+        "report.md"].splitlines()
+    assert ("| cnn | mlp | gymnax:Breakout-MinAtar | -6.62 [-13.02, -0.22] | 5 | 0.044 | 0.044 | "
+            "the MLP learns more at this budget |") in lines
+    assert "| cnn | gymnax:Breakout-MinAtar | 6.84 [5.56, 8.08] | 5 |" in lines
+    assert "| mlp | gymnax:Breakout-MinAtar | 9.67 [8.30, 10.47] | 5 |" in lines
 
 
 def test_the_leaderboard_states_each_methods_cost_summed_over_its_cells_records(tmp_path):

@@ -38,9 +38,10 @@ def test_text_numbers_compare_at_the_precision_they_are_printed():
 def test_every_committed_study_is_a_spec_with_its_report_files_committed():
     studies = report_command._studies()
     assert {"controlled-lag", "forward", "stepsize", "delta-lag", "leaderboard-v1",
-            "llm-forward-lag", "minatar-long", "minatar-space-invaders", "leaderboard-llm",
-            "leaderboard-v2"} \
-        <= set(studies)
+            "llm-forward-lag", "leaderboard-llm", "leaderboard-v2"} <= set(studies)
+    # the MinAtar tests are study files now (studies/minatar-*.toml), their legacy reports frozen
+    # under results/archive/minatar-cnn/
+    assert not {"minatar-long", "minatar-space-invaders"} & set(studies)
     for spec in studies.values():
         assert len(spec.question.split()) <= 12, spec.question
         assert all((ROOT / d).is_dir() for d in spec.directories), spec.name
@@ -60,11 +61,14 @@ def test_the_archived_capacity_sweeps_are_specs_named_in_the_help_and_left_out_o
 
 
 @pytest.fixture
-def minatar(tmp_path):
-    """A copy of the MinAtar study's committed files, its RESULTS.md and results index, as a
-    repository root."""
-    spec = specs.STUDIES["minatar-long"]
+def board(tmp_path):
+    """A copy of the v1 leaderboard's committed files (its scorecards and report, and the
+    controlled-lag table it is compared with), its RESULTS.md and results index, as a repository
+    root."""
+    spec = specs.STUDIES["leaderboard-v1"]
     shutil.copytree(ROOT / spec.report, tmp_path / spec.report)
+    (tmp_path / spec.references).parent.mkdir(parents=True)
+    shutil.copy2(ROOT / spec.references, tmp_path / spec.references)
     studies = {spec.name: spec}
     made = specs.regenerate(studies, tmp_path / "made", tmp_path)
     (tmp_path / "results" / "RESULTS.md").write_text(
@@ -73,46 +77,51 @@ def minatar(tmp_path):
     return tmp_path, studies
 
 
-def test_check_passes_on_current_files_and_names_the_file_of_an_edited_number(minatar):
-    root, studies = minatar
+VACO_ROW = "| vaco | inverted_double_pendulum | 0.97 [0.91, 1.00] |"
+
+
+def test_check_passes_on_current_files_and_names_the_file_of_an_edited_number(board):
+    root, studies = board
     assert specs.check(studies, root) == []
-    report = root / "results/minatar-cnn/long/report.md"
-    report.write_text(report.read_text().replace("[-13.02, -0.22]", "[-13.02, -0.23]"))
+    report = root / "results/lag-bench/cpu/leaderboard.md"
+    report.write_text(report.read_text().replace(VACO_ROW, VACO_ROW.replace("0.91", "0.90")))
     assert specs.check(studies, root) == [
-        "results/minatar-cnn/long/report.md: line 2: -0.23 committed, -0.22 made"]
+        "results/lag-bench/cpu/leaderboard.md: line 10: 0.90 committed, 0.91 made"]
 
 
-def test_check_names_a_results_table_that_is_not_what_all_writes(minatar):
-    root, studies = minatar
+def test_check_names_a_results_table_that_is_not_what_all_writes(board):
+    root, studies = board
     table = root / "results" / "RESULTS.md"
-    table.write_text(table.read_text().replace("| 5 |", "| 6 |"))
+    table.write_text(table.read_text().replace("| 10 |", "| 11 |"))
     (problem,) = specs.check(studies, root)
     assert problem.startswith("results/RESULTS.md: line 5: ")
 
 
-def test_one_studys_check_passes_on_its_files_and_names_an_edited_one(minatar, capsys):
-    root, studies = minatar
+def test_one_studys_check_passes_on_its_files_and_names_an_edited_one(board, capsys):
+    root, studies = board
     (spec,) = studies.values()
     assert specs.check_study(spec, root) == []
-    report = root / "results/minatar-cnn/long/report.md"
-    report.write_text(report.read_text().replace("[-13.02, -0.22]", "[-13.02, -0.23]"))
+    report = root / "results/lag-bench/cpu/leaderboard.md"
+    report.write_text(report.read_text().replace(VACO_ROW, VACO_ROW.replace("0.91", "0.90")))
     assert specs.check_study(spec, root) == [
-        "results/minatar-cnn/long/report.md: line 2: -0.23 committed, -0.22 made"]
-    assert report_command.main(["--study", "minatar-long", "--check"]) == 0
-    assert re.search(r"every committed report file of minatar-long in \S+ is current",
+        "results/lag-bench/cpu/leaderboard.md: line 10: 0.90 committed, 0.91 made"]
+    assert report_command.main(["--study", "leaderboard-v1", "--check"]) == 0
+    assert re.search(r"every committed report file of leaderboard-v1 in \S+ is current",
                      capsys.readouterr().out)
     assert report_command.main(["--study", "lag", "--check"]) == 2
 
 
-def test_results_table_reads_each_headline_as_its_report_prints_it(minatar):
-    root, _ = minatar
+def test_results_table_reads_each_headline_as_its_report_prints_it(board):
+    root, _ = board
     row = (root / "results" / "RESULTS.md").read_text().splitlines()[4]
-    assert row.startswith("| minatar-long | ") and "-6.62, 95% Welch interval [-13.02, -0.22]" in row
-    assert "| the MLP learns more at this budget | 5 | 195bf2b |" in row
+    assert row.startswith("| leaderboard-v1 | ")
+    assert "VACO's retention at k = 15: 0.97 [0.91, 1.00]; PPO-Clip's: 1.00 [1.00, 1.00]" in row
+    assert "agreement with controlled-lag: Spearman's ρ = 0.93 (p = 0.001)" in row
+    assert "| break rule: 9 break, 6 hold, 2 undetermined | 10 | 8e2bba5 |" in row
 
 
-def test_the_readme_results_table_is_generated_and_an_edited_number_in_it_is_named(minatar):
-    root, studies = minatar
+def test_the_readme_results_table_is_generated_and_an_edited_number_in_it_is_named(board):
+    root, studies = board
     made = specs.regenerate(studies, root / "made-again", root)
     readme = root / "README.md"
     readme.write_text(specs.with_readme_block(
@@ -120,10 +129,10 @@ def test_the_readme_results_table_is_generated_and_an_edited_number_in_it_is_nam
         specs.readme_block(studies, made, root)))
     assert specs.check(studies, root) == []
     row = readme.read_text().splitlines()[5]
-    assert row.startswith("| [Does a CNN beat the MLP on Breakout-MinAtar")
-    assert "(results/minatar-cnn/long/report.md)" in row and "[-13.02, -0.22]" in row
-    readme.write_text(readme.read_text().replace("[-13.02, -0.22]", "[-13.02, -0.21]"))
-    assert specs.check(studies, root) == ["README.md: line 6: -0.21 committed, -0.22 made"]
+    assert row.startswith("| [Which methods keep their score under lag on the v1 protocol?]")
+    assert "(results/lag-bench/cpu/leaderboard.md)" in row and "0.97 [0.91, 1.00]" in row
+    readme.write_text(readme.read_text().replace("0.97 [0.91, 1.00]", "0.97 [0.91, 0.99]"))
+    assert specs.check(studies, root) == ["README.md: line 6: 0.99 committed, 1.00 made"]
     readme.write_text("# x\n")
     (problem,) = specs.check(studies, root)
     assert problem.startswith("README.md: README.md lacks the results markers")
@@ -168,7 +177,7 @@ def test_the_v2_leaderboard_row_is_exploratory_without_verdict_words(tmp_path):
 
 def test_an_unknown_study_is_refused_naming_the_committed_ones(capsys):
     assert report_command.main(["--study", "nope"]) == 2
-    assert "minatar-long" in capsys.readouterr().err
+    assert "leaderboard-v1" in capsys.readouterr().err
 
 
 def test_every_committed_report_and_results_table_is_current():

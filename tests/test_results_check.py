@@ -134,6 +134,29 @@ def test_an_edited_number_in_any_generated_file_fails_the_check_naming_it(studie
     assert edited >= 40   # RESULTS.md, the README and (nearly) every report file
 
 
+def test_a_changed_byte_of_a_frozen_archive_file_fails_the_check_naming_it(studies, checkout,
+                                                                          regenerated):
+    """A legacy report frozen under results/archive/ is not regenerated: the check holds each file
+    results/archive/SHA256SUMS lists to its bytes, so one byte changed (a space or a digit a
+    number comparison would let pass) is named."""
+    from vaco_jax.analysis import check
+
+    copy, _ = checkout
+    listed = check.checksums(copy / check.CHECKSUMS)
+    assert "minatar-cnn/long/report.md" in listed
+    for name in listed:
+        path = copy / "results" / "archive" / name
+        original = path.read_bytes()
+        for edited in (original + b" ", original[:-2] + bytes([original[-2] ^ 1]) + original[-1:]):
+            try:
+                path.write_bytes(edited)
+                problems = specs.check(studies, copy)
+            finally:
+                path.write_bytes(original)
+            assert problems == [f"results/archive/{name}: its bytes changed (its SHA-256 is not "
+                                f"the one {check.CHECKSUMS} lists)"], problems
+
+
 def test_the_command_checks_the_checkout_it_runs_in(studies, checkout, regenerated,
                                                     monkeypatch, capsys):
     """Run in another checkout than the one the code is installed from, `vaco-report --all
@@ -204,14 +227,22 @@ def test_tests_in_words_follows_the_ancestry_of_the_runs():
     assert "cannot be checked" in specs.tests_in_words([], "b" * 40, descends=after)
 
 
-def test_a_two_arm_studys_registration_is_the_commit_that_added_its_test():
-    for spec in specs.TWO_ARMS.values():
+def test_a_study_files_registration_is_the_commit_that_added_its_test():
+    """A study file whose registered tests are a file of their own (the MinAtar tests'
+    PREREGISTRATION.md) names as its registration the commit that added that file."""
+    from vaco_jax.analysis import study
+
+    own = [loaded for loaded in (study.load(path, root=ROOT) for path in
+                                 sorted((ROOT / specs.STUDY_FILES).glob("*.toml")))
+           if loaded.family and (ROOT / loaded.family.get("section", "")).is_file()]
+    assert {loaded.name for loaded in own} >= {"minatar-long", "minatar-space-invaders"}
+    for loaded in own:
         added = subprocess.run(["git", "log", "--diff-filter=A", "--format=%H", "--",
-                                f"{spec.directory}/PREREGISTRATION.md"], cwd=ROOT,
+                                loaded.family["section"]], cwd=ROOT,
                                capture_output=True, text=True).stdout.split()
         if not added:
             pytest.skip("this checkout's git history does not hold the pre-registration")
-        assert added[-1] == spec.registration
+        assert added[-1] == loaded.family["registration"]
 
 
 @pytest.mark.parametrize("edit", ["commit", "tests", "dropped", "new study file", "run record"])

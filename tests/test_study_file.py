@@ -335,50 +335,97 @@ def test_the_llm_v2_families_merge_identical_entries_and_test_the_distinct_ones(
     assert (fractions.point == 0.0).all() and len(fractions) > 0
 
 
+ARCHIVE = ROOT / "results" / "archive"
+LEGACY = ARCHIVE / "minatar-cnn" / "legacy_estimates.json"
+
+
 @pytest.mark.parametrize("name", ["minatar-long", "minatar-space-invaders"])
 def test_the_minatar_tests_are_one_study_file_each_to_1e9(name):
     """Migration: studies/minatar-long.toml and -space-invaders.toml, over each network's
     committed metrics.jsonl (the train adapter), give the pre-registered Welch test of the CNN
-    against the MLP in results/minatar-cnn/<study>/report.md: its estimate, interval and p (and
-    Holm's p over its family of one) within 1e-9 of the computation that printed that report
-    (`specs.two_arms`, whose text is still the committed file's), the numbers the report prints and
-    its verdict; and, exploratory, each network's mean final return and mean return over the
-    curve within 1e-9."""
+    against the MLP that the legacy report printed (frozen under results/archive/minatar-cnn/):
+    its estimate, interval, p, Holm's p over its family of one and verdict within 1e-9 of the
+    legacy computation's full-precision numbers (legacy_estimates.json beside the reports), and
+    each network's per-seed final returns, mean final return and mean return over the curve
+    (exploratory); and every number the archived report.md prints, at its printed precision."""
+    import json
     import re
 
-    from vaco_jax.pipeline import estimates
-    from vaco_jax.study import specs
-
-    legacy = specs.TWO_ARMS[name]
-    committed = (ROOT / legacy.directory / "report.md").read_text()
-    assert specs.two_arms(legacy, ROOT) + "\n" == committed
-    # the committed report's numbers at full precision: two_arms' computation on the same files
-    curves = {arm: specs._curves(ROOT / legacy.directory, arm) for arm in legacy.arms}
-    final = {arm: c[:, -1] for arm, (_, c) in curves.items()}
-    curve_mean = {arm: (np.trapezoid(c, s, axis=1) / (s[-1] - s[0])).mean()
-                  for arm, (s, c) in curves.items()}
-    base, treated = legacy.arms
-    point, low, high, p = estimates.welch_difference(final[treated], final[base],
-                                                     legacy.confidence)
+    legacy = json.loads(LEGACY.read_text())["studies"][name]
+    committed = (ARCHIVE / legacy["report"]).read_text()
+    primary = legacy["primary"]
+    treated, base = primary["method"], primary["baseline"]
 
     loaded = study.load(ROOT / "studies" / f"{name}.toml", root=ROOT)
+    assert loaded.family["registration"] == legacy["registration"]
     table, words = study.estimate(loaded, ROOT, descends=lambda commit, ancestor: True)
     assert words.startswith("pre-registered") and "over 1 tests" in words
     family = table[table["p_holm"].notna()]
     assert len(family) == 1
     row = family.iloc[0]
     assert (row.estimand, row.metric, row.method, row.baseline, row.seeds) == (
-        "welch", "final", treated, base, len(final[base]))
-    differences = {"point": row.point - point, "low": row.low - low, "high": row.high - high,
-                   "p": row.p - p, "p_holm": row.p_holm - p}
+        "welch", primary["metric"], treated, base, primary["seeds"])
+    differences = {"point": row.point - primary["estimate"], "low": row.low - primary["low"],
+                   "high": row.high - primary["high"], "p": row.p - primary["p"],
+                   "p_holm": row.p_holm - primary["p_holm"]}
     assert max(map(abs, differences.values())) < 1e-9, differences
-    printed = re.search(rf"primary: {treated} - {base} = (\S+), 95% Welch interval "
-                        r"\[(\S+), (\S+)\] \(p = (\S+)\): (.+)", committed)
-    assert [f"{row.point:+.2f}", f"{row.low:+.2f}", f"{row.high:+.2f}", f"{row.p:.3f}"] == \
-        list(printed.groups()[:4])
-    assert row.verdict == printed.group(5) and row.verdict in legacy.verdicts
+    assert row.verdict == primary["verdict"]
     means = table[table["estimand"] == "mean"].set_index(["metric", "method"])["point"]
-    for arm in legacy.arms:
-        assert abs(means["final", arm] - final[arm].mean()) < 1e-9
-        assert abs(means["curve_mean", arm] - curve_mean[arm]) < 1e-9
+    runs = study.runs(loaded, ROOT)
+    finals = {arm: runs[runs["method"] == arm].sort_values("seed")["final"].to_numpy()
+              for arm in (base, treated)}
+    for arm in (base, treated):
+        assert abs(means["final", arm] - legacy["mean_final"][arm]) < 1e-9
+        assert abs(means["curve_mean", arm] - legacy["mean_curve_mean"][arm]) < 1e-9
+        np.testing.assert_allclose(finals[arm], legacy["final_per_seed"][arm], rtol=0, atol=1e-9)
+
+    # the archived report's numbers, as printed
+    lines = committed.splitlines()
+    per_seed = ", ".join(f"{arm} {finals[arm].round(2).tolist()} (mean {means['final', arm]:.2f})"
+                         for arm in (base, treated))
+    assert lines[0] == f"final return at {legacy['steps']:,} steps, per seed: {per_seed}"
+    printed = re.fullmatch(rf"primary: {treated} - {base} = (\S+), 95% Welch interval "
+                           r"\[(\S+), (\S+)\] \(p = (\S+)\): (.+)", lines[1])
+    assert list(printed.groups()) == [f"{row.point:+.2f}", f"{row.low:+.2f}", f"{row.high:+.2f}",
+                                      f"{row.p:.3f}", row.verdict]
+    assert lines[2] == ("exploratory: mean return over the curve (area / steps): " + ", ".join(
+        f"{arm} {means['curve_mean', arm]:.2f}" for arm in (base, treated)))
     assert study.check_study(loaded, ROOT) == []
+
+
+def test_the_archives_checksums_hold_every_frozen_file_and_fail_on_one_changed_byte(tmp_path):
+    """results/archive/SHA256SUMS (sha256sum's format) lists the frozen MinAtar reports and their
+    full-precision numbers; each listed file gives its digest, and one byte changed, a file
+    missing or a malformed line is named (`vaco-report --all --check` runs the same check)."""
+    import shutil
+
+    from vaco_jax.analysis import check
+
+    listed = check.checksums(ROOT / check.CHECKSUMS)
+    frozen = {p.relative_to(ARCHIVE).as_posix() for p in (ARCHIVE / "minatar-cnn").rglob("*")
+              if p.is_file()}
+    assert frozen == {"minatar-cnn/legacy_estimates.json", "minatar-cnn/long/report.md",
+                      "minatar-cnn/space-invaders/report.md"} and frozen <= set(listed)
+    assert check.checksum_problems(ROOT) == []
+    copy = tmp_path / "checkout"
+    for name in listed:
+        (copy / "results/archive" / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ARCHIVE / name, copy / "results/archive" / name)
+    shutil.copy2(ROOT / check.CHECKSUMS, copy / check.CHECKSUMS)
+    assert check.checksum_problems(copy) == []
+    for name in listed:
+        path = copy / "results/archive" / name
+        original = path.read_bytes()
+        for at in (0, len(original) // 2, len(original) - 1):
+            path.write_bytes(original[:at] + bytes([original[at] ^ 1]) + original[at + 1:])
+            assert check.checksum_problems(copy) == [
+                f"results/archive/{name}: its bytes changed (its SHA-256 is not the one "
+                f"{check.CHECKSUMS} lists)"]
+        path.unlink()
+        assert check.checksum_problems(copy) == [
+            f"results/archive/{name}: missing (listed in {check.CHECKSUMS})"]
+        path.write_bytes(original)
+    assert check.checksum_problems(copy) == []
+    (copy / check.CHECKSUMS).write_text("0123  minatar-cnn/long/report.md\n")
+    (problem,) = check.checksum_problems(copy)
+    assert "line 1 is not a SHA-256 digest and a relative path" in problem

@@ -4,11 +4,16 @@ last digits move between machines and library versions; a number printed at two 
 only itself: `+0.05` and `0.05` are the same, `0.05` and `0.06` are not); all other text matches
 exactly (a verdict is words). A CSV file is compared cell by cell, any other text file line by
 line, split into words and numbers. Figures are not compared. `check_files` compares
-regenerations held in memory and names each file and its first differing value."""
+regenerations held in memory and names each file and its first differing value.
+
+A file that is no longer regenerated (a legacy report frozen under `results/archive/`) is held to
+its bytes instead: `CHECKSUMS` lists its SHA-256 digest, and `checksum_problems` names each listed
+file whose bytes no longer give it."""
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import math
 import re
@@ -24,6 +29,10 @@ NUMBER = re.compile(r"(?<![\w.])[-+−]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[
 """A number as reports print it: signed (ASCII or Unicode minus), thousands separated, decimal or
 exponent; not a run of digits inside a word (a commit hash, `fig_a`, `k=15`'s name)."""
 FIGURES = (".png", ".pdf", ".svg")
+CHECKSUMS = "results/archive/SHA256SUMS"
+"""The frozen files' digests, in `sha256sum`'s format (`sha256sum -c SHA256SUMS` run in its folder
+verifies them too): one line per file, its hex digest, two spaces (or a space and `*`) and its
+path relative to the folder of the list."""
 
 
 def _number(text: str) -> float | None:
@@ -103,3 +112,37 @@ def check_files(root: str | Path, made: Mapping[str, str]) -> list[str]:
     version differs: "path: its first difference"; [] when every one matches."""
     found = ((name, _file_difference(Path(root) / name, text)) for name, text in made.items())
     return [f"{name}: {differs}" for name, differs in found if differs]
+
+
+def checksums(path: str | Path) -> dict[str, str]:
+    """The digests a `sha256sum`-format list at `path` holds: file (relative to the list's
+    folder) → hex digest. A line that is not a digest and a path raises ValueError."""
+    listed = {}
+    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
+        found = re.fullmatch(r"([0-9a-f]{64}) [ *](.+)", line)
+        if not found or Path(found.group(2)).is_absolute() or ".." in Path(found.group(2)).parts:
+            raise ValueError(f"{path}: line {number} is not a SHA-256 digest and a relative path")
+        listed[found.group(2)] = found.group(1)
+    return listed
+
+
+def checksum_problems(root: str | Path, sums: str = CHECKSUMS) -> list[str]:
+    """One line per file listed in `sums` (a path under `root`; see `CHECKSUMS`) that is missing
+    or whose bytes no longer give its listed SHA-256 digest; [] when every one matches (or no list
+    is committed)."""
+    path = Path(root) / sums
+    if not path.exists():
+        return []
+    try:
+        listed = checksums(path)
+    except ValueError as error:
+        return [str(error)]
+    problems = []
+    for name, digest in listed.items():
+        file = path.parent / name
+        shown = (Path(sums).parent / name).as_posix()
+        if not file.is_file():
+            problems.append(f"{shown}: missing (listed in {sums})")
+        elif hashlib.sha256(file.read_bytes()).hexdigest() != digest:
+            problems.append(f"{shown}: its bytes changed (its SHA-256 is not the one {sums} lists)")
+    return problems

@@ -10,6 +10,7 @@ baseline, break lags, a synchronous sanity check, realised lags, figures and sum
     vaco-report --study controlled-lag            # a committed study, regenerated from its spec
     vaco-report --all                             # every study -> results/RESULTS.md, results/README.md, README
     vaco-report --all --check                     # exit 1, naming each stale committed file
+                                                  # (and each archived file whose checksum changed)
     vaco-report --study capacity-cpu --check      # one study (an archived capacity sweep here)
     vaco-report --study-file studies/leaderboard-v2-level.toml [--check]   # a study as one TOML file
 
@@ -54,7 +55,8 @@ class Args:
     check: bool = False
     """With --all, a committed study's name or --study-file: write nothing; exit 1, naming each
     committed report file (with --all, RESULTS.md, results/README.md and the README too) that
-    differs from its regeneration, 0 when all are current."""
+    differs from its regeneration (with --all, also each archived file whose SHA-256 is not the
+    one results/archive/SHA256SUMS lists), 0 when all are current."""
     references: str = ""
     """Reference-returns table (default <first sweep>/reference_returns.json)."""
     out: str = ""
@@ -165,6 +167,7 @@ def _all(studies: dict, *, check: bool, root: Path) -> int:
     import time
 
     from vaco_jax import io
+    from vaco_jax.analysis.check import CHECKSUMS
     from vaco_jax.study import specs
 
     start = time.perf_counter()
@@ -173,7 +176,8 @@ def _all(studies: dict, *, check: bool, root: Path) -> int:
         print("\n".join(f"stale: {p}" for p in problems) or
               f"every committed report file, {specs.RESULTS}, {specs.INDEX} and {specs.README}'s "
               f"results table "
-              f"in {root} is current ({len(studies)} studies, "
+              f"in {root} is current, and every file {CHECKSUMS} lists matches its checksum "
+              f"({len(studies)} studies, "
               f"{time.perf_counter() - start:.0f} s)")
         return 1 if problems else 0
     with tempfile.TemporaryDirectory() as tmp:

@@ -6,18 +6,15 @@ report function) and `headline` picks the numbers `results/RESULTS.md` shows, as
 prints them. `vaco-report --study NAME` regenerates one; `vaco-report --all` every one, and
 `--check` compares each committed report file with its regeneration (`pipeline.compare`).
 
-A `TwoArms` study compares two arms' final returns (the last evaluation, per seed) with Welch's t
-(its pre-registered test), and reports each arm's mean return over the curve (the area under it
-÷ the steps it spans) and its throughput as exploratory. A capacity sweep's report
-(`capacity_report`, also `vaco-plot-sweep`'s) gives rliable's aggregates per capacity and method,
-P(VACO > baseline) and the figures of `study.plotting`."""
+A capacity sweep's report (`capacity_report`, also `vaco-plot-sweep`'s) gives rliable's aggregates
+per capacity and method, P(VACO > baseline) and the figures of `study.plotting`. Reports frozen
+under `results/archive/` are verified by their checksums (`analysis.check.checksum_problems`)."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import json
-import re
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -27,7 +24,7 @@ import pandas as pd
 
 from vaco_jax import io
 from vaco_jax.analysis import families
-from vaco_jax.analysis.check import check_files
+from vaco_jax.analysis.check import check_files, checksum_problems
 from vaco_jax.pipeline import compare, estimates, figures, preregistration, tables
 from vaco_jax.study import (capacity, lag, lag_by_setting, leaderboard, plotting, references,
                             robustness, sweep)
@@ -338,89 +335,6 @@ for _spec in (
     STUDIES[_spec.name] = _spec
 
 
-# --- the two-arm studies (MinAtar) --------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class TwoArms:
-    directory: str
-    """Relative to the repository: one sub-directory per arm (metrics.jsonl, summary.json)."""
-    arms: tuple[str, str]
-    """(baseline, treatment): the primary estimate is treatment − baseline."""
-    verdicts: tuple[str, str, str]
-    """In words: the treatment higher, the baseline higher, neither shown."""
-    registration: str
-    """The commit that added the directory's PREREGISTRATION.md (the test, fixed before the runs)."""
-    confidence: float = 0.95
-
-
-MINATAR = ("mlp", "cnn"), ("the CNN learns more than the MLP at this budget",
-                           "the MLP learns more at this budget",
-                           "no difference shown at this budget")
-TWO_ARMS = {
-    "minatar-long": TwoArms("results/minatar-cnn/long", *MINATAR,
-                            "589225a6c145b72305132479390fa97d7653bdeb"),
-    "minatar-space-invaders": TwoArms("results/minatar-cnn/space-invaders", *MINATAR,
-                                      "07c9e48d1464b45aec6d5e42b7a82445d7ac2c39"),
-}
-REPORT = "report.md"
-
-
-def _curves(directory: Path, arm: str) -> tuple[np.ndarray, np.ndarray]:
-    """(steps [evals], returns [seeds, evals]) of one arm."""
-    rows = io.read_rows(directory / arm / "metrics.jsonl")
-    return np.array([r["step"] for r in rows]), np.array([r["eval_return"] for r in rows]).T
-
-
-def two_arms(spec: TwoArms, root: Path = ROOT) -> str:
-    """The study's report, in lines."""
-    directory = root / spec.directory
-    (base, treated), curves = spec.arms, {arm: _curves(directory, arm) for arm in spec.arms}
-    steps = curves[base][0]
-    final = {arm: c[:, -1] for arm, (_, c) in curves.items()}
-    difference, low, high, p = estimates.welch_difference(final[treated], final[base],
-                                                          spec.confidence)
-    verdict = spec.verdicts[0 if low > 0 else 1 if high < 0 else 2]
-    lines = [f"final return at {steps[-1]:,} steps, per seed: " + ", ".join(
-                 f"{arm} {final[arm].round(2).tolist()} (mean {final[arm].mean():.2f})"
-                 for arm in spec.arms),
-             f"primary: {treated} - {base} = {difference:+.2f}, "
-             f"{spec.confidence:.0%} Welch interval [{low:+.2f}, {high:+.2f}] (p = {p:.3f}): "
-             f"{verdict}"]
-    auc = {arm: np.trapezoid(c, s, axis=1) / (s[-1] - s[0]) for arm, (s, c) in curves.items()}
-    lines.append("exploratory: mean return over the curve (area / steps): " + ", ".join(
-        f"{arm} {auc[arm].mean():.2f}" for arm in spec.arms))
-    for arm in spec.arms:
-        summary = json.loads((directory / arm / "summary.json").read_text())
-        lines.append(f"exploratory: {arm} {summary['sps']:,.0f} env steps/s (all seeds together)")
-    return "\n".join(lines)
-
-
-def _two_arms_make(spec: Spec, out: Path) -> list[Path]:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / REPORT).write_text(two_arms(TWO_ARMS[spec.name], Path.cwd()) + "\n")
-    return [out / REPORT]
-
-
-def _two_arms_verdict(directory: Path) -> str:
-    return After("", REPORT, "): ").read(directory)
-
-
-def _two_arms_seeds(directory: Path) -> str:
-    line = (directory / REPORT).read_text().splitlines()[0]
-    return str(len(re.search(r"\[([^]]*)\]", line).group(1).split(",")))
-
-
-for _name, _question, _commit in (
-        ("minatar-long", "Does a CNN beat the MLP on Breakout-MinAtar at 1.2M steps?", "195bf2b"),
-        ("minatar-space-invaders", "Does a CNN beat the MLP on SpaceInvaders-MinAtar?", "07c9e48")):
-    _arms = TWO_ARMS[_name]
-    STUDIES[_name] = Spec(
-        _name, _question, tuple(f"{_arms.directory}/{arm}" for arm in _arms.arms),
-        "the flattened-observation MLP", "CNN − MLP final return, Welch's t (pre-registered)",
-        _arms.directory, (REPORT,), _commit, _two_arms_make,
-        (After("CNN − MLP final return", REPORT, "= ", end=" (p"),), _two_arms_verdict,
-        _two_arms_seeds, registration=_arms.registration)
-
-
 # --- the capacity sweeps: their report, and the archived ones as specs ------------------------
 def capacity_report(results: pd.DataFrame, out: Path, *, reps: int = 2000, seed: int = 0,
                     note: str = "") -> list[Path]:
@@ -699,11 +613,12 @@ def check_study(spec: Spec, root: Path = ROOT) -> list[str]:
 
 def check(studies: Mapping[str, Spec], root: Path = ROOT) -> list[str]:
     """Each committed report file whose regeneration differs, and RESULTS.md, the results index
-    (`INDEX`) and the README's results table if one is not what `--all` writes: one line each,
-    naming the file and its first difference."""
+    (`INDEX`) and the README's results table if one is not what `--all` writes, and each frozen
+    file of the archive whose bytes no longer give the checksum listed for it
+    (`checksum_problems`): one line each, naming the file and its first difference."""
     with tempfile.TemporaryDirectory() as tmp:
         made = regenerate(studies, Path(tmp), root)
-        problems = _stale(studies, made, root)
+        problems = _stale(studies, made, root) + checksum_problems(root)
         (Path(tmp) / "RESULTS.md").write_text(results_markdown(studies, made, root))
         difference = compare.difference(Path(root) / RESULTS, Path(tmp) / "RESULTS.md")
         if difference:

@@ -1,11 +1,18 @@
 """The pre-registered test of PREREGISTRATION.md on this directory's runs: the CNN's mean final
-return minus the MLP's, with a 95% Welch t interval (scipy), and the exploratory numbers. The
-study is a spec (`vaco_jax.study.specs`); this prints what `vaco-report --study minatar-space-invaders` does.
+return minus the MLP's, with a 95% Welch t interval, and the exploratory numbers. The study is a
+study file (`studies/minatar-space-invaders.toml`); this prints the report that
+`vaco-report --study-file studies/minatar-space-invaders.toml` writes to
+`results/studies/minatar-space-invaders/`.
 
     python results/minatar-cnn/space-invaders/test.py
 """
 
-from vaco_jax.study import specs
+from pathlib import Path
+
+from vaco_jax.analysis import study
+
+ROOT = Path(__file__).resolve().parents[3]
 
 if __name__ == "__main__":
-    print(specs.two_arms(specs.TWO_ARMS["minatar-space-invaders"]))
+    loaded = study.load(ROOT / "studies" / "minatar-space-invaders.toml", root=ROOT)
+    print(study.make(loaded, ROOT)["report.md"], end="")
