@@ -3,9 +3,10 @@ study's report files, results/RESULTS.md, the results index results/README.md an
 results table — and names the file and the value that differs.
 
 Regenerating every study takes minutes, so here the regeneration is the committed reports
-themselves (a pristine copy: what `--all --check` confirms the real regeneration gives). The
-comparison, RESULTS.md and the README's table are the real check's, run on a copy of the checkout
-in which one number at a time is edited."""
+themselves (a pristine copy: what `--all --check` confirms the real regeneration gives); the study
+files (`studies/*.toml`), seconds, are regenerated for real, once. The comparison, RESULTS.md and
+the README's table are the real check's, run on a copy of the checkout in which one number at a
+time is edited."""
 
 import csv
 import io
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from vaco_jax.analysis import study
 from vaco_jax.commands import report
 from vaco_jax.pipeline import compare
 from vaco_jax.study import lag, specs
@@ -47,13 +49,21 @@ def checkout(tmp_path_factory, studies):
     return copy, made
 
 
+@pytest.fixture(scope="module")
+def made_files():
+    """Every committed study file regenerated (in memory, from this checkout's runs)."""
+    return specs.regenerate_study_files(ROOT)
+
+
 @pytest.fixture
-def regenerated(monkeypatch, studies, checkout):
+def regenerated(monkeypatch, studies, checkout, made_files):
     _, made = checkout
 
     def regenerate(chosen, out, root=ROOT):
         return {name: made / studies[name].report for name in chosen}
     monkeypatch.setattr(specs, "regenerate", regenerate)
+    monkeypatch.setattr(specs, "regenerate_study_files",
+                        lambda root=ROOT, descends=None: made_files)
 
 
 def _bump(token: str) -> str:
@@ -103,6 +113,8 @@ def generated_files(studies) -> list[tuple[str, ...]]:
     for spec in studies.values():
         files |= {(f"{spec.report}/{name}",) for name in spec.files
                   if Path(name).suffix not in compare.FIGURES}
+    for loaded in specs.study_files(ROOT):   # each study file's estimates.csv and report.md
+        files |= {(f"{loaded.output}/{name}",) for name in study.FILES}
     return sorted(files)
 
 
@@ -131,7 +143,7 @@ def test_an_edited_number_in_any_generated_file_fails_the_check_naming_it(studie
         if len(problems) != 1 or not named or (old not in named[0] and new not in named[0]):
             missed.append(f"{relative} ({old} -> {new}): {problems}")
     assert not missed, "\n".join(missed)
-    assert edited >= 40   # RESULTS.md, the README and (nearly) every report file
+    assert edited >= 54   # RESULTS.md, the README, (nearly) every report file, every study file's
 
 
 def test_a_changed_byte_of_a_frozen_archive_file_fails_the_check_naming_it(studies, checkout,
@@ -175,6 +187,28 @@ def test_the_command_checks_the_checkout_it_runs_in(studies, checkout, regenerat
     out = capsys.readouterr().out
     assert code == 1, out
     assert f"stale: {specs.RESULTS}: line" in out and "-0.22 committed, -0.15 made" in out
+
+
+def test_a_changed_study_files_estimates_fail_the_command_naming_the_file(checkout, regenerated,
+                                                                         monkeypatch, capsys):
+    """A committed results/studies/<name>/estimates.csv whose number is not its regeneration's
+    fails `vaco-report --all --check`, named with the column and both values."""
+    copy, _ = checkout
+    estimates = copy / "results/studies/minatar-long/estimates.csv"
+    original = estimates.read_bytes()
+    old, new = edit_one_number(estimates)
+    monkeypatch.chdir(copy)
+    try:
+        code = report.main(["--all", "--check"])
+    finally:
+        estimates.write_bytes(original)
+    out = capsys.readouterr().out
+    assert code == 1, out
+    [line] = [line for line in out.splitlines() if line.startswith("stale: ")]
+    assert line.startswith(f"stale: results/studies/minatar-long/estimates.csv: row 1, column "
+                           f"'point': '{new}' committed, '"), line
+    assert float(line.split(" committed, '")[1].split("'")[0]) == pytest.approx(float(old))
+    assert report.main(["--all", "--check"]) == 0, capsys.readouterr().out
 
 
 # --- the results index ----------------------------------------------------------------------------
@@ -275,4 +309,8 @@ def test_an_edited_row_of_the_results_index_fails_the_check_naming_it(studies, c
         index.write_text(text)
         added.unlink(missing_ok=True)
         config.write_bytes(original)
+    if edit == "run record":   # a study file's runs: its row of RESULTS.md and the README's too
+        assert [p.split(":")[0] for p in problems] == [specs.RESULTS, specs.INDEX, specs.README], \
+            problems
+        return
     assert len(problems) == 1 and problems[0].startswith(f"{specs.INDEX}: "), problems

@@ -1,6 +1,7 @@
 """A study as one TOML file (`vaco_jax.analysis.study`, `studies/*.toml`): the v2 leaderboard's
 family reproduced from its file, verdict words only for runs made after the registration, the
-committed estimates and reports current, `vaco-report --study-file`."""
+committed estimates and reports current, `vaco-report --study-file`; each study file's row of
+RESULTS.md and the README's results table, and `vaco-report --all --check` of its files."""
 
 from __future__ import annotations
 
@@ -429,3 +430,117 @@ def test_the_archives_checksums_hold_every_frozen_file_and_fail_on_one_changed_b
     (copy / check.CHECKSUMS).write_text("0123  minatar-cnn/long/report.md\n")
     (problem,) = check.checksum_problems(copy)
     assert "line 1 is not a SHA-256 digest and a relative path" in problem
+
+
+# --- the study files in RESULTS.md, the README's results table and `vaco-report --all --check` --
+def _results_rows(path: Path, first: str) -> dict[str, dict[str, str]]:
+    """The rows of `path`'s table whose first column is `first`, by that column's text (a link's
+    text, not its target)."""
+    import re
+
+    from vaco_jax.study import specs
+
+    [table] = [t for t in specs.markdown_tables(path) if t and first in t[0]]
+    return {re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", row[first]): row for row in table}
+
+
+def _headline_numbers(cell: str) -> tuple[str, list[float]]:
+    """A headline cell "label: +0.12 [-0.03, +0.27]": (its label, its three numbers)."""
+    import re
+
+    label, shown = cell.rsplit(": ", 1)
+    return label, [float(n) for n in re.findall(r"[-+]?\d+\.\d+", shown)]
+
+
+def test_each_study_file_is_a_row_of_results_md_and_the_readme_with_its_estimates_headline():
+    """RESULTS.md and the README's results table give each committed study file (not those of
+    studies/pending/) a row: its first [[headlines]] entry's label and the estimate [interval] of
+    the row its key names in its committed estimates.csv, at the two decimals printed, with that
+    row's verdict; a study file without headlines its question and registration status alone."""
+    from vaco_jax.analysis import report
+    from vaco_jax.study import specs
+
+    results = _results_rows(ROOT / specs.RESULTS, "study")
+    readme = _results_rows(ROOT / specs.README, "question")
+    paths = sorted((ROOT / specs.STUDY_FILES).glob("*.toml"))
+    assert len(paths) >= 7 and not {p.stem for p in (ROOT / "studies/pending").glob("*.toml")} \
+        & set(results)
+    headlined = 0
+    for path in paths:
+        loaded = study.load(path, root=ROOT)
+        row, shown = results[loaded.name], readme[loaded.question]
+        assert row["question"] == loaded.question
+        report_md = f"studies/{loaded.name}/report.md"
+        assert row["report"] == f"[{report_md}]({report_md})"
+        if not loaded.headlines:
+            assert row["headline estimates [95% CI]"] == specs.NO_HEADLINE
+            assert row["pre-registered verdict"] == shown["pre-registered verdict"] == (
+                f"pre-registered ({loaded.family['registration'][:7]})")
+            continue
+        entry = loaded.headlines[0]
+        table = report.read_csv(ROOT / loaded.output / "estimates.csv")
+        key = {"study": loaded.name, "task": entry.get("task", "pooled"),
+               **{k: entry[k] for k in ("estimand", "metric", "method", "setting")}}
+        [estimate] = table[(table[list(key)] == pd.Series(key)).all(axis=1)].itertuples()
+        for cell in (row["headline estimates [95% CI]"], shown["headline estimates [95% CI]"]):
+            label, numbers = _headline_numbers(cell)
+            assert label == entry["label"]
+            np.testing.assert_allclose(numbers, [estimate.point, estimate.low, estimate.high],
+                                       rtol=0, atol=0.005 + 1e-9)
+        assert row["seeds"] == str(estimate.seeds)
+        assert row["pre-registered verdict"] == shown["pre-registered verdict"]
+        if loaded.family:
+            assert row["pre-registered verdict"] == (
+                f"pre-registered ({loaded.family['registration'][:7]}): {estimate.verdict}")
+        else:
+            assert row["pre-registered verdict"] == "none (exploratory)"
+        headlined += 1
+    assert headlined >= 4
+
+
+def test_vaco_report_all_checks_a_study_files_committed_files_and_row(tmp_path):
+    """In a checkout holding one study file (the MinAtar Breakout test: the file, its runs and its
+    committed estimates.csv and report.md; a study file of studies/pending/ beside it), `--all`'s
+    check regenerates it for real: RESULTS.md's row shows the headline of its estimates.csv, and a
+    changed number in its estimates.csv or report.md fails the check, naming the file."""
+    import shutil
+
+    from vaco_jax.study import specs
+
+    for directory in ("results/minatar-cnn/long", "results/studies/minatar-long"):
+        shutil.copytree(ROOT / directory, tmp_path / directory)
+    (tmp_path / "studies/pending").mkdir(parents=True)
+    shutil.copy2(ROOT / "studies/minatar-long.toml", tmp_path / "studies/minatar-long.toml")
+    (tmp_path / "studies/pending/later.toml").write_text(
+        (ROOT / "studies/minatar-long.toml").read_text().replace('"minatar-long"', '"later"')
+        .replace("results/studies/minatar-long", "results/studies/later"))
+    made_files = specs.regenerate_study_files(tmp_path)
+    assert list(made_files) == ["minatar-long"]
+    (tmp_path / specs.RESULTS).write_text(specs.results_markdown({}, {}, tmp_path, made_files))
+    (tmp_path / specs.INDEX).write_text(specs.index_markdown({}, {}, tmp_path))
+    (tmp_path / specs.README).write_text(specs.with_readme_block(
+        f"# x\n\n{specs.README_BEGIN}\n{specs.README_END}\n",
+        specs.readme_block({}, {}, tmp_path, made_files)))
+    assert specs.check({}, tmp_path) == []
+
+    estimates = tmp_path / "results/studies/minatar-long/estimates.csv"
+    welch = pd.read_csv(estimates).query("estimand == 'welch'").iloc[0]
+    raw_point = pd.read_csv(estimates, dtype=str).query("estimand == 'welch'").iloc[0]["point"]
+    row = _results_rows(tmp_path / specs.RESULTS, "study")["minatar-long"]
+    label, numbers = _headline_numbers(row["headline estimates [95% CI]"])
+    assert label == "CNN − MLP, final return at 1,228,800 steps"
+    np.testing.assert_allclose(numbers, [welch["point"], welch["low"], welch["high"]], rtol=0,
+                               atol=0.005 + 1e-9)
+    assert row["pre-registered verdict"].endswith(f": {welch['verdict']}")
+
+    for name, column in (("estimates.csv", "row 1, column 'point'"), ("report.md", "line ")):
+        path = tmp_path / "results/studies/minatar-long" / name
+        original = path.read_text()
+        old = raw_point if name == "estimates.csv" else f"{welch['point']:.2f}"
+        assert old in original
+        path.write_text(original.replace(old, str(round(welch["point"] + 1, 2)), 1))
+        problems = specs.check({}, tmp_path)
+        path.write_text(original)
+        assert len(problems) == 1 and problems[0].startswith(
+            f"results/studies/minatar-long/{name}: {column}"), problems
+    assert specs.check({}, tmp_path) == []

@@ -1,7 +1,8 @@
 """A study as one TOML file (`studies/*.toml`): its question, the per-run table it reads, its
 estimands, the pre-registered family (if any) and its headline rows. `load` reads one; `make`
-regenerates its estimates.csv and report.md in memory; `write` writes them; `check` compares them
-with the committed files (`check.check_files`). A new study is a new file, not new code.
+regenerates its estimates.csv and report.md in memory; `write` writes them; `check_study` compares
+them with the committed files (`check.check_files`); `headline` picks a headline row by its key. A
+new study is a new file, not new code.
 
     study = "name"                  # also the default output folder's name
     question = "..."
@@ -210,18 +211,29 @@ def render(study: StudyFile, estimates: pd.DataFrame, words: str) -> str:
     if study.headlines:
         lines += ["## Headlines", ""]
         for h in study.headlines:
-            row = report.headline(estimates, task=h.get("task", estimands.POOLED), study=study.name,
-                                  **{k: v for k, v in h.items() if k not in ("label", "task")})
-            shown = report.interval(row.point, row.low, row.high, sign=row.estimand != "mean")
+            row, shown = headline(study, estimates, h)
             lines.append(f"* {h['label']}: {shown}" + (f" ({row.verdict})" if row.verdict else ""))
         lines.append("")
     body = report.render(estimates, study.question).split("\n", 2)[2]   # less its title
     return "\n".join(lines) + "\n" + body + "\n"
 
 
+def headline(study: StudyFile, estimates: pd.DataFrame, entry: Mapping) -> tuple[pd.Series, str]:
+    """A `[[headlines]]` entry's row of `estimates`, picked by its key (`report.headline`), and
+    its estimate [interval] as the report prints it (`report.interval`)."""
+    row = report.headline(estimates, task=entry.get("task", estimands.POOLED), study=study.name,
+                          **{k: v for k, v in entry.items() if k not in ("label", "task")})
+    return row, report.interval(row.point, row.low, row.high, sign=row.estimand != "mean")
+
+
 def make(study: StudyFile, root: str | Path, descends=None) -> dict[str, str]:
     """estimates.csv and report.md of `study`, as texts (file name → text)."""
-    table, words = estimate(study, root, descends)
+    return texts(study, *estimate(study, root, descends))
+
+
+def texts(study: StudyFile, table: pd.DataFrame, words: str) -> dict[str, str]:
+    """estimates.csv and report.md of `study` from its estimates table and pre-registration status
+    in words (`estimate`'s), as texts (file name → text)."""
     return {"estimates.csv": table[list(estimands.ESTIMATES)].to_csv(index=False),
             "report.md": render(study, table, words)}
 

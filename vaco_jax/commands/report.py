@@ -10,7 +10,9 @@ baseline, break lags, a synchronous sanity check, realised lags, figures and sum
     vaco-report --study controlled-lag            # a committed study, regenerated from its spec
     vaco-report --all                             # every study -> results/RESULTS.md, results/README.md, README
     vaco-report --all --check                     # exit 1, naming each stale committed file
-                                                  # (and each archived file whose checksum changed)
+                                                  # (a study file's estimates.csv and report.md
+                                                  # too, and each archived file whose checksum
+                                                  # changed)
     vaco-report --study capacity-cpu --check      # one study (an archived capacity sweep here)
     vaco-report --study-file studies/leaderboard-v2-level.toml [--check]   # a study as one TOML file
 
@@ -46,17 +48,19 @@ class Args:
     capacity-cpu, capacity-ablations, capacity-dmc, capacity-hopper-1m): regenerated from its
     committed per-run files into --out (default: its committed report directory), no sweeps."""
     all: bool = False
-    """Regenerate every committed study into a temporary directory and write results/RESULTS.md,
-    the results index results/README.md (every study, its report, the commits of its runs, its
-    pre-registration) and the README's results table from it (one row per study)."""
+    """Regenerate every committed study into a temporary directory (and every study file,
+    studies/*.toml, in memory) and write results/RESULTS.md, the results index results/README.md
+    (every study, its report, the commits of its runs, its pre-registration) and the README's
+    results table from it (one row per study; a study file's: its first headline)."""
     study_file: str = ""
     """A study as one TOML file (studies/*.toml): its estimates.csv and report.md, written to its
     `output` folder (or --out); with --check, compared with the committed ones instead."""
     check: bool = False
     """With --all, a committed study's name or --study-file: write nothing; exit 1, naming each
-    committed report file (with --all, RESULTS.md, results/README.md and the README too) that
-    differs from its regeneration (with --all, also each archived file whose SHA-256 is not the
-    one results/archive/SHA256SUMS lists), 0 when all are current."""
+    committed report file (with --all, each study file's estimates.csv and report.md, RESULTS.md,
+    results/README.md and the README too) that differs from its regeneration (with --all, also
+    each archived file whose SHA-256 is not the one results/archive/SHA256SUMS lists), 0 when all
+    are current."""
     references: str = ""
     """Reference-returns table (default <first sweep>/reference_returns.json)."""
     out: str = ""
@@ -162,7 +166,7 @@ def _studies() -> dict:
 
 def _all(studies: dict, *, check: bool, root: Path) -> int:
     """--all: RESULTS.md, the results index and the README's results table of the checkout `root`
-    from every study regenerated; with --check, what is stale there."""
+    from every study and study file regenerated; with --check, what is stale there."""
     import tempfile
     import time
 
@@ -174,18 +178,20 @@ def _all(studies: dict, *, check: bool, root: Path) -> int:
     if check:
         problems = specs.check(studies, root)
         print("\n".join(f"stale: {p}" for p in problems) or
-              f"every committed report file, {specs.RESULTS}, {specs.INDEX} and {specs.README}'s "
-              f"results table "
+              f"every committed report file (each study file's too), {specs.RESULTS}, "
+              f"{specs.INDEX} and {specs.README}'s results table "
               f"in {root} is current, and every file {CHECKSUMS} lists matches its checksum "
-              f"({len(studies)} studies, "
+              f"({len(studies)} studies, {len(specs.study_files(root))} study files, "
               f"{time.perf_counter() - start:.0f} s)")
         return 1 if problems else 0
     with tempfile.TemporaryDirectory() as tmp:
         made = specs.regenerate(studies, Path(tmp), root)
-        text = specs.results_markdown(studies, made, root)
+        made_files = specs.regenerate_study_files(root)
+        text = specs.results_markdown(studies, made, root, made_files)
         index = specs.index_markdown(studies, made, root)
         readme = root / specs.README
-        block = specs.readme_block(studies, made, root) if readme.exists() else None
+        block = (specs.readme_block(studies, made, root, made_files) if readme.exists()
+                 else None)
     for name, written in ((specs.RESULTS, text), (specs.INDEX, index)):
         io.write_bytes_atomic(root / name, written.encode())
         print(root / name)

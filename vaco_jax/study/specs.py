@@ -4,7 +4,11 @@ A `Spec` names the committed per-run directories, the base setting, what is comp
 files it writes and the commit that made its runs; `make` writes the report (the study's own
 report function) and `headline` picks the numbers `results/RESULTS.md` shows, as the report
 prints them. `vaco-report --study NAME` regenerates one; `vaco-report --all` every one, and
-`--check` compares each committed report file with its regeneration (`pipeline.compare`).
+`--check` compares each committed report file with its regeneration (`pipeline.compare`). The
+studies written as one TOML file each (`STUDY_FILES`, `vaco_jax.analysis.study`) are regenerated
+with them (`regenerate_study_files`): each gives RESULTS.md and the README's results table a row,
+its first headline picked from its estimates by key, and `--check` compares its estimates.csv and
+report.md too.
 
 A capacity sweep's report (`capacity_report`, also `vaco-plot-sweep`'s) gives rliable's aggregates
 per capacity and method, P(VACO > baseline) and the figures of `study.plotting`. Reports frozen
@@ -15,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -24,6 +29,7 @@ import pandas as pd
 
 from vaco_jax import io
 from vaco_jax.analysis import families
+from vaco_jax.analysis import study as study_file
 from vaco_jax.analysis.check import check_files, checksum_problems
 from vaco_jax.pipeline import compare, estimates, figures, preregistration, tables
 from vaco_jax.study import (capacity, lag, lag_by_setting, leaderboard, plotting, references,
@@ -436,6 +442,89 @@ for _name, _directory, _question, _commit, _extra in (
         seeds_of("aggregate_final.csv"),
         references="results/archive/reference_returns.json")
 
+# --- the study files: each regenerated in memory, its headline picked from its estimates --------
+@dataclasses.dataclass(frozen=True)
+class MadeStudyFile:
+    """A study file regenerated in memory: the file read, its estimates table and pre-registration
+    status in words (`study.estimate`), and its report files' texts by their path in the checkout
+    (what `study.check_study` compares with the committed ones)."""
+    study: study_file.StudyFile
+    estimates: pd.DataFrame
+    words: str
+    files: dict[str, str]
+
+    @property
+    def registered(self) -> bool:
+        """Whether its family's tests give verdict words (`study.status`)."""
+        return self.words.startswith("pre-registered")
+
+
+def study_files(root: Path = ROOT) -> list[study_file.StudyFile]:
+    """Every committed study file, `STUDY_FILES`/*.toml by file name (not its subfolders: those
+    of `studies/pending/` are not run yet), read."""
+    return [study_file.load(path, root=root)
+            for path in sorted((Path(root) / STUDY_FILES).glob("*.toml"))]
+
+
+def regenerate_study_files(root: Path = ROOT, descends=None) -> dict[str, MadeStudyFile]:
+    """Every committed study file (`study_files`) regenerated in memory, nothing written: study
+    name → its estimates, status and report files' texts."""
+    made = {}
+    for loaded in study_files(root):
+        table, words = study_file.estimate(loaded, root, descends)
+        made[loaded.name] = MadeStudyFile(loaded, table, words, {
+            f"{loaded.output}/{name}": text
+            for name, text in study_file.texts(loaded, table, words).items()})
+    return made
+
+
+@dataclasses.dataclass(frozen=True)
+class StudyFileRow:
+    """A study file's cells in RESULTS.md and the README's results table."""
+    headline: str
+    verdict: str
+    seeds: str
+    commits: str
+
+
+NO_HEADLINE = "no headline declared (its report gives every estimate)"
+"""The headline cell of a study file without `[[headlines]]`."""
+
+
+def study_file_row(made: MadeStudyFile, root: Path = ROOT, descends=None) -> StudyFileRow:
+    """A study file's row: its first `[[headlines]]` entry's label and estimate [95% CI], picked
+    from its estimates by key (`study.headline`, as its report prints it); that row's verdict
+    when it is one of the pre-registered family's, after the registration's status in the index's
+    words (`tests_in_words`), else "none"; the row's seeds and the commits of its runs. A file
+    without headlines: `NO_HEADLINE`, the status alone and the seeds of all its estimates."""
+    loaded, table = made.study, made.estimates
+    commits = study_file.commits(loaded, root)
+    registration = (loaded.family or {}).get("registration", "")
+    tests = tests_in_words(commits, registration, made.registered, descends)
+    members = {e["estimand"] for e in loaded.estimands if e.get("in_family")}
+    if loaded.headlines:
+        row, shown = study_file.headline(loaded, table, loaded.headlines[0])
+        headline, seeds = f"{loaded.headlines[0]['label']}: {shown}", [row.seeds]
+        in_family = row.estimand in members and bool(row.verdict)
+    else:
+        headline, seeds, in_family = NO_HEADLINE, table["seeds"], None
+    if not tests.startswith("pre-registered"):
+        verdict = "none (exploratory)" if tests == "exploratory" else f"none: {tests}"
+    elif in_family is False:
+        verdict = (f"none: exploratory (not a test of its pre-registered family, "
+                   f"{registration[:7]})")
+    else:
+        verdict = f"{tests}: {row.verdict}" if in_family else tests
+    low, high = int(min(seeds)), int(max(seeds))
+    return StudyFileRow(headline, verdict, str(low) if low == high else f"{low}–{high}",
+                        ", ".join(c[:7] for c in commits) or "not recorded")
+
+
+def _from_results(path: str | Path) -> str:
+    """A path in the checkout as a link from `results/` (where RESULTS.md is)."""
+    return Path(os.path.relpath(path, "results")).as_posix()
+
+
 # --- every study at once ------------------------------------------------------------------------
 def make(spec: Spec, out: Path, root: Path = ROOT) -> list[Path]:
     """`spec`'s report written into `out`, its inputs read from `root` (paths as committed)."""
@@ -456,11 +545,14 @@ def regenerate(studies: Mapping[str, Spec], out: Path, root: Path = ROOT) -> dic
     return made
 
 
-def results_markdown(studies: Mapping[str, Spec], made: Mapping[str, Path],
-                     root: Path = ROOT) -> str:
-    """RESULTS.md: one numbers-only row per study, read from its report files in `made`."""
+def results_markdown(studies: Mapping[str, Spec], made: Mapping[str, Path], root: Path = ROOT,
+                     made_files: Mapping[str, MadeStudyFile] | None = None) -> str:
+    """RESULTS.md: one numbers-only row per study, read from its report files in `made`, then one
+    per study file, from its estimates (`made_files`; default: each regenerated,
+    `regenerate_study_files`)."""
+    made_files = regenerate_study_files(root) if made_files is None else made_files
     with contextlib.chdir(root):
-        return _results_markdown(studies, made)
+        return _results_markdown(studies, made, made_files, Path(root))
 
 
 def _headline(spec: Spec, directory: Path) -> str:
@@ -469,7 +561,8 @@ def _headline(spec: Spec, directory: Path) -> str:
                      else pick.read(directory) for pick in spec.headline)
 
 
-def _results_markdown(studies: Mapping[str, Spec], made: Mapping[str, Path]) -> str:
+def _results_markdown(studies: Mapping[str, Spec], made: Mapping[str, Path],
+                      made_files: Mapping[str, MadeStudyFile], root: Path) -> str:
     lines = [f"Generated by `vaco-report --all` from each study's report; do not edit it by hand.",
              "", "| study | question | headline estimates [95% CI] | pre-registered verdict | "
              "seeds | runs made at | report |", "|---|---|---|---|---|---|---|"]
@@ -479,13 +572,21 @@ def _results_markdown(studies: Mapping[str, Spec], made: Mapping[str, Path]) -> 
         link = Path(spec.report).relative_to("results") / spec.files[0]
         lines.append(f"| {spec.name} | {spec.question} | {headline} | {spec.verdict(directory)} | "
                      f"{spec.seeds(directory)} | {spec.commit} | [{link}]({link}) |")
+    for made_file in made_files.values():
+        loaded, row = made_file.study, study_file_row(made_file, root)
+        name, report = (_from_results(path) for path in (
+            loaded.path, f"{loaded.output}/{study_file.FILES[-1]}"))
+        lines.append(f"| [{loaded.name}]({name}) | {loaded.question} | {row.headline} | "
+                     f"{row.verdict} | {row.seeds} | {row.commits} | [{report}]({report}) |")
     return "\n".join(lines) + "\n"
 
 
-def readme_block(studies: Mapping[str, Spec], made: Mapping[str, Path],
-                 root: Path = ROOT) -> str:
+def readme_block(studies: Mapping[str, Spec], made: Mapping[str, Path], root: Path = ROOT,
+                 made_files: Mapping[str, MadeStudyFile] | None = None) -> str:
     """The README's results table: each study's question (linked to its report), headline
-    estimates and pre-registered verdict, read as RESULTS.md reads them."""
+    estimates and pre-registered verdict, read as RESULTS.md reads them; the study files' rows
+    after the specs' (`made_files`; default: each regenerated, `regenerate_study_files`)."""
+    made_files = regenerate_study_files(root) if made_files is None else made_files
     with contextlib.chdir(root):
         lines = ["| question | headline estimates [95% CI] | pre-registered verdict |",
                  "|---|---|---|"]
@@ -494,6 +595,10 @@ def readme_block(studies: Mapping[str, Spec], made: Mapping[str, Path],
             headline = _headline(spec, directory)
             link = f"{spec.report}/{spec.files[0]}"
             lines.append(f"| [{spec.question}]({link}) | {headline} | {spec.verdict(directory)} |")
+        for made_file in made_files.values():
+            loaded, row = made_file.study, study_file_row(made_file, Path(root))
+            link = f"{loaded.output}/{study_file.FILES[-1]}"
+            lines.append(f"| [{loaded.question}]({link}) | {row.headline} | {row.verdict} |")
     return "\n".join(lines) + "\n"
 
 
@@ -543,10 +648,6 @@ def index_markdown(studies: Mapping[str, Spec], made: Mapping[str, Path], root: 
     report in `made`), the study files under `STUDY_FILES` and the `ARCHIVED` sweeps (read from
     their committed reports): its question linked to its report, the commits its runs were made
     at (`run_commits`), whether it was pre-registered (`tests_in_words`) and whether archived."""
-    import os
-
-    from vaco_jax.analysis import study as study_file
-
     root = Path(root)
     link = lambda path: Path(os.path.relpath(root / path, root / "results")).as_posix()  # noqa: E731
     short = lambda commits: ", ".join(c[:7] for c in commits) or "not recorded"  # noqa: E731
@@ -577,8 +678,7 @@ def index_markdown(studies: Mapping[str, Spec], made: Mapping[str, Path], root: 
 
     with contextlib.chdir(root):
         lines += [spec_row(spec, "current") for spec in studies.values()]
-        for path in sorted((root / STUDY_FILES).glob("*.toml")):
-            loaded = study_file.load(path, root=root)
+        for loaded in study_files(root):
             commits = study_file.commits(loaded, root)
             registration = (loaded.family or {}).get("registration", "")
             report = link(f"{loaded.output}/{study_file.FILES[-1]}")
@@ -612,14 +712,23 @@ def check_study(spec: Spec, root: Path = ROOT) -> list[str]:
 
 
 def check(studies: Mapping[str, Spec], root: Path = ROOT) -> list[str]:
-    """Each committed report file whose regeneration differs, and RESULTS.md, the results index
+    """Each committed report file whose regeneration differs (each study file's estimates.csv and
+    report.md too, as `study.check_study` compares them), and RESULTS.md, the results index
     (`INDEX`) and the README's results table if one is not what `--all` writes, and each frozen
     file of the archive whose bytes no longer give the checksum listed for it
     (`checksum_problems`): one line each, naming the file and its first difference."""
     with tempfile.TemporaryDirectory() as tmp:
         made = regenerate(studies, Path(tmp), root)
-        problems = _stale(studies, made, root) + checksum_problems(root)
-        (Path(tmp) / "RESULTS.md").write_text(results_markdown(studies, made, root))
+        problems = _stale(studies, made, root)
+        try:
+            made_files = regenerate_study_files(root)
+        except (ValueError, KeyError, FileNotFoundError) as error:   # a study file unreadable
+            made_files = {}
+            problems.append(f"{STUDY_FILES}/: {error}")
+        problems += check_files(root, {path: text for made_file in made_files.values()
+                                       for path, text in made_file.files.items()})
+        problems += checksum_problems(root)
+        (Path(tmp) / "RESULTS.md").write_text(results_markdown(studies, made, root, made_files))
         difference = compare.difference(Path(root) / RESULTS, Path(tmp) / "RESULTS.md")
         if difference:
             problems.append(f"{RESULTS}: {difference}")
@@ -631,7 +740,7 @@ def check(studies: Mapping[str, Spec], root: Path = ROOT) -> list[str]:
         if readme.exists():
             try:
                 (Path(tmp) / README).write_text(with_readme_block(
-                    readme.read_text(), readme_block(studies, made, root)))
+                    readme.read_text(), readme_block(studies, made, root, made_files)))
                 difference = compare.difference(readme, Path(tmp) / README)
             except ValueError as error:
                 difference = str(error)
