@@ -544,3 +544,48 @@ def test_vaco_report_all_checks_a_study_files_committed_files_and_row(tmp_path):
         assert len(problems) == 1 and problems[0].startswith(
             f"results/studies/minatar-long/{name}: {column}"), problems
     assert specs.check({}, tmp_path) == []
+
+
+def test_the_v3_board_family_is_the_other_13_methods_on_change_and_level(tmp_path):
+    """Family B on a synthetic board: 13 methods and PPO-Clip, PPO-Clip losing 0.3 from k = 0
+    to 4, `spo` losing 0.6 and `pg` nothing, the rest as PPO-Clip: 26 tests, one Holm."""
+    import dataclasses
+    import json
+
+    import numpy as np
+    import pandas as pd
+
+    from vaco_jax.analysis import study
+
+    loaded = study.load(ROOT / "studies" / "pending" / "cpu-v3-board.toml")
+    methods = loaded.estimands[0]["methods"]
+    assert len(methods) == 14 and "ppo_clip" in methods
+    assert not {"vaco", "appo", "gae+tv_filter"} & set(methods)   # family P's, not B's
+    rng = np.random.default_rng(2)
+    loss = {m: 0.3 for m in methods} | {"spo": 0.6, "pg": 0.0}
+    rows = []
+    for task in range(6):
+        for seed in range(400, 420):
+            for method, drop in loss.items():
+                for k in (0, 4):
+                    score = 1.0 - (drop if k else 0.0) + rng.normal(0, 0.02)
+                    rows.append({"task": f"t{task}", "method": method, "k": k,
+                                 "sampling": "oldest", "K": 4, "lr": 1e-3, "seed": seed,
+                                 "diverged": False, "raw_final": score, "raw_auc": score,
+                                 "final_score": score, "auc_score": score})
+    board = tmp_path / "results" / "lag-bench" / "cpu-v3"
+    (board / "spo" / "runs").mkdir(parents=True)
+    pd.DataFrame(rows).to_csv(board / "scores.csv", index=False)
+    (board / "spo" / "runs" / "cells.jsonl").write_text(json.dumps({"git_commit": "c" * 40}))
+    for entry in loaded.estimands:
+        if entry["estimand"] == "stability":
+            entry["reps"] = 5
+    loaded = dataclasses.replace(loaded, path=Path("studies/cpu-v3-board.toml"))
+    table, words = study.estimate(loaded, tmp_path, descends=lambda commit, ancestor: True)
+    assert words.startswith("pre-registered") and "over 26 tests" in words
+    family = table[table["p_holm"].notna()].set_index(["estimand", "method"])["verdict"]
+    assert len(family) == 26
+    assert family["change_difference", "spo"] == "degrades more than PPO-Clip"
+    assert family["change_difference", "pg"] == "degrades less than PPO-Clip"
+    assert family["change_difference", "topr"] == "no difference shown"
+    assert family["difference", "pg"] == "higher than PPO-Clip at k = 4"
