@@ -411,6 +411,10 @@ def test_a_method_is_ranked_beside_the_leaderboards_methods_that_compute_what_it
             "* geppo: program of cell bench/a/geppo/lag differs") in text
     # The pre-registered family named the leaderboard's methods, not this one: no verdict words.
     assert not r.pre_registered and "without verdict words" in text
+    # The board is named as a result records a path: relative, never this machine's location.
+    monkeypatch.chdir(tmp_path)
+    assert robustness.beside(mine, board.resolve(), comparable, reps=20).status_words.startswith(
+        "vaco beside the leaderboard board, ")
     assert set(r.comparisons["verdict"]) <= {"Holm p < 0.05, estimate > 0",
                                              "Holm p < 0.05, estimate < 0", "Holm p ≥ 0.05"}
     # A board with nothing comparable still ranks the method (against no reference: said why).

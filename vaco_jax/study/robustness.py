@@ -383,8 +383,9 @@ def beside(method_dir: str | Path, board: str | Path,
     runs = pd.concat(parts, ignore_index=True)
     # no pre-registration: exploratory; a per-task-tuned board's fixed reference
     out = report(runs, random, Spec.of(runs, **{"fixed": fixed_reference(board), **options}))
-    out.status_words = (f"{info['method']} beside the leaderboard {board}, a method its "
-                        f"pre-registered family did not name: the same tests, without verdicts")
+    out.status_words = (f"{info['method']} beside the leaderboard {io.portable_path(board)}, a "
+                        "method its pre-registered family did not name: the same tests, without "
+                        "verdicts")
     out.left_out = left_out
     return out
 
