@@ -50,6 +50,8 @@ from vaco_jax.analysis import check, estimands, families, report, schema
 ADAPTERS = {"bench": schema.from_bench, "sweeps": schema.from_sweeps,
             "settings": schema.from_settings, "llm": schema.from_llm, "train": schema.from_train}
 FILES = ("estimates.csv", "report.md")
+LEVELS = ("mean", "retention", "iqm")
+"""Estimands that are a level or a ratio, not a difference: printed without a sign."""
 _KEYS = {"study", "question", "output", "exploratory", "runs", "family", "estimands", "headlines"}
 
 
@@ -223,7 +225,7 @@ def headline(study: StudyFile, estimates: pd.DataFrame, entry: Mapping) -> tuple
     its estimate [interval] as the report prints it (`report.interval`)."""
     row = report.headline(estimates, task=entry.get("task", estimands.POOLED), study=study.name,
                           **{k: v for k, v in entry.items() if k not in ("label", "task")})
-    return row, report.interval(row.point, row.low, row.high, sign=row.estimand != "mean")
+    return row, report.interval(row.point, row.low, row.high, sign=row.estimand not in LEVELS)
 
 
 def make(study: StudyFile, root: str | Path, descends=None) -> dict[str, str]:
