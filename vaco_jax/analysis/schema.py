@@ -213,9 +213,9 @@ def merge_identical(runs: pd.DataFrame, within: Sequence[str] = ("N",), first: S
     groups, `((within values), [kept, same, ...])`, of two or more."""
     numbers = ["final", "auc", *runs.columns.difference(list(COLUMNS))]
     keys = [k for k in KEY if k not in ("study", "method", "lr", "constraint", *within)]
+    order = lambda m: (list(first).index(m) if m in first else len(first), m)  # noqa: E731
     groups, drop = [], []
     for where, part in runs.groupby(list(within), sort=True, dropna=False):
-        order = lambda m: (list(first).index(m) if m in first else len(first), m)  # noqa: E731
         by_method = {m: part[part["method"] == m].set_index(keys).sort_index()[numbers]
                      .astype(float) for m in sorted(part["method"].unique(), key=order)}
         found: list[list[str]] = []

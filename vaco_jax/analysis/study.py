@@ -97,11 +97,9 @@ def _problem(data: Mapping) -> str | None:
         return "[runs] has no 'table'"
     if data["runs"].get("adapter", "bench") not in ADAPTERS:
         return f"[runs] adapter {data['runs']['adapter']!r} is not one of {sorted(ADAPTERS)}"
-    within = data["runs"].get("merge_identical", [])
-    if not isinstance(within, list) or set(within) - set(schema.KEY) - {"method"} or (
-            "method" in within):
-        return (f"[runs] merge_identical {within!r} is not a list of run-table keys "
-                f"{[k for k in schema.KEY if k != 'method']}")
+    within, keys = data["runs"].get("merge_identical", []), [k for k in schema.KEY if k != "method"]
+    if not isinstance(within, list) or set(within) - set(keys):
+        return f"[runs] merge_identical {within!r} is not a list of run-table keys {keys}"
     for entry in data["estimands"]:
         if entry.get("estimand") not in estimands.ESTIMANDS:
             return (f"estimand {entry.get('estimand')!r} is not one of "
