@@ -107,24 +107,22 @@ def test_vaco_report_writes_and_checks_a_study_file(tmp_path, capsys, monkeypatc
     assert "none.toml" in capsys.readouterr().err
 
 
-def test_the_v3_paper_study_is_one_family_of_six_over_a_change_and_a_level(tmp_path):
-    """The pending cpu v3 study files on a synthetic board whose answer is known: PPO-Clip and
-    APPO lose 0.3 from k = 0 to 4, the TV filter alone 0.1, VACO nothing. Family P counts six
-    tests under one Holm's correction, each in its estimand's words, with their stability."""
+def _estimate_on_a_synthetic_v3_board(tmp_path, name, loss, rng, seed_noise=0.0, reps=10):
+    """The pending cpu v3 study `name` on a synthetic board (6 tasks, seeds 400-419, k = 0 and 4):
+    each method's score 1 at k = 0 and 1 − `loss[method]` at k = 4, plus noise of sd 0.02, and
+    (`seed_noise`) a shared draw per task and seed; every run made after the registration. Its
+    stability entries take `reps` bootstraps (the file's 2,000, fewer to keep a test short)."""
     import dataclasses
     import json
 
-    import numpy as np
     import pandas as pd
 
     from vaco_jax.analysis import study
 
-    rng = np.random.default_rng(0)
-    loss = {"ppo_clip": 0.3, "appo": 0.3, "gae+tv_filter": 0.1, "vaco": 0.0}
     rows = []
     for task in range(6):
         for seed in range(400, 420):
-            noise = rng.normal(0, 0.02)
+            noise = rng.normal(0, seed_noise) if seed_noise else 0.0
             for method, drop in loss.items():
                 for k in (0, 4):
                     score = 1.0 + noise - (drop if k else 0.0) + rng.normal(0, 0.02)
@@ -133,15 +131,26 @@ def test_the_v3_paper_study_is_one_family_of_six_over_a_change_and_a_level(tmp_p
                                  "diverged": False, "raw_final": score, "raw_auc": score,
                                  "final_score": score, "auc_score": score})
     board = tmp_path / "results" / "lag-bench" / "cpu-v3"
-    (board / "vaco" / "runs").mkdir(parents=True)
+    (board / "ppo_clip" / "runs").mkdir(parents=True)
     pd.DataFrame(rows).to_csv(board / "scores.csv", index=False)
-    (board / "vaco" / "runs" / "cells.jsonl").write_text(json.dumps({"git_commit": "c" * 40}))
-    loaded = study.load(ROOT / "studies" / "pending" / "cpu-v3-paper.toml")
+    (board / "ppo_clip" / "runs" / "cells.jsonl").write_text(json.dumps({"git_commit": "c" * 40}))
+    loaded = study.load(ROOT / "studies" / "pending" / f"{name}.toml")
     for entry in loaded.estimands:
         if entry["estimand"] == "stability":
-            entry["reps"] = 10                 # the file's 2,000, fewer to keep the test short
-    loaded = dataclasses.replace(loaded, path=Path("studies/cpu-v3-paper.toml"))
-    table, words = study.estimate(loaded, tmp_path, descends=lambda commit, ancestor: True)
+            entry["reps"] = reps
+    loaded = dataclasses.replace(loaded, path=Path(f"studies/{name}.toml"))
+    return study.estimate(loaded, tmp_path, descends=lambda commit, ancestor: True)
+
+
+def test_the_v3_paper_study_is_one_family_of_six_over_a_change_and_a_level(tmp_path):
+    """The pending cpu v3 study files on a synthetic board whose answer is known: PPO-Clip and
+    APPO lose 0.3 from k = 0 to 4, the TV filter alone 0.1, VACO nothing. Family P counts six
+    tests under one Holm's correction, each in its estimand's words, with their stability."""
+    import numpy as np
+
+    loss = {"ppo_clip": 0.3, "appo": 0.3, "gae+tv_filter": 0.1, "vaco": 0.0}
+    table, words = _estimate_on_a_synthetic_v3_board(
+        tmp_path, "cpu-v3-paper", loss, np.random.default_rng(0), seed_noise=0.02)
     assert words.startswith("pre-registered") and "over 6 tests" in words
     family = table[table["p_holm"].notna()]
     assert len(family) == 6
@@ -549,11 +558,7 @@ def test_vaco_report_all_checks_a_study_files_committed_files_and_row(tmp_path):
 def test_the_v3_board_family_is_the_other_13_methods_on_change_and_level(tmp_path):
     """Family B on a synthetic board: 13 methods and PPO-Clip, PPO-Clip losing 0.3 from k = 0
     to 4, `spo` losing 0.6 and `pg` nothing, the rest as PPO-Clip: 26 tests, one Holm."""
-    import dataclasses
-    import json
-
     import numpy as np
-    import pandas as pd
 
     from vaco_jax.analysis import study
 
@@ -561,27 +566,9 @@ def test_the_v3_board_family_is_the_other_13_methods_on_change_and_level(tmp_pat
     methods = loaded.estimands[0]["methods"]
     assert len(methods) == 14 and "ppo_clip" in methods
     assert not {"vaco", "appo", "gae+tv_filter"} & set(methods)   # family P's, not B's
-    rng = np.random.default_rng(2)
     loss = {m: 0.3 for m in methods} | {"spo": 0.6, "pg": 0.0}
-    rows = []
-    for task in range(6):
-        for seed in range(400, 420):
-            for method, drop in loss.items():
-                for k in (0, 4):
-                    score = 1.0 - (drop if k else 0.0) + rng.normal(0, 0.02)
-                    rows.append({"task": f"t{task}", "method": method, "k": k,
-                                 "sampling": "oldest", "K": 4, "lr": 1e-3, "seed": seed,
-                                 "diverged": False, "raw_final": score, "raw_auc": score,
-                                 "final_score": score, "auc_score": score})
-    board = tmp_path / "results" / "lag-bench" / "cpu-v3"
-    (board / "spo" / "runs").mkdir(parents=True)
-    pd.DataFrame(rows).to_csv(board / "scores.csv", index=False)
-    (board / "spo" / "runs" / "cells.jsonl").write_text(json.dumps({"git_commit": "c" * 40}))
-    for entry in loaded.estimands:
-        if entry["estimand"] == "stability":
-            entry["reps"] = 5
-    loaded = dataclasses.replace(loaded, path=Path("studies/cpu-v3-board.toml"))
-    table, words = study.estimate(loaded, tmp_path, descends=lambda commit, ancestor: True)
+    table, words = _estimate_on_a_synthetic_v3_board(
+        tmp_path, "cpu-v3-board", loss, np.random.default_rng(2), reps=5)
     assert words.startswith("pre-registered") and "over 26 tests" in words
     family = table[table["p_holm"].notna()].set_index(["estimand", "method"])["verdict"]
     assert len(family) == 26
